@@ -1,0 +1,116 @@
+"""The admission count A, its floor, and the raise of A before every admission.
+
+Each raise writes ``max(A in the patch, the floor) + 1`` into both dispatch's runtime patch and the
+admission-floor annotation, in one JSON Patch preconditioned on the uid and resourceVersion that were
+read. The patch touches nothing else: other managers' runtime patch entries (Kueue's among them) are
+never rewritten, which a merge patch or a PUT of the list would do (see docs/contract.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from contract.errors import ContractError
+from contract.identity import R_BOUND
+from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR
+from contract.objects import add_op, annotations, dig, pointer
+from contract.ownership import dispatch_patch_index, runtime_patches
+
+_CANONICAL = re.compile(r"0|[1-9][0-9]{0,17}")
+POD_TEMPLATE_IN_ENTRY: Final = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+
+
+def parse_count(field: str, value: object) -> int:
+    """A count as the contract writes it: a decimal string without leading zeros."""
+    if not isinstance(value, str) or not _CANONICAL.fullmatch(value):
+        raise ContractError(field, f"{value!r} is not a decimal count without leading zeros")
+    return int(value)
+
+
+def admission_path(trainjob: object) -> tuple[str | int, ...]:
+    """Where A lives: the pod template annotation in dispatch's entry, on its one replicated job."""
+    i = dispatch_patch_index(trainjob)
+    if i is None:
+        raise ContractError("spec.runtimePatches", "has no entry of dispatch's manager; it was removed")
+    jobs = dig(runtime_patches(trainjob)[i], *POD_TEMPLATE_IN_ENTRY)
+    if not isinstance(jobs, list) or len(jobs) != 1 or not isinstance(jobs[0], Mapping):
+        raise ContractError(
+            f"spec.runtimePatches[{i}]",
+            "dispatch's entry must patch exactly one replicated job, the trainer's",
+        )
+    return (
+        "spec", "runtimePatches", i, *POD_TEMPLATE_IN_ENTRY, 0,
+        "template", "spec", "template", "metadata", "annotations", ANNOTATION_ADMISSION,
+    )  # fmt: skip
+
+
+def admission_count(trainjob: object) -> int | None:
+    """A in dispatch's runtime patch, or None when the annotation is gone."""
+    path = admission_path(trainjob)
+    value = dig(trainjob, *path)
+    return None if value is None else parse_count(f"runtime patch annotation {ANNOTATION_ADMISSION}", value)
+
+
+def admission_floor(trainjob: object) -> int | None:
+    """The highest A raised so far, or None before the first raise."""
+    value = annotations(trainjob).get(ANNOTATION_ADMISSION_FLOOR)
+    return None if value is None else parse_count(f"annotation {ANNOTATION_ADMISSION_FLOOR}", value)
+
+
+@dataclass(frozen=True)
+class Raise:
+    """A raise of A: the new value and the JSON Patch (``application/json-patch+json``) that writes it."""
+
+    a: int
+    patch: list[dict[str, Any]]
+
+
+def preconditions(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON Patch ops that make the write fail unless the object is the one read, as it was read.
+
+    ``test`` of the uid refuses a different object of the same name (422). Writing back the
+    resourceVersion that was read turns the API server's optimistic concurrency check on, so a write
+    after any other write fails with 409 Conflict.
+    """
+    uid = dig(obj, "metadata", "uid")
+    rv = dig(obj, "metadata", "resourceVersion")
+    if not isinstance(uid, str) or not uid or not isinstance(rv, str) or not rv:
+        raise ContractError("metadata", "an object as read from the API has a uid and a resourceVersion")
+    return [
+        {"op": "test", "path": pointer("metadata", "uid"), "value": uid},
+        {"op": "replace", "path": pointer("metadata", "resourceVersion"), "value": rv},
+    ]
+
+
+def raise_admission(trainjob: Mapping[str, Any]) -> Raise:
+    """new A = max(A in dispatch's runtime patch, the admission floor) + 1, as one preconditioned patch.
+
+    Refuses (ContractError) when the TrainJob is not suspended (Trainer lets A change only then), when
+    dispatch's entry is gone, when A or the floor is not a count, and when neither is there: raising
+    from nothing could repeat an R, so a person has to look.
+    """
+    if dig(trainjob, "spec", "suspend") is not True:
+        raise ContractError("spec.suspend", "A can change only while the TrainJob is suspended")
+    path = admission_path(trainjob)
+    a, floor = admission_count(trainjob), admission_floor(trainjob)
+    if a is None and floor is None:
+        raise ContractError(
+            "spec.runtimePatches",
+            f"neither the runtime patch annotation {ANNOTATION_ADMISSION} nor the annotation "
+            f"{ANNOTATION_ADMISSION_FLOOR} is there; raising A from nothing could repeat an R",
+        )
+    new_a = max(a or 0, floor or 0) + 1
+    if new_a >= R_BOUND:
+        raise ContractError("A", f"raising A to {new_a} reaches the epoch bound {R_BOUND}")
+    value = str(new_a)
+    return Raise(
+        a=new_a,
+        patch=[
+            *preconditions(trainjob),
+            add_op(trainjob, path, value),
+            add_op(trainjob, ("metadata", "annotations", ANNOTATION_ADMISSION_FLOOR), value),
+        ],
+    )

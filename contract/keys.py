@@ -1,0 +1,112 @@
+"""Every name, label, annotation, environment variable and fixed value of the spec, once.
+
+The tables of the spec's "Annotations, labels and names" page, in its own words. Nothing else in the
+project spells these strings; it imports them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "dispatch.phpboyscout.uk/"
+FIELD_MANAGER: Final = "dispatch.phpboyscout.uk/adapter"
+
+# -- Names ----------------------------------------------------------------------------------------
+TRAINJOB_NAME_PREFIX: Final = "dj-"
+TRAINJOB_NAME_MAX: Final = 37
+RUNTIME_PATCH_MANAGER: Final = FIELD_MANAGER
+GATE: Final = "dispatch.phpboyscout.uk/gate"
+ADMISSION_CHECK_CONTROLLER: Final = "dispatch.phpboyscout.uk/admission"
+# The AdmissionCheck object the chart installs carries the controller's name.
+ADMISSION_CHECK_NAME: Final = "dispatch-admission"
+
+# -- Labels on the TrainJob (and, through the runtime patch, on its pods) -------------------------
+LABEL_JOB_ID: Final = "dispatch.phpboyscout.uk/job-id"
+LABEL_SUBMISSION: Final = "dispatch.phpboyscout.uk/submission"
+LABEL_QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+LABEL_PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
+
+# -- Annotations on the TrainJob -----------------------------------------------------------------
+ANNOTATION_COMMENT: Final = "dispatch.phpboyscout.uk/comment"
+ANNOTATION_ADMISSION_GATED_BY: Final = "kueue.x-k8s.io/admission-gated-by"
+ANNOTATION_OPENED: Final = "dispatch.phpboyscout.uk/opened"
+ANNOTATION_ADMISSION_FLOOR: Final = "dispatch.phpboyscout.uk/admission-floor"
+ANNOTATION_JOBSET_UID: Final = "dispatch.phpboyscout.uk/jobset-uid"
+ANNOTATION_HOLD_INSTANCE: Final = "dispatch.phpboyscout.uk/hold-instance"
+ANNOTATION_HOLD_SINCE: Final = "dispatch.phpboyscout.uk/hold-since"
+ANNOTATION_HOLD_WHO: Final = "dispatch.phpboyscout.uk/hold-who"
+ANNOTATION_HOLD_UNTIL: Final = "dispatch.phpboyscout.uk/hold-until"
+ANNOTATION_HOLD_REASON: Final = "dispatch.phpboyscout.uk/hold-reason"
+HOLD_ANNOTATIONS: Final = (
+    ANNOTATION_HOLD_INSTANCE,
+    ANNOTATION_HOLD_SINCE,
+    ANNOTATION_HOLD_WHO,
+    ANNOTATION_HOLD_UNTIL,
+    ANNOTATION_HOLD_REASON,
+)
+OPENED_TRUE: Final = "true"
+
+# -- The runtime patch: on the trainer replicated job's pod template -----------------------------
+ANNOTATION_ADMISSION: Final = "dispatch.phpboyscout.uk/admission"
+ADMISSION_AT_CREATION: Final = "0"
+CREDENTIAL_VOLUME_PREFIX: Final = "dispatch-credential-"
+CREDENTIAL_DEFAULT_MODE: Final = 0o400
+PUBLISH_VOLUME: Final = "dispatch-publish"
+PUBLISH_MOUNT_PATH: Final = "/opt/dispatch"
+PUBLISH_IMAGE_PULL_POLICY: Final = "IfNotPresent"
+
+# -- On the runtime copy -------------------------------------------------------------------------
+ANNOTATION_RUNTIME_SOURCE: Final = "dispatch.phpboyscout.uk/runtime-source"
+
+# -- Environment variables -----------------------------------------------------------------------
+ENV_RESERVED_PREFIX: Final = "DISPATCH_"
+ENV_JOB_ID: Final = "DISPATCH_JOB_ID"
+ENV_SUBMISSION: Final = "DISPATCH_SUBMISSION"
+ENV_EPOCH: Final = "DISPATCH_EPOCH"
+ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
+ENV_K8S_EPOCH_PREFIX: Final = "DISPATCH_K8S_EPOCH_PREFIX"
+ENV_K8S_TOKEN_PREFIX: Final = "DISPATCH_K8S_TOKEN_PREFIX"
+ENV_K8S_ADMISSION: Final = "DISPATCH_K8S_ADMISSION"
+ENV_K8S_RESTART: Final = "DISPATCH_K8S_RESTART"
+ENV_K8S_WORKDIR: Final = "DISPATCH_K8S_WORKDIR"
+ENV_PUBLISH_DEST: Final = "DISPATCH_PUBLISH_DEST"
+
+# -- What the adapter reads from others ----------------------------------------------------------
+LABEL_WORKLOAD_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
+LABEL_JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+LABEL_RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
+LABEL_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+LABEL_ANCESTOR_STEP: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_TRAINER: Final = "trainer"
+KUEUE_RUNTIME_PATCH_MANAGER: Final = "kueue.x-k8s.io/manager"
+TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
+TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
+TAINT_OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
+
+# -- Prefixes a site may not use -----------------------------------------------------------------
+RESERVED_KEY_PREFIXES: Final = (
+    "dispatch.phpboyscout.uk/",
+    "kueue.x-k8s.io/",
+    "trainer.kubeflow.org/",
+    "jobset.sigs.k8s.io/",
+)
+
+# -- Other fixed names ---------------------------------------------------------------------------
+TRAINER_CONTAINER: Final = "node"
+LEASE_NAMESPACE: Final = "dispatch-system"
+LEASE_NAME: Final = "dispatch-admission"
+PROBE_IMAGE: Final = "dispatch.invalid/never:probe"
+PROBE_NODE_SELECTOR_KEY: Final = "dispatch.phpboyscout.uk/probe"
+PROBE_NODE_SELECTOR_VALUE: Final = "never"
+
+# -- The prologue's command line -----------------------------------------------------------------
+PROLOGUE_SHELL: Final = "/bin/sh"
+PROLOGUE_ARGV0: Final = "dispatch-prologue"
+PROLOGUE_REFUSAL_EXIT: Final = 125
+
+# -- API groups and kinds the contract builds or reads --------------------------------------------
+TRAINER_GROUP: Final = "trainer.kubeflow.org"
+TRAINER_API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
+KIND_TRAINJOB: Final = "TrainJob"
+KIND_TRAINING_RUNTIME: Final = "TrainingRuntime"
+KIND_CLUSTER_TRAINING_RUNTIME: Final = "ClusterTrainingRuntime"
