@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class ContractError(ValueError):
     """A value breaks the dispatch contract.
@@ -15,3 +17,16 @@ class ContractError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing a rule found wrong: which rule, where, what it saw and what it would accept."""
+
+    rule: str
+    field: str
+    seen: object
+    accepted: str
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] {self.field}: saw {self.seen!r}; {self.accepted}"

@@ -1,0 +1,99 @@
+"""Runtime requirements: a runtime whose trainer may restart in place would let two executions share an
+identity, because a restart in place raises neither A nor J.
+
+Each rule returns the problems it finds as (field, seen, accepted) so that the webhook's denial and
+Start's refusal can both say what to fix. See docs/webhook.md for the reason behind each rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contract.errors import ContractError, Problem
+from contract.keys import TRAINER_CONTAINER
+from contract.objects import dig
+from contract.runtime_patch import trainer_replicated_job
+
+_RESTART_ONE_JOB = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+
+
+def runtime_problems(runtime_spec: Mapping[str, Any], *, allow_rank_restart: bool) -> list[Problem]:
+    """Every way the runtime's trainer job could run a second execution under the same identity."""
+    try:
+        job = trainer_replicated_job(runtime_spec)
+    except ContractError as exc:
+        return [Problem("runtime.trainer-job", exc.field, None, exc.message)]
+    name = job["name"]
+    base = f"spec.template.spec.replicatedJobs[{name}].template.spec"
+    job_spec = dig(job, "template", "spec") or {}
+    pod_spec = dig(job_spec, "template", "spec") or {}
+    failure = dig(runtime_spec, "template", "spec", "failurePolicy") or {}
+    problems: list[Problem] = []
+
+    def add(rule: str, field: str, seen: object, accepted: str) -> None:
+        problems.append(Problem(rule, field, seen, accepted))
+
+    if pod_spec.get("restartPolicy") != "Never":
+        add(
+            "runtime.restart-policy",
+            f"{base}.template.spec.restartPolicy",
+            pod_spec.get("restartPolicy"),
+            "must be Never: the kubelet restarting the trainer in place raises neither A nor J",
+        )
+    if job_spec.get("backoffLimit") != 0:
+        add(
+            "runtime.backoff-limit",
+            f"{base}.backoffLimit",
+            job_spec.get("backoffLimit"),
+            "must be stated as 0: the Job controller would replace a failed rank with the same J",
+        )
+    for c in pod_spec.get("containers") or []:
+        if not isinstance(c, Mapping) or c.get("name") != TRAINER_CONTAINER:
+            continue
+        if c.get("restartPolicy") not in (None, "Never") or c.get("restartPolicyRules"):
+            add(
+                "runtime.container-restart",
+                f"{base}.template.spec.containers[{TRAINER_CONTAINER}]",
+                c.get("restartPolicy") or c.get("restartPolicyRules"),
+                "restartPolicy and restartPolicyRules must be unset: they restart the trainer in place",
+            )
+    if allow_rank_restart:
+        return problems
+    unless = " (or the site sets allowRankRestart)"
+    if job_spec.get("backoffLimitPerIndex") is not None:
+        add(
+            "runtime.rank-restart",
+            f"{base}.backoffLimitPerIndex",
+            job_spec["backoffLimitPerIndex"],
+            "must be unset: it retries a failed rank under the same J" + unless,
+        )
+    rules = dig(job_spec, "podFailurePolicy", "rules")
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        if isinstance(rule, Mapping) and rule.get("action") == "Ignore":
+            add(
+                "runtime.rank-restart",
+                f"{base}.podFailurePolicy.rules[{i}].action",
+                "Ignore",
+                "an ignored failure lets the Job replace the rank under the same J" + unless,
+            )
+    if not isinstance(failure, Mapping):
+        return problems
+    if failure.get("restartStrategy") == "InPlaceRestart":
+        add(
+            "runtime.rank-restart",
+            "spec.template.spec.failurePolicy.restartStrategy",
+            "InPlaceRestart",
+            "must be Recreate or BlockingRecreate: an in-place restart keeps J" + unless,
+        )
+    for i, rule in enumerate(failure.get("rules") or []):
+        if not isinstance(rule, Mapping) or rule.get("action") not in _RESTART_ONE_JOB:
+            continue
+        if not rule.get("targetReplicatedJobs") or name in rule["targetReplicatedJobs"]:
+            add(
+                "runtime.rank-restart",
+                f"spec.template.spec.failurePolicy.rules[{i}].action",
+                rule["action"],
+                "restarting one Job keeps J; RestartJobSet raises it" + unless,
+            )
+    return problems

@@ -1,0 +1,110 @@
+from typing import Any
+
+import pytest
+
+from contract.runtime_requirements import runtime_problems
+from tests.unit.fixtures import runtime
+
+
+def spec() -> dict[str, Any]:
+    return runtime()["spec"]
+
+
+def trainer_job(s: dict[str, Any]) -> dict[str, Any]:
+    return s["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]
+
+
+def rules(s: dict[str, Any], allow: bool = False) -> list[str]:
+    return [p.rule for p in runtime_problems(s, allow_rank_restart=allow)]
+
+
+def test_the_stock_shape_passes():
+    assert rules(spec()) == []
+
+
+def test_restart_policy_must_be_never():
+    s = spec()
+    trainer_job(s)["template"]["spec"]["restartPolicy"] = "OnFailure"
+    assert rules(s) == rules(s, allow=True) == ["runtime.restart-policy"]
+    del trainer_job(s)["template"]["spec"]["restartPolicy"]
+    assert rules(s) == ["runtime.restart-policy"]
+
+
+@pytest.mark.parametrize("limit", [None, 1, 6])
+def test_backoff_limit_must_be_stated_zero(limit):
+    s = spec()
+    if limit is None:
+        del trainer_job(s)["backoffLimit"]
+    else:
+        trainer_job(s)["backoffLimit"] = limit
+    problems = runtime_problems(s, allow_rank_restart=True)
+    assert [p.rule for p in problems] == ["runtime.backoff-limit"]
+    assert "saw" in str(problems[0])
+    assert "must be stated as 0" in str(problems[0])
+
+
+@pytest.mark.parametrize(
+    "container", [{"restartPolicy": "Always"}, {"restartPolicyRules": [{"action": "Restart"}]}]
+)
+def test_container_restart_rules_restart_in_place(container):
+    s = spec()
+    trainer_job(s)["template"]["spec"]["containers"][0].update(container)
+    assert rules(s, allow=True) == ["runtime.container-restart"]
+
+
+def test_other_containers_may_restart():
+    s = spec()
+    trainer_job(s)["template"]["spec"]["containers"].append({"name": "sidecar", "restartPolicy": "Always"})
+    trainer_job(s)["template"]["spec"]["containers"].append("junk")
+    assert rules(s) == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: trainer_job(s).update(backoffLimitPerIndex=1),
+        lambda s: trainer_job(s).update(
+            podFailurePolicy={"rules": [{"action": "Count"}, {"action": "Ignore"}]}
+        ),
+        lambda s: s["template"]["spec"].update(failurePolicy={"restartStrategy": "InPlaceRestart"}),
+        lambda s: s["template"]["spec"].update(failurePolicy={"rules": [{"action": "RestartJob"}]}),
+        lambda s: s["template"]["spec"].update(
+            failurePolicy={
+                "rules": [{"action": "RestartJobAndIgnoreMaxRestarts", "targetReplicatedJobs": ["node"]}]
+            }
+        ),
+    ],
+)
+def test_rank_restart_refused_unless_allowed(change):
+    s = spec()
+    change(s)
+    assert rules(s) == ["runtime.rank-restart"]
+    assert rules(s, allow=True) == []
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        {
+            "restartStrategy": "BlockingRecreate",
+            "rules": [{"action": "RestartJobSet"}, {"action": "FailJobSet"}],
+        },
+        {"rules": [{"action": "RestartJob", "targetReplicatedJobs": ["dataset-initializer"]}, "junk"]},
+        "junk",
+    ],
+)
+def test_restarts_that_raise_j_or_spare_the_trainer_pass(failure):
+    s = spec()
+    s["template"]["spec"]["failurePolicy"] = failure
+    trainer_job(s)["podFailurePolicy"] = {
+        "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    }
+    assert rules(s) == []
+
+
+def test_no_trainer_job():
+    s = spec()
+    s["template"]["spec"]["replicatedJobs"].pop()
+    problems = runtime_problems(s, allow_rank_restart=False)
+    assert [p.rule for p in problems] == ["runtime.trainer-job"]
+    assert "0 replicated jobs carry" in str(problems[0])

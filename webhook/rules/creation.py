@@ -1,0 +1,270 @@
+"""Creation: only dispatch creates a dispatch TrainJob, and only in the contract's canonical form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contract.admission import admission_count
+from contract.errors import ContractError, Problem
+from contract.gates import has_dispatch_gate
+from contract.identity import N_BOUND
+from contract.keys import (
+    ANNOTATION_COMMENT,
+    ENV_K8S_EPOCH_PREFIX,
+    ENV_K8S_TOKEN_PREFIX,
+    ENV_K8S_WORKDIR,
+    ENV_RESERVED_PREFIX,
+    GATE,
+    KIND_TRAINING_RUNTIME,
+    LABEL_JOB_ID,
+    LABEL_SUBMISSION,
+    PREFIX,
+    RUNTIME_PATCH_MANAGER,
+    TRAINER_GROUP,
+)
+from contract.names import TrainJobName, parse_name
+from contract.objects import annotations, dig, labels
+from contract.ownership import is_kueue_mode, runtime_patches
+from contract.prologue import SPEC_PROLOGUE
+from contract.runtime_patch import trainer_replicated_job
+from contract.runtime_requirements import runtime_problems
+from contract.trainer import escape_expansion, trainer_command, trainer_env
+from contract.trainjob import comment
+
+SPEC_PROLOGUE_WARNING = (
+    "this TrainJob runs the spec's original prologue, which the site allows: in some shells it can run "
+    "nothing and report success, or compute a repeated or non-numeric DISPATCH_EPOCH (see docs/prologue.md)"
+)
+# The spec's text as the kubelet would see it either way: its $(...) forms name no variable.
+_SPEC_COMMANDS = [
+    [*trainer_command()[:2], text, *trainer_command()[3:]]
+    for text in (SPEC_PROLOGUE, escape_expansion(SPEC_PROLOGUE))
+]
+_LABELS_AT_BIRTH = {LABEL_JOB_ID, LABEL_SUBMISSION}
+_ANNOTATIONS_AT_BIRTH = {ANNOTATION_COMMENT}
+
+
+def _p(rule: str, field: str, seen: object, accepted: str) -> Problem:
+    return Problem(f"creation.{rule}", field, seen, accepted)
+
+
+def _identity_from_env(env: list[Any], name: TrainJobName) -> tuple[int, int] | Problem:
+    """G and attempt, read back from the prologue's two prefixes and checked against the name."""
+    values = {e.get("name"): e.get("value", "") for e in env if isinstance(e, Mapping)}
+    prefix, token = values.get(ENV_K8S_EPOCH_PREFIX), values.get(ENV_K8S_TOKEN_PREFIX)
+    parts = token.split(".") if isinstance(token, str) else []
+    if (
+        not isinstance(prefix, str)
+        or (prefix and not prefix.isdigit())
+        or len(parts) != 3
+        or not parts[2].isdigit()
+    ):
+        return _p("env", "spec.trainer.env", [prefix, token], "the contract's DISPATCH_K8S_* prefixes")
+    g, n = divmod(int(prefix or "0"), N_BOUND)
+    if n != name.n or parts[0] != name.job_id or parts[1] != str(name.n):
+        return _p(
+            "env", "spec.trainer.env", [prefix, token], f"prefixes of JobID {name.job_id} and N {name.n}"
+        )
+    return g, int(parts[2])
+
+
+def _env_problems(env: object, name: TrainJobName) -> tuple[list[Problem], int | None]:
+    """The env contract: the job's own variables sorted, none under DISPATCH_, then dispatch's exactly."""
+    if not isinstance(env, list) or not all(isinstance(e, Mapping) for e in env):
+        return [_p("env", "spec.trainer.env", env, "a list of variables")], None
+    identity = _identity_from_env(env, name)
+    if isinstance(identity, Problem):
+        return [identity], None
+    g, attempt = identity
+    try:
+        expected = trainer_env(job_id=name.job_id, g=g, n=name.n, attempt=attempt, env={}, workdir=None)
+    except ContractError as exc:
+        return [_p("env", "spec.trainer.env", exc.message, "an identity within the contract's bounds")], None
+    known = {e["name"] for e in expected} | {ENV_K8S_WORKDIR}
+    names = [e.get("name") for e in env]
+    problems = [
+        _p(
+            "env-reserved",
+            f"spec.trainer.env[{n}]",
+            n,
+            f"names starting with {ENV_RESERVED_PREFIX} are dispatch's",
+        )
+        for n in names
+        if isinstance(n, str) and n.startswith(ENV_RESERVED_PREFIX) and n not in known
+    ]
+    first = next((i for i, n in enumerate(names) if n in known), len(env))
+    user, ours = env[:first], env[first:]
+    user_names = [e.get("name") for e in user]
+    if user_names != sorted(user_names, key=str) or any(set(e) - {"name", "value"} for e in user):
+        problems.append(
+            _p("env", "spec.trainer.env", user_names, "the job's own variables first, sorted, plain values")
+        )
+    workdir = ours[len(expected) :]
+    workdir_ok = not workdir or (
+        len(workdir) == 1
+        and workdir[0].get("name") == ENV_K8S_WORKDIR
+        and set(workdir[0]) == {"name", "value"}
+    )
+    if ours[: len(expected)] != expected or not workdir_ok:
+        problems.append(
+            _p(
+                "env",
+                "spec.trainer.env",
+                [e.get("name") for e in ours],
+                f"after the job's own: {', '.join(e['name'] for e in expected)}[, {ENV_K8S_WORKDIR}]",
+            )
+        )
+    return problems, attempt
+
+
+def creation_problems(
+    trainjob: Mapping[str, Any],
+    runtime: Mapping[str, Any] | None,
+    *,
+    allow_spec_prologue: bool,
+    allow_rank_restart: bool,
+) -> tuple[list[Problem], list[str]]:
+    """Everything that keeps a dispatch TrainJob written by dispatch from the canonical form, and warnings."""
+    try:
+        name = parse_name(dig(trainjob, "metadata", "name"))
+    except ContractError as exc:
+        return [_p("name", "metadata.name", dig(trainjob, "metadata", "name"), exc.message)], []
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    have_labels, have_annotations = labels(trainjob), annotations(trainjob)
+
+    if have_labels.get(LABEL_JOB_ID) != name.job_id or have_labels.get(LABEL_SUBMISSION) != str(name.n):
+        problems.append(
+            _p(
+                "labels",
+                "metadata.labels",
+                {k: have_labels.get(k) for k in sorted(_LABELS_AT_BIRTH)},
+                f"{LABEL_JOB_ID}={name.job_id} and {LABEL_SUBMISSION}={name.n}",
+            )
+        )
+    extra = sorted(k for k in have_labels if k.startswith(PREFIX) and k not in _LABELS_AT_BIRTH)
+    extra += sorted(k for k in have_annotations if k.startswith(PREFIX) and k not in _ANNOTATIONS_AT_BIRTH)
+    if extra:
+        problems.append(_p("keys", "metadata", extra, "no other dispatch keys at creation"))
+
+    spec = dig(trainjob, "spec") or {}
+    ref = dig(spec, "runtimeRef") or {}
+    if {"apiGroup": TRAINER_GROUP, **ref} != {
+        "apiGroup": TRAINER_GROUP,
+        "kind": KIND_TRAINING_RUNTIME,
+        "name": str(name),
+    }:
+        problems.append(
+            _p("runtime-ref", "spec.runtimeRef", dict(ref), f"the runtime copy: TrainingRuntime {name}")
+        )
+
+    command = dig(spec, "trainer", "command")
+    if command != trainer_command():
+        if allow_spec_prologue and command in _SPEC_COMMANDS:
+            warnings.append(SPEC_PROLOGUE_WARNING)
+        else:
+            shown = (
+                [*command[:2], "<text>", *command[3:]]
+                if isinstance(command, list) and len(command) > 3
+                else command
+            )
+            problems.append(
+                _p("prologue", "spec.trainer.command", shown, "/bin/sh -c <the prologue> dispatch-prologue")
+            )
+    args = dig(spec, "trainer", "args")
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
+        problems.append(
+            _p("args", "spec.trainer.args", args, "the job's command and arguments, at least one word")
+        )
+
+    env_problems, attempt = _env_problems(dig(spec, "trainer", "env"), name)
+    problems += env_problems
+    if attempt is not None and have_annotations.get(ANNOTATION_COMMENT) != comment(name.n, attempt):
+        problems.append(
+            _p(
+                "comment",
+                f"metadata.annotations[{ANNOTATION_COMMENT}]",
+                have_annotations.get(ANNOTATION_COMMENT),
+                comment(name.n, attempt),
+            )
+        )
+
+    ours = [
+        p
+        for p in runtime_patches(trainjob)
+        if isinstance(p, Mapping) and p.get("manager") == RUNTIME_PATCH_MANAGER
+    ]
+    if len(ours) != 1:
+        problems.append(
+            _p("runtime-patch", "spec.runtimePatches", len(ours), "exactly one entry of dispatch's manager")
+        )
+    else:
+        problems += _patch_problems(trainjob, ours[0], runtime, name)
+
+    if is_kueue_mode(trainjob):
+        if not has_dispatch_gate(trainjob):
+            problems.append(
+                _p(
+                    "gate",
+                    "metadata.annotations[kueue.x-k8s.io/admission-gated-by]",
+                    have_annotations.get("kueue.x-k8s.io/admission-gated-by"),
+                    f"Kueue mode is created gated by {GATE}",
+                )
+            )
+    elif spec.get("suspend") is not True:
+        problems.append(_p("suspend", "spec.suspend", spec.get("suspend"), "plain mode is created suspended"))
+
+    if runtime is None:
+        problems.append(
+            _p(
+                "runtime-copy",
+                "spec.runtimeRef.name",
+                str(name),
+                "the runtime copy exists before its TrainJob",
+            )
+        )
+    else:
+        problems += runtime_problems(dig(runtime, "spec") or {}, allow_rank_restart=allow_rank_restart)
+    return problems, warnings
+
+
+def _patch_problems(
+    trainjob: Mapping[str, Any],
+    entry: Mapping[str, Any],
+    runtime: Mapping[str, Any] | None,
+    name: TrainJobName,
+) -> list[Problem]:
+    problems = []
+    try:
+        a = admission_count(trainjob)
+    except ContractError as exc:
+        return [_p("runtime-patch", "spec.runtimePatches", exc.field, exc.message)]
+    if a != 0:
+        problems.append(_p("admission", "spec.runtimePatches[dispatch].admission", a, 'A is "0" at creation'))
+    jobs = dig(entry, "trainingRuntimeSpec", "template", "spec", "replicatedJobs") or [{}]
+    meta = dig(jobs[0], "template", "spec", "template", "metadata") or {}
+    if (meta.get("labels") or {}) != {LABEL_JOB_ID: name.job_id, LABEL_SUBMISSION: str(name.n)}:
+        problems.append(
+            _p(
+                "runtime-patch",
+                "spec.runtimePatches[dispatch] pod labels",
+                meta.get("labels"),
+                "job-id and submission",
+            )
+        )
+    if runtime is not None:
+        try:
+            trainer = trainer_replicated_job(dig(runtime, "spec"))["name"]
+        except ContractError:
+            return problems  # runtime_problems reports it
+        if jobs[0].get("name") != trainer:
+            problems.append(
+                _p(
+                    "runtime-patch",
+                    "spec.runtimePatches[dispatch].replicatedJobs[0].name",
+                    jobs[0].get("name"),
+                    f"the runtime copy's trainer job, {trainer}",
+                )
+            )
+    return problems
