@@ -52,9 +52,7 @@ def parse_name(name: object) -> TrainJobName:
         raise ContractError("metadata.name", f"must be a string, got {name!r}")
     shape = f"a dispatch TrainJob name is {TRAINJOB_NAME_PREFIX}<lowercase JobID>-s<N>"
     if not name.startswith(TRAINJOB_NAME_PREFIX):
-        raise ContractError(
-            "metadata.name", f"{name!r} does not start with {TRAINJOB_NAME_PREFIX!r}; {shape}"
-        )
+        raise ContractError("metadata.name", f"{name!r} does not start with {TRAINJOB_NAME_PREFIX!r}; {shape}")
     if name != name.lower():
         raise ContractError("metadata.name", f"{name!r} has upper case; {shape}")
     if len(name) > TRAINJOB_NAME_MAX:
@@ -71,9 +69,7 @@ def parse_name(name: object) -> TrainJobName:
     except ValueError as exc:
         raise ContractError("metadata.name", f"{job!r} in {name!r} is not a ULID: {exc}") from None
     if not _CANONICAL_N.fullmatch(n_text):
-        raise ContractError(
-            "metadata.name", f"N {n_text!r} in {name!r} is not a decimal number without leading zeros"
-        )
+        raise ContractError("metadata.name", f"N {n_text!r} in {name!r} is not a decimal number without leading zeros")
     # Six digits at most follow from the length: N < 1,000,000 needs no check of its own here.
     n = int(n_text)
     return TrainJobName(job_id=job.upper(), n=n)

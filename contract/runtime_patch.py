@@ -68,9 +68,7 @@ def trainer_replicated_job(runtime_spec: object) -> Mapping[str, Any]:
             f"{len(found)} replicated jobs carry {LABEL_ANCESTOR_STEP}: {ANCESTOR_TRAINER}; exactly one must",
         )
     if not isinstance(found[0].get("name"), str) or not found[0]["name"]:
-        raise ContractError(
-            "runtime.spec.template.spec.replicatedJobs", "the trainer replicated job has no name"
-        )
+        raise ContractError("runtime.spec.template.spec.replicatedJobs", "the trainer replicated job has no name")
     return found[0]
 
 
@@ -83,31 +81,16 @@ def check_credentials(credentials: Sequence[Credential]) -> None:
     seen: list[str] = []
     for i, cred in enumerate(credentials):
         field = f"credentials[{i}]"
-        if (
-            not isinstance(cred.secret, str)
-            or len(cred.secret) > 253
-            or not _DNS_SUBDOMAIN.fullmatch(cred.secret)
-        ):
+        if not isinstance(cred.secret, str) or len(cred.secret) > 253 or not _DNS_SUBDOMAIN.fullmatch(cred.secret):
             raise ContractError(f"{field}.secret", f"{cred.secret!r} is not a Secret name (a DNS subdomain)")
         path = cred.mount_path
-        if (
-            not isinstance(path, str)
-            or not path.startswith("/")
-            or posixpath.normpath(path) != path
-            or path == "/"
-        ):
-            raise ContractError(
-                f"{field}.mountPath", f"{path!r} must be an absolute, normalised path other than /"
-            )
+        if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+            raise ContractError(f"{field}.mountPath", f"{path!r} must be an absolute, normalised path other than /")
         if _overlaps(path, PUBLISH_MOUNT_PATH):
-            raise ContractError(
-                f"{field}.mountPath", f"{path!r} overlaps {PUBLISH_MOUNT_PATH}, where publish is"
-            )
+            raise ContractError(f"{field}.mountPath", f"{path!r} overlaps {PUBLISH_MOUNT_PATH}, where publish is")
         for other in seen:
             if _overlaps(path, other):
-                raise ContractError(
-                    f"{field}.mountPath", f"{path!r} overlaps another credential at {other!r}"
-                )
+                raise ContractError(f"{field}.mountPath", f"{path!r} overlaps another credential at {other!r}")
         seen.append(path)
 
 
@@ -190,9 +173,7 @@ def runtime_patch(
         "trainingRuntimeSpec": {
             "template": {
                 "spec": {
-                    "replicatedJobs": [
-                        {"name": trainer_job["name"], "template": {"spec": {"template": pod_template}}}
-                    ]
+                    "replicatedJobs": [{"name": trainer_job["name"], "template": {"spec": {"template": pod_template}}}]
                 }
             }
         },

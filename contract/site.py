@@ -22,8 +22,7 @@ def check_site_keys(kind: str, keys: Mapping[str, object]) -> None:
         if prefix is not None:
             raise ContractError(
                 f"site {kind}.{key}",
-                f"begins with {prefix}, which is reserved; "
-                f"reserved prefixes are {', '.join(RESERVED_KEY_PREFIXES)}",
+                f"begins with {prefix}, which is reserved; reserved prefixes are {', '.join(RESERVED_KEY_PREFIXES)}",
             )
         if not isinstance(value, str):
             raise ContractError(f"site {kind}.{key}", f"value must be a string, got {value!r}")

@@ -61,6 +61,9 @@ def trainer_args(command: Sequence[str], args: Sequence[str]) -> list[str]:
     if not command:
         raise ContractError("command", "is empty; the prologue must have a command to exec")
     words = [_word(f"command[{i}]", w) for i, w in enumerate(command)]
+    if not words[0] or words[0].startswith("-"):
+        # The prologue refuses these at run time (exec would take "-x" as its own option); refuse them here.
+        raise ContractError("command[0]", f"{words[0]!r}: the program to run, neither empty nor starting with '-'")
     words += [_word(f"args[{i}]", w) for i, w in enumerate(args)]
     if len(words) > ARGS_MAX:
         raise ContractError("args", f"command and args have {len(words)} words; Trainer allows {ARGS_MAX}")
@@ -74,9 +77,7 @@ def check_env_name(name: object) -> str:
     if any(not " " <= c <= "~" for c in name) or "=" in name:
         raise ContractError(f"env.{name}", "a variable name is printable ASCII without '='")
     if name.startswith(ENV_RESERVED_PREFIX):
-        raise ContractError(
-            f"env.{name}", f"keys starting with {ENV_RESERVED_PREFIX} are reserved for dispatch"
-        )
+        raise ContractError(f"env.{name}", f"keys starting with {ENV_RESERVED_PREFIX} are reserved for dispatch")
     return name
 
 

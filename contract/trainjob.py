@@ -81,9 +81,7 @@ def build_trainjob(sub: Submission, runtime_spec: Mapping[str, Any]) -> dict[str
     if sub.queue is not None and (not isinstance(sub.queue, str) or not sub.queue):
         raise ContractError("kueue.localQueue", f"must be a LocalQueue name, got {sub.queue!r}")
     if sub.priority_class is not None and sub.queue is None:
-        raise ContractError(
-            "kueue.priorityClass", "is set but kueue.localQueue is not: plain mode has no priority"
-        )
+        raise ContractError("kueue.priorityClass", "is set but kueue.localQueue is not: plain mode has no priority")
     name = sub.name
     labels: dict[str, str] = {**sub.site_labels, LABEL_JOB_ID: sub.job_id, LABEL_SUBMISSION: str(sub.n)}
     annotations: dict[str, str] = {**sub.site_annotations, ANNOTATION_COMMENT: comment(sub.n, sub.attempt)}
@@ -119,9 +117,7 @@ def build_trainjob(sub: Submission, runtime_spec: Mapping[str, Any]) -> dict[str
     if sub.active_deadline_seconds is not None:
         ads = sub.active_deadline_seconds
         if isinstance(ads, bool) or not isinstance(ads, int) or ads < 1:
-            raise ContractError(
-                "activeDeadlineSeconds", f"must be a whole number of seconds >= 1, got {ads!r}"
-            )
+            raise ContractError("activeDeadlineSeconds", f"must be a whole number of seconds >= 1, got {ads!r}")
         spec["activeDeadlineSeconds"] = ads
     return {
         "apiVersion": TRAINER_API_VERSION,

@@ -25,21 +25,15 @@ def runtime(kind: str = "ClusterTrainingRuntime", trainer_job: str = "node") -> 
                             "name": "dataset-initializer",
                             "template": {
                                 "metadata": {
-                                    "labels": {
-                                        "trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"
-                                    }
+                                    "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}
                                 },
-                                "spec": {
-                                    "template": {"spec": {"containers": [{"name": "dataset-initializer"}]}}
-                                },
+                                "spec": {"template": {"spec": {"containers": [{"name": "dataset-initializer"}]}}},
                             },
                         },
                         {
                             "name": trainer_job,
                             "template": {
-                                "metadata": {
-                                    "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-                                },
+                                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                                 "spec": {
                                     "backoffLimit": 0,
                                     "template": {

@@ -61,9 +61,7 @@ def test_malformed_reviews_say_what_is_wrong(body, says):
 
 def test_response_echoes_and_encodes():
     r = parse_review(review())
-    allowed = response(
-        r, Verdict.allow(warnings=("careful",), patch=[{"op": "add", "path": "/a", "value": 1}])
-    )
+    allowed = response(r, Verdict.allow(warnings=("careful",), patch=[{"op": "add", "path": "/a", "value": 1}]))
     assert allowed["apiVersion"] == "admission.k8s.io/v1"
     assert allowed["kind"] == "AdmissionReview"
     answer = allowed["response"]

@@ -43,9 +43,7 @@ def test_backoff_limit_must_be_stated_zero(limit):
     assert "must be stated as 0" in str(problems[0])
 
 
-@pytest.mark.parametrize(
-    "container", [{"restartPolicy": "Always"}, {"restartPolicyRules": [{"action": "Restart"}]}]
-)
+@pytest.mark.parametrize("container", [{"restartPolicy": "Always"}, {"restartPolicyRules": [{"action": "Restart"}]}])
 def test_container_restart_rules_restart_in_place(container):
     s = spec()
     trainer_job(s)["template"]["spec"]["containers"][0].update(container)
@@ -63,15 +61,11 @@ def test_other_containers_may_restart():
     "change",
     [
         lambda s: trainer_job(s).update(backoffLimitPerIndex=1),
-        lambda s: trainer_job(s).update(
-            podFailurePolicy={"rules": [{"action": "Count"}, {"action": "Ignore"}]}
-        ),
+        lambda s: trainer_job(s).update(podFailurePolicy={"rules": [{"action": "Count"}, {"action": "Ignore"}]}),
         lambda s: s["template"]["spec"].update(failurePolicy={"restartStrategy": "InPlaceRestart"}),
         lambda s: s["template"]["spec"].update(failurePolicy={"rules": [{"action": "RestartJob"}]}),
         lambda s: s["template"]["spec"].update(
-            failurePolicy={
-                "rules": [{"action": "RestartJobAndIgnoreMaxRestarts", "targetReplicatedJobs": ["node"]}]
-            }
+            failurePolicy={"rules": [{"action": "RestartJobAndIgnoreMaxRestarts", "targetReplicatedJobs": ["node"]}]}
         ),
     ],
 )

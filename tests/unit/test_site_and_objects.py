@@ -16,9 +16,7 @@ def test_reserved_prefixes_refused(key):
 
 
 def test_site_keys_allowed_and_malformed():
-    check_site_keys(
-        "annotations", {"example.com/team": "a", "cost-centre": "42", "sub.kueue.x-k8s.io/x": "y"}
-    )
+    check_site_keys("annotations", {"example.com/team": "a", "cost-centre": "42", "sub.kueue.x-k8s.io/x": "y"})
     assert reserved_prefix("example.com/x") is None
     with pytest.raises(ContractError, match="non-empty"):
         check_site_keys("labels", {"": "v"})

@@ -52,6 +52,8 @@ def test_the_users_words_all_sit_in_args():
         (["py\x00thon"], [], "command[0]"),
         (["python"], [None], "args[0]"),
         (["a"] * 100, ["b"] * 29, "args"),
+        ([""], [], "command[0]"),
+        (["-c", "x"], [], "command[0]"),
     ],
 )
 def test_args_refusals(command, args, field):
@@ -145,7 +147,5 @@ def test_trainer_spec_and_image_refusals():
     assert spec["args"] == ["run"]
     for bad in ["", " ", "img:1 ", None]:
         with pytest.raises(ContractError) as err:
-            trainer_spec(
-                job_id=JOB_ID, g=0, n=1, attempt=0, image=bad, command=["run"], args=[], env={}, workdir=None
-            )
+            trainer_spec(job_id=JOB_ID, g=0, n=1, attempt=0, image=bad, command=["run"], args=[], env={}, workdir=None)
         assert err.value.field == "image"

@@ -74,9 +74,7 @@ def test_runtime_copy():
         "name": "dj-01arz3ndektsv4rrffq69g5fav-s3",
         "namespace": "team-a",
         "labels": {"dispatch.phpboyscout.uk/job-id": JOB_ID, "dispatch.phpboyscout.uk/submission": "3"},
-        "annotations": {
-            "dispatch.phpboyscout.uk/runtime-source": "ClusterTrainingRuntime/torch-distributed@4711"
-        },
+        "annotations": {"dispatch.phpboyscout.uk/runtime-source": "ClusterTrainingRuntime/torch-distributed@4711"},
     }
     assert copy_["spec"] == src["spec"]
     copy_["spec"]["mlPolicy"]["numNodes"] = 9
@@ -85,9 +83,7 @@ def test_runtime_copy():
 
 def test_runtime_copy_refusals():
     with pytest.raises(ContractError, match="no spec"):
-        build_runtime_copy(
-            submission(), {"kind": "TrainingRuntime", "metadata": {"name": "x", "resourceVersion": "1"}}
-        )
+        build_runtime_copy(submission(), {"kind": "TrainingRuntime", "metadata": {"name": "x", "resourceVersion": "1"}})
     with pytest.raises(ContractError, match="as read from the API"):
         runtime_source({"kind": "Pod", "metadata": {"name": "x", "resourceVersion": "1"}})
     with pytest.raises(ContractError, match="as read from the API"):

@@ -210,9 +210,9 @@ def test_plain_mode_must_be_created_suspended():
 def test_the_runtime_copy_must_exist_and_meet_the_requirements():
     assert denied_by(decide(request("CREATE", created()), rt=None)) == "creation.runtime-copy"
     rt = runtime_copy()
-    rt["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"][
-        "restartPolicy"
-    ] = "OnFailure"
+    rt["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["restartPolicy"] = (
+        "OnFailure"
+    )
     verdict = decide(request("CREATE", created()), rt=rt)
     assert denied_by(verdict) == "runtime.restart-policy"
     assert "saw 'OnFailure'; must be Never" in verdict.message
@@ -312,9 +312,7 @@ def test_strangers_may_add_and_remove_gates_of_their_own():
 def with_floor(a: int, floor: int | None) -> dict[str, Any]:
     tj = trainjob()
     meta = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-    meta["template"]["spec"]["template"]["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission"] = (
-        str(a)
-    )
+    meta["template"]["spec"]["template"]["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission"] = str(a)
     if floor is not None:
         tj["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = str(floor)
     return tj
@@ -322,9 +320,9 @@ def with_floor(a: int, floor: int | None) -> dict[str, Any]:
 
 def set_a(value: str | None):
     def change(tj):
-        notes = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][
-            0
-        ]["template"]["spec"]["template"]["metadata"]["annotations"]
+        notes = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+            "template"
+        ]["spec"]["template"]["metadata"]["annotations"]
         if value is None:
             notes.pop("dispatch.phpboyscout.uk/admission")
         else:
@@ -465,9 +463,7 @@ def test_runtime_copy_requirements_are_checked_at_creation():
     verdict = decide(runtime_request("CREATE", rt))
     assert denied_by(verdict) == "runtime.backoff-limit"
     assert "runtime.rank-restart" in verdict.message
-    assert (
-        decide(runtime_request("CREATE", rt), Config(allowRankRestart=True)).rule == "runtime.backoff-limit"
-    )
+    assert decide(runtime_request("CREATE", rt), Config(allowRankRestart=True)).rule == "runtime.backoff-limit"
 
 
 def test_runtime_copy_labels_and_source():
@@ -540,9 +536,7 @@ def test_hold_annotations_on_workloads_are_dispatchs():
     held = workload(None, **{ANNOTATION_HOLD_REASON: "maintenance"})
     assert decide(workload_request("UPDATE", held, workload(None), user=DISPATCH)).allowed
     for user in (KUEUE, STRANGER):
-        assert (
-            denied_by(decide(workload_request("UPDATE", held, workload(None), user=user))) == "reserved-keys"
-        )
+        assert denied_by(decide(workload_request("UPDATE", held, workload(None), user=user))) == "reserved-keys"
 
 
 # -- Deletes, other resources ----------------------------------------------------------------------
@@ -550,9 +544,7 @@ def test_hold_annotations_on_workloads_are_dispatchs():
 
 def test_deletes_and_unknown_resources_pass():
     assert decide(request("DELETE", None, trainjob(), user=STRANGER)).allowed
-    assert decide(
-        request("CREATE", {"metadata": {"name": "dj-x"}}, user=STRANGER, resource="pods", group="")
-    ).allowed
+    assert decide(request("CREATE", {"metadata": {"name": "dj-x"}}, user=STRANGER, resource="pods", group="")).allowed
 
 
 # -- Mutation ------------------------------------------------------------------------------------
