@@ -74,6 +74,7 @@ ENV_PUBLISH_DEST: Final = "DISPATCH_PUBLISH_DEST"
 # -- What the adapter reads from others ----------------------------------------------------------
 LABEL_WORKLOAD_JOB_UID: Final = "kueue.x-k8s.io/job-uid"
 LABEL_JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+LABEL_REPLICATED_JOB_NAME: Final = "jobset.sigs.k8s.io/replicatedjob-name"
 LABEL_RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
 LABEL_JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 LABEL_ANCESTOR_STEP: Final = "trainer.kubeflow.org/trainjob-ancestor-step"

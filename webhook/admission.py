@@ -66,9 +66,7 @@ def _verdict(request: Request, problems: list[Problem], warnings: list[str]) -> 
 
 
 def _principal(request: Request, what: str) -> Problem:
-    return Problem(
-        "creation.principal", "userInfo.username", request.user.username, f"only dispatch creates {what}"
-    )
+    return Problem("creation.principal", "userInfo.username", request.user.username, f"only dispatch creates {what}")
 
 
 def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
@@ -80,9 +78,6 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
     problems: list[Problem] = []
     warnings: list[str] = []
     resource = _resource(request)
-    if resource in (TRAINJOBS, TRAINING_RUNTIMES, WORKLOADS) and stranger:
-        gate_carrier = resource == WORKLOADS and config.kueue.includes(request.user)
-        problems += reserved_key_problems(old, new, gate_carrier=gate_carrier)
     if resource == TRAINJOBS and new is not None:
         if request.operation == "CREATE" and is_dispatch(new):
             if stranger:
@@ -101,15 +96,15 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         copy_name = _dispatch_name(new)
         if request.operation == "CREATE" and copy_name is not None:
             if stranger:
-                problems.append(
-                    _principal(request, "runtime copies (TrainingRuntimes named dj-<JobID>-s<N>)")
-                )
+                problems.append(_principal(request, "runtime copies (TrainingRuntimes named dj-<JobID>-s<N>)"))
             else:
-                problems += copy_creation_problems(
-                    new, copy_name, allow_rank_restart=config.allow_rank_restart
-                )
+                problems += copy_creation_problems(new, copy_name, allow_rank_restart=config.allow_rank_restart)
         elif request.operation == "UPDATE" and old is not None and _dispatch_name(old) is not None:
             problems += copy_update_problems(old, new)
+    if resource in (TRAINJOBS, TRAINING_RUNTIMES, WORKLOADS) and stranger:
+        # After the rules above, so that a denial leads with the reason that matters most.
+        gate_carrier = resource == WORKLOADS and config.kueue.includes(request.user)
+        problems += reserved_key_problems(old, new, gate_carrier=gate_carrier)
     return _verdict(request, problems, warnings)
 
 

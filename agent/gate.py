@@ -1,0 +1,134 @@
+"""The readmission gate, decided: a pure function of one read of the Workload and a fresh look at what
+the decision needs (the owning TrainJob, its JobSet, the pods that may still run).
+
+For a Workload whose dispatch check is Pending with quota reserved (and not evicted, finished or
+deactivated):
+
+1. the owner is not a TrainJob, or the TrainJob is not dispatch's -> the check is set Ready at once, so a
+   shared ClusterQueue is not held up;
+2. a pod of a previous execution may still run -> the check stays Pending, naming each pod and why;
+3. otherwise A is raised in the TrainJob (one JSON Patch preconditioned on its uid and resourceVersion)
+   and then the check is set Ready with a write preconditioned on the Workload as read.
+
+The Ready write is preconditioned on the read made *before* the pod check and the raise: if Kueue evicts
+and resets the check in between, the write fails with a conflict, and no admission is ever approved
+without a raise that followed its eviction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
+from contract.admission import raise_admission
+from contract.errors import ContractError
+from contract.foreign import foreign_reasons
+from contract.keys import ANNOTATION_JOBSET_UID
+from contract.objects import add_op, annotations, dig
+from contract.ownership import is_dispatch
+
+
+class Action(Enum):
+    WAIT = "wait"
+    """Not the gate's turn: write nothing."""
+    APPROVE = "approve"
+    """Not dispatch's: set the check Ready."""
+    HOLD = "hold"
+    """Dispatch's, and it may not start yet: keep the check Pending with the reason."""
+    RAISE = "raise"
+    """Dispatch's and clear: raise A in the TrainJob, then set the check Ready."""
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A pod of a previous execution that may still run, and why (the node-loss verdict's reason)."""
+
+    pod: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    message: str
+    trainjob_patch: list[dict[str, Any]] | None = None
+    """JSON Patch for the TrainJob (the raise of A, and the JobSet UID the first time it is seen)."""
+    check_write: dict[str, Any] | None = None
+    """Server-side apply body for workloads/status; None when nothing needs writing."""
+    new_a: int | None = None
+    foreign: tuple[str, ...] = field(default_factory=tuple)
+
+
+def hold_message(blockers: Sequence[Blocker]) -> str:
+    listed = "; ".join(f"{b.pod}: {b.why}" for b in blockers)
+    return f"waiting for {len(blockers)} pod(s) of the previous execution that may still run: {listed}"
+
+
+def decide(
+    *,
+    workload: Mapping[str, Any],
+    check: str,
+    trainjob: Mapping[str, Any] | None,
+    jobset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    blockers: Sequence[Blocker],
+    now: str,
+) -> Decision:
+    """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
+
+    ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods,
+    and ``blockers`` those of them that may still run, as the node-loss classification says.
+    """
+    waiting = waiting_reason(workload, check)
+    if waiting is not None:
+        return Decision(Action.WAIT, waiting)
+    owner = owner_trainjob(workload)
+    if owner is None:
+        return _set(Action.APPROVE, workload, check, READY, "not a TrainJob: the readmission gate does not apply", now)
+    if trainjob is None or dig(trainjob, "metadata", "uid") != owner[1]:
+        return _set(
+            Action.HOLD, workload, check, PENDING, f"waiting for TrainJob {owner[0]} (uid {owner[1]}) to be read", now
+        )
+    if not is_dispatch(trainjob):
+        return _set(
+            Action.APPROVE, workload, check, READY, "not a dispatch TrainJob: the readmission gate does not apply", now
+        )
+    foreign = tuple(foreign_reasons(trainjob, jobset=jobset, pods=pods))
+    if blockers:
+        return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
+    try:
+        raised = raise_admission(trainjob)
+    except ContractError as exc:
+        return _set(Action.HOLD, workload, check, PENDING, f"cannot raise A: {exc}", now, foreign)
+    patch = list(raised.patch)
+    jobset_uid = dig(jobset, "metadata", "uid")
+    if jobset_uid and not annotations(trainjob).get(ANNOTATION_JOBSET_UID):
+        patch.append(add_op(trainjob, ("metadata", "annotations", ANNOTATION_JOBSET_UID), jobset_uid))
+    message = f"admission count A raised to {raised.a}"
+    return Decision(
+        Action.RAISE,
+        message,
+        trainjob_patch=patch,
+        check_write=check_state_apply(workload, check, READY, message, now),
+        new_a=raised.a,
+        foreign=foreign,
+    )
+
+
+def _set(
+    action: Action,
+    workload: Mapping[str, Any],
+    check: str,
+    state: str,
+    message: str,
+    now: str,
+    foreign: tuple[str, ...] = (),
+) -> Decision:
+    """A decision that writes only the check, and only when its state or message would change."""
+    entry = check_state(workload, check) or {}
+    unchanged = entry.get("state") == state and entry.get("message") == message
+    write = None if unchanged else check_state_apply(workload, check, state, message, now)
+    return Decision(action, message, check_write=write, foreign=foreign)

@@ -1,0 +1,79 @@
+"""Foreign objects: resets of the execution identity that the adapter detects and reports, in the spec's
+words. The agent reports them and does not stop the object: recovery is not the adapter's call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from contract.admission import admission_floor, parse_count
+from contract.errors import ContractError
+from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_JOBSET_UID, LABEL_REPLICATED_JOB_NAME
+from contract.objects import annotations, dig, labels
+from contract.ownership import dispatch_patch
+
+
+def trainer_job_name(trainjob: object) -> str | None:
+    """The replicated job dispatch's runtime patch addresses: the trainer's, whose pods carry A."""
+    jobs = dig(dispatch_patch(trainjob), "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+    name = dig(jobs, 0, "name")
+    return name if isinstance(name, str) else None
+
+
+def trainer_pods(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods of the trainer replicated job; initializer pods carry no A and are not judged by it."""
+    name = trainer_job_name(trainjob)
+    return [p for p in pods if labels(p).get(LABEL_REPLICATED_JOB_NAME) == name]
+
+
+def jobset_uid_reason(trainjob: object, jobset: object) -> str | None:
+    recorded, seen = annotations(trainjob).get(ANNOTATION_JOBSET_UID), dig(jobset, "metadata", "uid")
+    if recorded and seen and recorded != seen:
+        return f"JobSet UID {seen} is not the recorded {recorded}: J may have been reset."
+    return None
+
+
+def pod_reasons(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A trainer pod with no admission annotation, or one whose A is below the floor."""
+    try:
+        floor = admission_floor(trainjob)
+    except ContractError:
+        floor = None
+    reasons = []
+    for pod in trainer_pods(trainjob, pods):
+        name = dig(pod, "metadata", "name")
+        value = annotations(pod).get(ANNOTATION_ADMISSION)
+        if value is None:
+            reasons.append(
+                f"Pod {name} has no admission annotation {ANNOTATION_ADMISSION}: it was not started through a gate."
+            )
+            continue
+        try:
+            a = parse_count(ANNOTATION_ADMISSION, value)
+        except ContractError:
+            reasons.append(f"Pod {name} has admission annotation {value!r}, which is not a count.")
+            continue
+        if floor is not None and a < floor:
+            reasons.append(f"Pod {name} has A {a}, below the admission floor {floor}: A may have been reset.")
+    return reasons
+
+
+def runtime_copy_reason(runtime_copy: object) -> str | None:
+    generation = dig(runtime_copy, "metadata", "generation")
+    if isinstance(generation, int) and generation > 1:
+        name = dig(runtime_copy, "metadata", "name")
+        return f"Runtime copy {name} has generation {generation}: someone edited it after creation."
+    return None
+
+
+def foreign_reasons(
+    trainjob: object,
+    *,
+    jobset: object = None,
+    pods: Iterable[Mapping[str, Any]] = (),
+    runtime_copy: object = None,
+) -> list[str]:
+    """Every reason the cluster gives to think the execution identity was reset, in the spec's words."""
+    found = [jobset_uid_reason(trainjob, jobset), *pod_reasons(trainjob, pods), runtime_copy_reason(runtime_copy)]
+    return [r for r in found if r]

@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.gate import Action, Blocker, decide, hold_message
+from agent.workload import check_state_apply, owner_trainjob, waiting_reason
+from contract.admission import admission_count, admission_floor
+from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_JOBSET_UID
+from contract.ownership import is_dispatch
+from tests.unit.fixtures import trainjob
+from tests.unit.kubelet import apply_json_patch
+
+CHECK = "dispatch-admission"
+NOW = "2026-11-29T10:00:00Z"
+EARLIER = "2026-11-29T09:00:00Z"
+
+
+def workload(
+    *,
+    state: str = "Pending",
+    message: str = "",
+    reserved: bool = True,
+    evicted: bool = False,
+    finished: bool = False,
+    active: bool | None = True,
+    owner: dict[str, Any] | None = None,
+    checks: bool = True,
+) -> dict[str, Any]:
+    conditions = [{"type": "QuotaReserved", "status": "True" if reserved else "False"}]
+    if evicted:
+        conditions.append({"type": "Evicted", "status": "True", "reason": "Preempted"})
+    if finished:
+        conditions.append({"type": "Finished", "status": "True"})
+    wl: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "trainjob-dj-01arz3ndektsv4rrffq69g5fav-s3-1a2b3",
+            "namespace": "team-a",
+            "uid": "wl-uid",
+            "resourceVersion": "500",
+            "ownerReferences": [
+                owner
+                or {
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob",
+                    "name": "dj-01arz3ndektsv4rrffq69g5fav-s3",
+                    "uid": "tj-uid",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {},
+        "status": {"conditions": conditions},
+    }
+    if active is not None:
+        wl["spec"]["active"] = active
+    if reserved:
+        wl["status"]["admission"] = {"clusterQueue": "cq", "podSetAssignments": []}
+    if checks:
+        wl["status"]["admissionChecks"] = [
+            {"name": "another-check", "state": "Ready", "message": "", "lastTransitionTime": EARLIER},
+            {"name": CHECK, "state": state, "message": message, "lastTransitionTime": EARLIER, "retryCount": 2},
+        ]
+    return wl
+
+
+def pod(name: str = "dj-x-node-0-0-abcde", a: str | None = "1", job: str = "node") -> dict[str, Any]:
+    notes = {} if a is None else {ANNOTATION_ADMISSION: a}
+    return {
+        "metadata": {"name": name, "labels": {"jobset.sigs.k8s.io/replicatedjob-name": job}, "annotations": notes},
+        "status": {"phase": "Running"},
+    }
+
+
+def go(wl=None, tj="default", jobset=None, pods=(), blockers=()):
+    return decide(
+        workload=wl or workload(),
+        check=CHECK,
+        trainjob=trainjob() if tj == "default" else tj,
+        jobset=jobset,
+        pods=list(pods),
+        blockers=list(blockers),
+        now=NOW,
+    )
+
+
+def test_raise_then_ready():
+    d = go()
+    assert d.action is Action.RAISE
+    assert d.new_a == 1
+    after = apply_json_patch(trainjob(), d.trainjob_patch)
+    assert admission_count(after) == admission_floor(after) == 1
+    assert d.check_write == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "trainjob-dj-01arz3ndektsv4rrffq69g5fav-s3-1a2b3",
+            "namespace": "team-a",
+            "uid": "wl-uid",
+            "resourceVersion": "500",
+        },
+        "status": {
+            "admissionChecks": [
+                {"name": CHECK, "state": "Ready", "message": "admission count A raised to 1", "lastTransitionTime": NOW}
+            ]
+        },
+    }
+
+
+def test_the_jobset_uid_is_recorded_with_the_raise_the_first_time():
+    d = go(jobset={"metadata": {"uid": "js-1"}})
+    assert apply_json_patch(trainjob(), d.trainjob_patch)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
+    recorded = trainjob()
+    recorded["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
+    assert len(go(tj=recorded, jobset={"metadata": {"uid": "js-1"}}).trainjob_patch) == 4
+
+
+@pytest.mark.parametrize(
+    ("wl", "says"),
+    [
+        (workload(state="Ready"), "the check is Ready"),
+        (workload(state="Retry"), "the check is Retry"),
+        (workload(reserved=False), "quota is not reserved"),
+        (workload(evicted=True), "being evicted"),
+        (workload(finished=True), "finished"),
+        (workload(active=False), "deactivated"),
+        (workload(checks=False), "does not list the check"),
+    ],
+)
+def test_waits_outside_its_turn_and_writes_nothing(wl, says):
+    d = go(wl)
+    assert d.action is Action.WAIT
+    assert says in d.message
+    assert d.check_write is None
+    assert d.trainjob_patch is None
+
+
+def test_active_unset_means_active():
+    assert waiting_reason(workload(active=None), CHECK) is None
+
+
+def test_other_owners_are_approved_at_once():
+    d = go(
+        workload(owner={"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}), tj=None
+    )
+    assert d.action is Action.APPROVE
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
+    assert d.trainjob_patch is None
+
+
+def test_non_dispatch_trainjobs_are_approved_at_once():
+    other = {
+        "metadata": {"name": "resnet", "uid": "tj-uid", "labels": {"dispatch.phpboyscout.uk/job-id": "x"}},
+        "spec": {},
+    }
+    d = go(tj=other)
+    assert d.action is Action.APPROVE
+    assert d.trainjob_patch is None
+
+
+def test_an_unread_or_replaced_trainjob_holds():
+    assert go(tj=None).action is Action.HOLD
+    replaced = trainjob()
+    replaced["metadata"]["uid"] = "another"
+    d = go(tj=replaced)
+    assert d.action is Action.HOLD
+    assert "uid tj-uid" in d.message
+
+
+def test_pods_that_may_still_run_hold_the_check_and_are_named():
+    blockers = [Blocker("p-0", "node n1 is unreachable since 10:00"), Blocker("p-1", "Terminating on n2")]
+    d = go(blockers=blockers)
+    assert d.action is Action.HOLD
+    assert d.trainjob_patch is None
+    assert d.message == hold_message(blockers)
+    assert "p-0: node n1 is unreachable since 10:00" in d.message
+    entry = d.check_write["status"]["admissionChecks"][0]
+    assert entry["state"] == "Pending"
+    assert entry["lastTransitionTime"] == EARLIER  # the state did not change
+
+
+def test_an_unchanged_hold_writes_nothing():
+    blockers = [Blocker("p-0", "why")]
+    d = go(workload(message=hold_message(blockers)), blockers=blockers)
+    assert d.action is Action.HOLD
+    assert d.check_write is None
+
+
+def test_a_trainjob_that_cannot_be_raised_holds_with_the_reason():
+    running = trainjob()
+    running["spec"]["suspend"] = False
+    d = go(tj=running)
+    assert d.action is Action.HOLD
+    assert "cannot raise A: spec.suspend" in d.message
+
+
+def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
+    tj = trainjob()
+    tj["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-old"
+    tj["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "3"
+    tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["metadata"]["annotations"][ANNOTATION_ADMISSION] = "3"
+    d = go(
+        tj=tj,
+        jobset={"metadata": {"uid": "js-new"}},
+        pods=[pod("a", "2"), pod("b", None), pod("init", None, job="dataset-initializer")],
+    )
+    assert d.action is Action.RAISE
+    assert d.foreign == (
+        "JobSet UID js-new is not the recorded js-old: J may have been reset.",
+        "Pod a has A 2, below the admission floor 3: A may have been reset.",
+        "Pod b has no admission annotation dispatch.phpboyscout.uk/admission: it was not started through a gate.",
+    )
+
+
+def test_owner_trainjob_needs_a_controller_reference():
+    wl = workload()
+    wl["metadata"]["ownerReferences"][0]["controller"] = False
+    assert owner_trainjob(wl) is None
+
+
+def test_long_messages_are_truncated_to_the_crd_limit():
+    body = check_state_apply(workload(), CHECK, "Pending", "x" * 40000, NOW)
+    assert len(body["status"]["admissionChecks"][0]["message"]) <= 32768
+
+
+# -- the property ------------------------------------------------------------------------------
+
+st_state = st.sampled_from(["Pending", "Ready", "Retry", "Rejected"])
+st_workload = st.builds(
+    workload,
+    state=st_state,
+    reserved=st.booleans(),
+    evicted=st.booleans(),
+    finished=st.booleans(),
+    active=st.sampled_from([True, False, None]),
+    checks=st.booleans(),
+)
+
+
+@st.composite
+def st_trainjob(draw):
+    tj = trainjob(queue=draw(st.sampled_from(["q", None])))
+    tj["spec"]["suspend"] = draw(st.booleans())
+    notes = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"
+    ]["template"]["metadata"]["annotations"]
+    a = draw(st.one_of(st.none(), st.integers(0, 999_999).map(str), st.sampled_from(["07", "x", ""])))
+    if a is None:
+        notes.pop(ANNOTATION_ADMISSION)
+    else:
+        notes[ANNOTATION_ADMISSION] = a
+    floor = draw(st.one_of(st.none(), st.integers(0, 999_999).map(str)))
+    if floor is not None:
+        tj["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = floor
+    if draw(st.booleans()):
+        tj["spec"]["runtimePatches"].pop(0)
+    if draw(st.booleans()):
+        tj["metadata"]["uid"] = "other"
+    return tj
+
+
+@given(
+    wl=st_workload,
+    tj=st.one_of(st.none(), st_trainjob()),
+    blockers=st.lists(st.builds(Blocker, st.text(max_size=5), st.text(max_size=5)), max_size=3),
+)
+def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(wl, tj, blockers):
+    before = copy.deepcopy(tj)
+    d = go(wl, tj=tj, blockers=blockers)
+    ready = d.check_write is not None and d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
+    if ready and tj is not None and is_dispatch(tj):
+        assert d.action is Action.RAISE
+        assert not blockers
+        after = apply_json_patch(before, d.trainjob_patch)
+        assert admission_count(after) == d.new_a
+        highest = max(int(x) for x in (admission_count(before) or 0, admission_floor(before) or 0))
+        assert d.new_a > highest
+        assert d.check_write["metadata"]["resourceVersion"] == wl["metadata"]["resourceVersion"]
+    if ready:
+        assert waiting_reason(wl, CHECK) is None
+    if tj is not None and is_dispatch(tj):
+        assert d.action is not Action.APPROVE
+    assert tj == before  # decide never mutates what it read

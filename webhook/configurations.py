@@ -1,0 +1,146 @@
+"""The webhook configurations, built in Python so that the chart and the sandbox render the same ones.
+
+Only objects that are, or claim to be, dispatch's are sent (``matchConditions``): an unrelated TrainJob
+never reaches the webhook and never waits on it, even when the webhook is down. Validation fails closed
+for dispatch's objects; kube-system and dispatch's own namespace are excluded so that the webhook can
+never lock out the components that would fix it.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Final
+
+from contract.keys import ANNOTATION_ADMISSION_GATED_BY, GATE, PREFIX, RUNTIME_PATCH_MANAGER
+
+NAME: Final = "dispatch-k8s"
+TIMEOUT_SECONDS: Final = 5
+PATHS: Final = {"validate": "/validate", "mutate": "/mutate"}
+
+
+def _has_dispatch_key(o: str) -> str:
+    return (
+        f"(has({o}.metadata.labels) && {o}.metadata.labels.exists(k, k.startsWith('{PREFIX}'))) || "
+        f"(has({o}.metadata.annotations) && ({o}.metadata.annotations.exists(k, k.startsWith('{PREFIX}')) || "
+        f"('{ANNOTATION_ADMISSION_GATED_BY}' in {o}.metadata.annotations && "
+        f"{o}.metadata.annotations['{ANNOTATION_ADMISSION_GATED_BY}'].contains('{GATE}'))))"
+    )
+
+
+def _has_dispatch_name(o: str) -> str:
+    # A superset of dj-<ULID>-s<N>; the webhook decides exactly.
+    return f"(has({o}.metadata.name) && {o}.metadata.name.startsWith('dj-'))"
+
+
+def _has_dispatch_patch(o: str) -> str:
+    return (
+        f"(has({o}.spec) && has({o}.spec.runtimePatches) && "
+        f"{o}.spec.runtimePatches.exists(p, has(p.manager) && p.manager == '{RUNTIME_PATCH_MANAGER}'))"
+    )
+
+
+def claims(resource: str) -> str:
+    """CEL, true when the object or its old version is, or claims to be, dispatch's."""
+    parts = {
+        "trainjobs": (_has_dispatch_key, _has_dispatch_name, _has_dispatch_patch),
+        "trainingruntimes": (_has_dispatch_key, _has_dispatch_name),
+        "workloads": (_has_dispatch_key,),
+    }[resource]
+
+    def one(o: str) -> str:
+        return f"({o} != null && ({' || '.join(p(o) for p in parts)}))"
+
+    return f"{one('object')} || {one('oldObject')}"
+
+
+RESOURCES: Final = (
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
+    ("kueue.x-k8s.io", "v1beta2", "workloads"),
+)
+
+
+def namespace_selector(own_namespace: str) -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": sorted({"kube-system", own_namespace}),
+            }
+        ]
+    }
+
+
+def _client_config(
+    path: str, *, namespace: str, service: str | None, port: int, url: str | None, ca_bundle: bytes | None
+) -> dict[str, Any]:
+    config: dict[str, Any] = (
+        {"url": url.rstrip("/") + path}
+        if url is not None
+        else {"service": {"namespace": namespace, "name": service or NAME, "path": path, "port": port}}
+    )
+    if ca_bundle is not None:
+        config["caBundle"] = base64.b64encode(ca_bundle).decode()
+    return config
+
+
+def _webhook(
+    kind: str, group: str, version: str, resource: str, operations: list[str], **client: Any
+) -> dict[str, Any]:
+    return {
+        "name": f"{kind}.{resource}.dispatch.phpboyscout.uk",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": namespace_selector(client["namespace"]),
+        "rules": [
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "resources": [resource],
+                "operations": operations,
+                "scope": "Namespaced",
+            }
+        ],
+        "matchConditions": [{"name": "dispatch-objects", "expression": claims(resource)}],
+        "clientConfig": _client_config(PATHS[kind], **client),
+    }
+
+
+def webhook_configurations(
+    *,
+    namespace: str,
+    service: str | None = NAME,
+    port: int = 443,
+    url: str | None = None,
+    ca_bundle: bytes | None = None,
+    name: str = NAME,
+) -> list[dict[str, Any]]:
+    """The ValidatingWebhookConfiguration and MutatingWebhookConfiguration.
+
+    Reach the webhook through the Service ``namespace/service:port`` (the chart) or a ``url`` (the
+    sandbox and the tests, with the server on loopback). ``ca_bundle`` is left out of what the chart
+    renders: the certificate controller injects it, so a ``helm upgrade`` never blanks it.
+    """
+    client = {"namespace": namespace, "service": service, "port": port, "url": url, "ca_bundle": ca_bundle}
+    labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "webhook"}
+    validating = [_webhook("validate", g, v, r, ["CREATE", "UPDATE"], **client) for g, v, r in RESOURCES]
+    trainjobs = RESOURCES[0]
+    mutating = [{**_webhook("mutate", *trainjobs, ["CREATE"], **client), "reinvocationPolicy": "Never"}]
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name, "labels": labels},
+            "webhooks": validating,
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name, "labels": labels},
+            "webhooks": mutating,
+        },
+    ]
