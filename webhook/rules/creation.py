@@ -38,8 +38,7 @@ SPEC_PROLOGUE_WARNING = (
 )
 # The spec's text as the kubelet would see it either way: its $(...) forms name no variable.
 _SPEC_COMMANDS = [
-    [*trainer_command()[:2], text, *trainer_command()[3:]]
-    for text in (SPEC_PROLOGUE, escape_expansion(SPEC_PROLOGUE))
+    [*trainer_command()[:2], text, *trainer_command()[3:]] for text in (SPEC_PROLOGUE, escape_expansion(SPEC_PROLOGUE))
 ]
 _LABELS_AT_BIRTH = {LABEL_JOB_ID, LABEL_SUBMISSION}
 _ANNOTATIONS_AT_BIRTH = {ANNOTATION_COMMENT}
@@ -54,18 +53,11 @@ def _identity_from_env(env: list[Any], name: TrainJobName) -> tuple[int, int] | 
     values = {e.get("name"): e.get("value", "") for e in env if isinstance(e, Mapping)}
     prefix, token = values.get(ENV_K8S_EPOCH_PREFIX), values.get(ENV_K8S_TOKEN_PREFIX)
     parts = token.split(".") if isinstance(token, str) else []
-    if (
-        not isinstance(prefix, str)
-        or (prefix and not prefix.isdigit())
-        or len(parts) != 3
-        or not parts[2].isdigit()
-    ):
+    if not isinstance(prefix, str) or (prefix and not prefix.isdigit()) or len(parts) != 3 or not parts[2].isdigit():
         return _p("env", "spec.trainer.env", [prefix, token], "the contract's DISPATCH_K8S_* prefixes")
     g, n = divmod(int(prefix or "0"), N_BOUND)
     if n != name.n or parts[0] != name.job_id or parts[1] != str(name.n):
-        return _p(
-            "env", "spec.trainer.env", [prefix, token], f"prefixes of JobID {name.job_id} and N {name.n}"
-        )
+        return _p("env", "spec.trainer.env", [prefix, token], f"prefixes of JobID {name.job_id} and N {name.n}")
     return g, int(parts[2])
 
 
@@ -102,9 +94,7 @@ def _env_problems(env: object, name: TrainJobName) -> tuple[list[Problem], int |
         )
     workdir = ours[len(expected) :]
     workdir_ok = not workdir or (
-        len(workdir) == 1
-        and workdir[0].get("name") == ENV_K8S_WORKDIR
-        and set(workdir[0]) == {"name", "value"}
+        len(workdir) == 1 and workdir[0].get("name") == ENV_K8S_WORKDIR and set(workdir[0]) == {"name", "value"}
     )
     if ours[: len(expected)] != expected or not workdir_ok:
         problems.append(
@@ -155,9 +145,7 @@ def creation_problems(
         "kind": KIND_TRAINING_RUNTIME,
         "name": str(name),
     }:
-        problems.append(
-            _p("runtime-ref", "spec.runtimeRef", dict(ref), f"the runtime copy: TrainingRuntime {name}")
-        )
+        problems.append(_p("runtime-ref", "spec.runtimeRef", dict(ref), f"the runtime copy: TrainingRuntime {name}"))
 
     command = dig(spec, "trainer", "command")
     if command != trainer_command():
@@ -165,18 +153,14 @@ def creation_problems(
             warnings.append(SPEC_PROLOGUE_WARNING)
         else:
             shown = (
-                [*command[:2], "<text>", *command[3:]]
-                if isinstance(command, list) and len(command) > 3
-                else command
+                [*command[:2], "<text>", *command[3:]] if isinstance(command, list) and len(command) > 3 else command
             )
             problems.append(
                 _p("prologue", "spec.trainer.command", shown, "/bin/sh -c <the prologue> dispatch-prologue")
             )
     args = dig(spec, "trainer", "args")
     if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
-        problems.append(
-            _p("args", "spec.trainer.args", args, "the job's command and arguments, at least one word")
-        )
+        problems.append(_p("args", "spec.trainer.args", args, "the job's command and arguments, at least one word"))
 
     env_problems, attempt = _env_problems(dig(spec, "trainer", "env"), name)
     problems += env_problems
@@ -191,9 +175,7 @@ def creation_problems(
         )
 
     ours = [
-        p
-        for p in runtime_patches(trainjob)
-        if isinstance(p, Mapping) and p.get("manager") == RUNTIME_PATCH_MANAGER
+        p for p in runtime_patches(trainjob) if isinstance(p, Mapping) and p.get("manager") == RUNTIME_PATCH_MANAGER
     ]
     if len(ours) != 1:
         problems.append(

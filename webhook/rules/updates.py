@@ -85,9 +85,7 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Prob
     floor_before, floor_after = _count(admission_floor, old), _count(admission_floor, new)
     for field, before, after in ((_A, a_before, a_after), (_FLOOR, floor_before, floor_after)):
         if isinstance(after, ContractError):
-            problems.append(
-                Problem("update.counter", field, after.message, "a decimal count without leading zeros")
-            )
+            problems.append(Problem("update.counter", field, after.message, "a decimal count without leading zeros"))
         elif isinstance(before, int) and (after is None or after < before):
             seen = f"{before} -> {'removed' if after is None else after}"
             problems.append(Problem("update.counter", field, seen, f"never below {before}, never removed"))
