@@ -129,7 +129,8 @@ def response(request: Request, verdict: Verdict) -> dict[str, Any]:
     """The AdmissionReview answer, echoing the request's uid, apiVersion and kind."""
     answer: dict[str, Any] = {"uid": request.uid, "allowed": verdict.allowed}
     if not verdict.allowed:
-        answer["status"] = {"code": verdict.code, "message": verdict.message, "reason": "Forbidden"}
+        reason = "InternalError" if verdict.code >= 500 else "Forbidden"
+        answer["status"] = {"code": verdict.code, "message": verdict.message, "reason": reason}
     if verdict.warnings:
         answer["warnings"] = list(verdict.warnings)
     if verdict.patch:

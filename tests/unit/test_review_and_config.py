@@ -77,6 +77,8 @@ def test_response_echoes_and_encodes():
         "status": {"code": 403, "message": "no", "reason": "Forbidden"},
     }
     assert "patch" not in response(r, Verdict.allow(patch=[]))["response"]
+    internal = response(r, Verdict.deny("internal-error", "boom", code=500))["response"]
+    assert internal["status"] == {"code": 500, "message": "boom", "reason": "InternalError"}
 
 
 def test_config_defaults_and_principals():

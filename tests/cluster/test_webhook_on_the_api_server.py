@@ -1,0 +1,168 @@
+"""The real API server calls dispatch's webhook (a real process, real TLS) on every write to dispatch's
+objects; unrelated objects never reach it, even while it is down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from contract.admission import raise_admission
+from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED, GATE
+from contract.trainjob import build_runtime_copy, build_trainjob
+from harness.kube_http import ApiError
+from tests.cluster.principals import Principals, json_patch, merge_patch, principals
+from tests.cluster.webhook_process import WebhookProcess, start_webhook, wait_enforced
+from tests.unit.fixtures import JOB_ID, runtime, submission
+
+pytestmark = pytest.mark.cluster
+TRAINJOB = "trainer.kubeflow.org/v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def setup(control_plane, tmp_path_factory) -> Iterator[tuple[str, Principals, WebhookProcess]]:
+    namespace = control_plane.create_namespace("webhook")
+    who = principals(control_plane, namespace)
+    hook = start_webhook(control_plane, namespace, who.dispatch_username, tmp_path_factory.mktemp("webhook"))
+    wait_enforced(who.stranger, namespace)
+    yield namespace, who, hook
+    hook.unregister()
+    hook.stop()
+
+
+@pytest.fixture
+def ns(setup) -> str:
+    return setup[0]
+
+
+@pytest.fixture
+def who(setup) -> Principals:
+    return setup[1]
+
+
+_n = iter(range(1, 999_999))
+
+
+def fresh(namespace: str, **overrides):
+    """A Submission with a new N, so each test's objects have their own names."""
+    return submission(namespace=namespace, n=next(_n), **overrides)
+
+
+def start(who: Principals, sub) -> dict:
+    who.dispatch.create(build_runtime_copy(sub, runtime()))
+    return who.dispatch.create(build_trainjob(sub, runtime()["spec"]))
+
+
+def refused(call, status: int = 403) -> str:
+    """The API server's message refusing ``call``: our denial's own code, 403, with our message."""
+    with pytest.raises(ApiError) as err:
+        call()
+    assert err.value.status == status, err.value
+    return json.loads(err.value.body)["message"]
+
+
+def test_dispatch_creates_in_both_modes(who, ns):
+    kueue = start(who, fresh(ns))
+    assert kueue["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] == GATE
+    plain = start(who, fresh(ns, queue=None))
+    assert plain["spec"]["suspend"] is True
+
+
+def test_mutation_closes_a_trainjob_dispatch_sent_open(who, ns):
+    sub = fresh(ns)
+    who.dispatch.create(build_runtime_copy(sub, runtime()))
+    tj = build_trainjob(sub, runtime()["spec"])
+    del tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY]
+    created = who.dispatch.create(tj)
+    assert created["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] == GATE
+
+
+def test_strangers_may_not_create_dispatch_trainjobs(who, ns):
+    sub = fresh(ns)
+    who.dispatch.create(build_runtime_copy(sub, runtime()))
+    message = refused(lambda: who.stranger.create(build_trainjob(sub, runtime()["spec"])))
+    assert "admission webhook" in message
+    assert "[creation.principal] userInfo.username: saw 'system:serviceaccount:" in message
+
+
+def test_a_non_canonical_trainjob_is_refused_naming_the_rule(who, ns):
+    sub = fresh(ns)
+    who.dispatch.create(build_runtime_copy(sub, runtime()))
+    tj = build_trainjob(sub, runtime()["spec"])
+    tj["spec"]["trainer"]["env"].insert(0, {"name": "DISPATCH_EPOCH", "value": "1"})
+    message = refused(lambda: who.dispatch.create(tj))
+    assert "[creation.env-reserved] spec.trainer.env[DISPATCH_EPOCH]" in message
+
+
+def test_a_runtime_that_restarts_in_place_is_refused(who, ns):
+    rt = runtime()
+    rt["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["restartPolicy"] = (
+        "OnFailure"
+    )
+    message = refused(lambda: who.dispatch.create(build_runtime_copy(fresh(ns), rt)))
+    assert "[runtime.restart-policy]" in message
+    assert "saw 'OnFailure'; must be Never" in message
+
+
+def test_the_runtime_copy_never_changes(who, ns):
+    sub = fresh(ns)
+    copy_ = who.dispatch.create(build_runtime_copy(sub, runtime()))
+    message = refused(lambda: merge_patch(who.dispatch, copy_, {"spec": {"mlPolicy": {"numNodes": 4}}}))
+    assert "[runtime-copy.immutable]" in message
+
+
+def test_plain_open_raises_a_and_a_strangers_unsuspend_is_refused(who, ns):
+    tj = start(who, fresh(ns, queue=None))
+    message = refused(lambda: merge_patch(who.stranger, tj, {"spec": {"suspend": False}}))
+    assert "[update.unsuspend] spec.suspend" in message
+    opened = json_patch(
+        who.dispatch,
+        tj,
+        [*raise_admission(tj).patch, {"op": "replace", "path": "/spec/suspend", "value": False},
+         {"op": "add", "path": "/metadata/annotations/dispatch.phpboyscout.uk~1opened", "value": "true"}],
+    )  # fmt: skip
+    assert opened["spec"]["suspend"] is False
+    assert opened["metadata"]["annotations"][ANNOTATION_OPENED] == "true"
+
+
+def test_strangers_may_not_remove_the_gate_and_dispatch_may(who, ns):
+    tj = start(who, fresh(ns))
+    message = refused(
+        lambda: merge_patch(who.stranger, tj, {"metadata": {"annotations": {ANNOTATION_ADMISSION_GATED_BY: None}}})
+    )
+    assert "[reserved-keys.gate]" in message
+    opened = merge_patch(who.dispatch, tj, {"metadata": {"annotations": {ANNOTATION_ADMISSION_GATED_BY: None}}})
+    assert ANNOTATION_ADMISSION_GATED_BY not in opened["metadata"]["annotations"]
+
+
+def unrelated(namespace: str, name: str) -> dict:
+    return {
+        "apiVersion": TRAINJOB,
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"team": "a"}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": True},
+    }
+
+
+def test_unrelated_trainjobs_do_not_wait_on_the_webhook(control_plane, who, ns, setup):
+    hook = setup[2]
+    who.stranger.create(unrelated(ns, "before-stop"))
+    hook.stop()
+    try:
+        created = who.stranger.create(unrelated(ns, "while-stopped"))
+        assert created["metadata"]["name"] == "while-stopped"
+        sub = fresh(ns)
+        # failurePolicy Fail: a dispatch object is never written unchecked.
+        message = refused(lambda: who.dispatch.create(build_trainjob(sub, runtime()["spec"])), status=500)
+        assert "failed calling webhook" in message
+    finally:
+        hook.restart()
+
+
+def test_job_id_label_cannot_be_forged_onto_an_unrelated_trainjob(who, ns):
+    job = who.stranger.create(unrelated(ns, "forger"))
+    message = refused(
+        lambda: merge_patch(who.stranger, job, {"metadata": {"labels": {"dispatch.phpboyscout.uk/job-id": JOB_ID}}})
+    )
+    assert "[reserved-keys] metadata.labels[dispatch.phpboyscout.uk/job-id]" in message

@@ -1,0 +1,130 @@
+"""dispatch's webhook as a real process, registered with the real API server for one namespace."""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from certs import pki
+from harness.cluster import ControlPlane, free_port
+from harness.kube_http import ApiError
+from harness.processes import ManagedProcess
+from webhook.configurations import webhook_configurations
+
+LOOKUP_RULES = [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get"]}]
+
+
+@dataclass
+class WebhookProcess:
+    cp: ControlPlane
+    namespace: str
+    process: ManagedProcess
+    port: int
+    ca_pem: bytes
+    configurations: list[dict[str, Any]]
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def restart(self) -> None:
+        self.process = self.cp.supervisor.start(self.process.name, self.process.argv)
+        _wait_ready(self.process, self.port, self.ca_pem)
+
+    def unregister(self) -> None:
+        for doc in self.configurations:
+            self.cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+
+
+def _https_ok(url: str, ca_pem: bytes) -> bool:
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _wait_ready(process: ManagedProcess, port: int, ca_pem: bytes) -> None:
+    deadline = time.monotonic() + 30
+    while not _https_ok(f"https://127.0.0.1:{port}/readyz", ca_pem):
+        if not process.alive() or time.monotonic() > deadline:
+            raise RuntimeError(process.describe_exit())
+        time.sleep(0.2)
+
+
+def start_webhook(cp: ControlPlane, namespace: str, dispatch_username: str, workdir: Path) -> WebhookProcess:
+    """Run ``python -m webhook serve`` on loopback under its own ServiceAccount (which may only read
+    TrainingRuntimes, its one lookup) and register it for ``namespace`` alone."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca = pki.make_ca("dispatch-webhook-test-ca")
+    serving = pki.make_serving_cert(ca, "dispatch-webhook", ip_addresses=["127.0.0.1"])
+    (workdir / "tls.crt").write_bytes(serving.cert_pem)
+    (workdir / "tls.key").write_bytes(serving.key_pem)
+    (workdir / "config.yaml").write_text(yaml.safe_dump({"dispatch": {"usernames": [dispatch_username]}}))
+    role = f"webhook-lookup-{secrets.token_hex(3)}"
+    cp.admin.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": LOOKUP_RULES,
+        }
+    )
+    cp.ensure_service_account(namespace, "dispatch-webhook")
+    cp.admin.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "dispatch-webhook", "namespace": namespace}],
+        }
+    )
+    kubeconfig = cp.service_account_kubeconfig(namespace, "dispatch-webhook")
+    port = free_port()
+    argv = [sys.executable, "-m", "webhook", "serve", "--bind-address", "127.0.0.1", "--port", str(port),
+            "--tls-cert-file", workdir / "tls.crt", "--tls-private-key-file", workdir / "tls.key",
+            "--config", workdir / "config.yaml", "--kubeconfig", kubeconfig]  # fmt: skip
+    process = cp.supervisor.start(f"dispatch-webhook-{namespace}", argv)
+    _wait_ready(process, port, ca.cert_pem)
+    suffix = secrets.token_hex(3)
+    docs = webhook_configurations(
+        namespace="dispatch-system",
+        url=f"https://127.0.0.1:{port}",
+        ca_bundle=ca.cert_pem,
+        name=f"dispatch-k8s-{suffix}",
+    )
+    for doc in docs:
+        for hook in doc["webhooks"]:
+            hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        cp.admin.create(doc)
+    return WebhookProcess(cp, namespace, process, port, ca.cert_pem, docs)
+
+
+def wait_enforced(http: Any, namespace: str) -> None:
+    """Webhook configurations load asynchronously: wait until a stranger's canary is refused by the webhook."""
+    canary = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "dj-01arz3ndektsv4rrffq69g5fav-s0", "namespace": namespace},
+        "spec": {"template": {"spec": {"replicatedJobs": []}}},
+    }
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            http.create(canary)
+        except ApiError as err:
+            if "creation.principal" in err.body:
+                return
+            raise
+        http.delete(canary["apiVersion"], canary["kind"], canary["metadata"]["name"], namespace)
+        time.sleep(0.2)
+    raise AssertionError("the webhook was not called within 30 s")

@@ -1,0 +1,79 @@
+"""``dispatch-webhook serve``: flags in the style of Kubernetes components, then the server until SIGTERM.
+
+Everything that can be wrong with the inputs (config, certificate, kubeconfig) is checked before the port
+opens, and reported on stderr with a non-zero exit, so a bad rollout fails its pod instead of serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from certs.reload import CertificateLoadError, ReloadingServerContext
+from webhook.config import Config, ConfigError, load_config
+from webhook.kube import KubeConfigError, LookupReadiness, RuntimeReader, api_client
+from webhook.server import Webhook, parse_duration, serving
+
+PROG = "dispatch-webhook"
+log = logging.getLogger(PROG)
+
+
+def _duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"not a duration like 5s or 1m30s: {text!r}")
+    return seconds
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="dispatch's admission webhook")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve /validate and /mutate over HTTPS")
+    serve.add_argument("--tls-cert-file", required=True, help="PEM certificate (chain); reloaded on change")
+    serve.add_argument("--tls-private-key-file", required=True, help="PEM private key; reloaded on change")
+    serve.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    serve.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--config", required=True, help="YAML config: dispatch's principals and site options")
+    serve.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    serve.add_argument(
+        "--shutdown-delay-duration",
+        type=_duration,
+        default=0.0,
+        metavar="DURATION",
+        help="after SIGTERM, report not ready and keep serving this long before closing, so the Service "
+        "drops this pod before its listener goes (default 0s)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config)
+        tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)
+        return asyncio.run(_serve(args, config, tls))
+    except (ConfigError, CertificateLoadError, KubeConfigError, OSError) as exc:  # OSError: cannot bind
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _serve(args: argparse.Namespace, config: Config, tls: ReloadingServerContext) -> int:
+    async with await api_client(args.kubeconfig) as api:
+        webhook = Webhook(config, tls, lookup=RuntimeReader(api), lookup_ready=LookupReadiness(api))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        async with serving(webhook, args.bind_address, args.port) as port:
+            log.info("serving https on %s:%d", args.bind_address, port)
+            await stop.wait()
+            webhook.stopping = True
+            log.info("stopping: not ready now, closing in %gs", args.shutdown_delay_duration)
+            await asyncio.sleep(args.shutdown_delay_duration)
+    log.info("stopped")
+    return 0
