@@ -83,6 +83,8 @@ KUEUE_RUNTIME_PATCH_MANAGER: Final = "kueue.x-k8s.io/manager"
 TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
 TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
 TAINT_OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
+NODE_LOSS_TAINTS: Final = (TAINT_UNREACHABLE, TAINT_NOT_READY, TAINT_OUT_OF_SERVICE)
+"""The node-loss taints the spec names; a site's ``nodeLossTaints`` add to them."""
 
 # -- Prefixes a site may not use -----------------------------------------------------------------
 RESERVED_KEY_PREFIXES: Final = (

@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from certs.reload import CertificateLoadError, ReloadingServerContext
+from serving.kube import KubeConfigError, api_client
 from webhook.config import Config, ConfigError, load_config
-from webhook.kube import KubeConfigError, LookupReadiness, RuntimeReader, api_client
+from webhook.kube import LookupReadiness, RuntimeReader
 from webhook.server import Webhook, parse_duration, serving
 
 PROG = "dispatch-webhook"

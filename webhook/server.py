@@ -24,8 +24,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 import webhook.admission as admission  # through the module, so tests can replace a rule
 from certs.reload import ReloadingServerContext
+from serving.kube import describe_api_error
 from webhook.config import Config
-from webhook.kube import describe_api_error
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
 from webhook.review import Lookups, Request, Verdict, parse_review, response

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from serving.kube import KubeConfigError, api_client, describe_api_error
 from tests.unit.fixtures import runtime_copy
 from tests.webhook.fake_api import FakeApi, running
-from webhook.kube import KubeConfigError, LookupReadiness, RuntimeReader, api_client, describe_api_error
+from webhook.kube import LookupReadiness, RuntimeReader
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
