@@ -11,10 +11,12 @@ empty and the epoch is R itself, with no leading zeros. See docs/prologue.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
 from contract.errors import ContractError
+from contract.keys import ENV_K8S_EPOCH_PREFIX, ENV_K8S_TOKEN_PREFIX
 from contract.names import validate_job_id
 
 R_BOUND: Final = 1_000_000
@@ -77,6 +79,29 @@ def epoch_prefix(g: int, n: int) -> str:
 def token_prefix(job_id: str, n: int, attempt: int) -> str:
     """DISPATCH_K8S_TOKEN_PREFIX: ``<JobID>.<N>.<attempt>``."""
     return f"{validate_job_id(job_id)}.{check_n(n)}.{check_attempt(attempt)}"
+
+
+_CANONICAL = re.compile(r"0|[1-9][0-9]*")
+
+
+def _decimal(field: str, text: object) -> int:
+    if not isinstance(text, str) or not _CANONICAL.fullmatch(text):
+        raise ContractError(field, f"{text!r} is not a decimal number without leading zeros")
+    return int(text)
+
+
+def parse_prefixes(epoch_prefix: object, token_prefix: object) -> tuple[str, int, int, int]:
+    """(JobID, G, N, attempt) read back from the prologue's two prefixes, which must agree on N."""
+    value = 0 if epoch_prefix == "" else _decimal(ENV_K8S_EPOCH_PREFIX, epoch_prefix)
+    g, n = divmod(value, N_BOUND)
+    check_g(g)
+    parts = token_prefix.split(".") if isinstance(token_prefix, str) else []
+    if len(parts) != 3:
+        raise ContractError(ENV_K8S_TOKEN_PREFIX, f"{token_prefix!r} is not <JobID>.<N>.<attempt>")
+    job_id = validate_job_id(parts[0])
+    if _decimal(ENV_K8S_TOKEN_PREFIX, parts[1]) != n:
+        raise ContractError(ENV_K8S_TOKEN_PREFIX, f"N {parts[1]} is not the epoch prefix's N {n}")
+    return job_id, g, n, _decimal(ENV_K8S_TOKEN_PREFIX, parts[2])
 
 
 def attempt_token(job_id: str, n: int, attempt: int, a: int, j: int) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from contract.errors import ContractError
-from contract.identity import check_n, epoch_prefix, token_prefix
+from contract.identity import check_n, epoch_prefix, parse_prefixes, token_prefix
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ENV_JOB_ID,
@@ -110,6 +110,15 @@ def trainer_env(
             raise ContractError("WorkDir", "is empty; leave it unset to run in the image's directory")
         ours.append(_value(ENV_K8S_WORKDIR, workdir))
     return user + ours
+
+
+def prefixes_from_env(env: object) -> tuple[str, int, int, int]:
+    """(JobID, G, N, attempt) from a TrainJob's ``spec.trainer.env``, as the contract wrote it."""
+    entries = env if isinstance(env, list) else []
+    values = {e.get("name"): e.get("value", "") for e in entries if isinstance(e, Mapping)}
+    if ENV_K8S_EPOCH_PREFIX not in values or ENV_K8S_TOKEN_PREFIX not in values:
+        raise ContractError("spec.trainer.env", f"has no {ENV_K8S_EPOCH_PREFIX} and {ENV_K8S_TOKEN_PREFIX}")
+    return parse_prefixes(values[ENV_K8S_EPOCH_PREFIX], values[ENV_K8S_TOKEN_PREFIX])
 
 
 def trainer_spec(

@@ -12,6 +12,7 @@ from contract.identity import (
     attempt_token,
     epoch,
     epoch_prefix,
+    parse_prefixes,
     r_of,
     token_prefix,
 )
@@ -113,3 +114,27 @@ def test_raising_either_counter_raises_the_epoch(a1, j1, da, dj):
     if da == dj == 0:
         return
     assert epoch(0, 1, r_of(a1 + da, j1 + dj)) > epoch(0, 1, r_of(a1, j1))
+
+
+@pytest.mark.parametrize(("g", "n", "attempt"), [(0, 0, 0), (0, 7, 1), (3, 0, 2), (G_MAX, N_BOUND - 1, 10**9)])
+def test_prefixes_read_back(g, n, attempt):
+    assert parse_prefixes(epoch_prefix(g, n), token_prefix(JOB_ID, n, attempt)) == (JOB_ID, g, n, attempt)
+
+
+@pytest.mark.parametrize(
+    ("epoch", "token", "field", "says"),
+    [
+        ("07", f"{JOB_ID}.7.1", "DISPATCH_K8S_EPOCH_PREFIX", "leading zeros"),
+        (None, f"{JOB_ID}.0.1", "DISPATCH_K8S_EPOCH_PREFIX", "leading zeros"),
+        ("9999999000000", f"{JOB_ID}.0.1", "G", "must be from 0 to 9223371"),
+        ("7", f"{JOB_ID}.7", "DISPATCH_K8S_TOKEN_PREFIX", "is not <JobID>.<N>.<attempt>"),
+        ("7", f"{JOB_ID}.8.1", "DISPATCH_K8S_TOKEN_PREFIX", "not the epoch prefix's N 7"),
+        ("7", f"{JOB_ID}.7.01", "DISPATCH_K8S_TOKEN_PREFIX", "leading zeros"),
+        ("7", "nope.7.1", "JobID", "not a ULID"),
+    ],
+)
+def test_prefixes_refused(epoch, token, field, says):
+    with pytest.raises(ContractError) as err:
+        parse_prefixes(epoch, token)
+    assert err.value.field == field
+    assert says in err.value.message

@@ -8,6 +8,7 @@ from contract.trainer import (
     ARGS_MAX,
     check_env_name,
     escape_expansion,
+    prefixes_from_env,
     trainer_args,
     trainer_command,
     trainer_env,
@@ -149,3 +150,11 @@ def test_trainer_spec_and_image_refusals():
         with pytest.raises(ContractError) as err:
             trainer_spec(job_id=JOB_ID, g=0, n=1, attempt=0, image=bad, command=["run"], args=[], env={}, workdir=None)
         assert err.value.field == "image"
+
+
+def test_prefixes_from_env():
+    assert prefixes_from_env(env(g=2, n=5, attempt=4)) == (JOB_ID, 2, 5, 4)
+    with pytest.raises(ContractError, match="has no DISPATCH_K8S_EPOCH_PREFIX"):
+        prefixes_from_env([{"name": "X", "value": "1"}])
+    with pytest.raises(ContractError):
+        prefixes_from_env("junk")

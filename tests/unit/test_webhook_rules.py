@@ -587,12 +587,20 @@ def test_nothing_else_is_mutated(req):
     assert verdict.patch is None
 
 
+def other_submissions_prefixes(tj):
+    """Prefixes that agree with each other, but name N 4 in a TrainJob named for N 3."""
+    env = {e["name"]: e for e in tj["spec"]["trainer"]["env"]}
+    env["DISPATCH_K8S_EPOCH_PREFIX"]["value"] = "1000004"
+    env["DISPATCH_K8S_TOKEN_PREFIX"]["value"] = "01ARZ3NDEKTSV4RRFFQ69G5FAV.4.2"
+
+
 @pytest.mark.parametrize(
     ("change", "rule", "says"),
     [
         (bad("spec.trainer.env", "x"), "creation.env", "a list of variables"),
+        (other_submissions_prefixes, "creation.env", "prefixes of JobID 01ARZ3NDEKTSV4RRFFQ69G5FAV and N 3"),
         (bad("spec.trainer.env.4", {"name": "DISPATCH_K8S_EPOCH_PREFIX", "value": "abc"}), "creation.env", "DISPATCH_K8S_* prefixes"),
-        (bad("spec.trainer.env.4", {"name": "DISPATCH_K8S_EPOCH_PREFIX", "value": "9999999000003"}), "creation.env", "within the contract's bounds"),
+        (bad("spec.trainer.env.4", {"name": "DISPATCH_K8S_EPOCH_PREFIX", "value": "9999999000003"}), "creation.env", "must be from 0 to 9223371, got 9999999"),
         (bad("spec.trainer.env.0", {"name": "BATCH", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}), "creation.env", "plain values"),
         (bad("spec.trainer.env.8", {"name": "DISPATCH_K8S_WORKDIR", "valueFrom": {}}), "creation.env", "DISPATCH_K8S_WORKDIR"),
         (bad((*PATCH_META, "annotations"), {}), "creation.admission", "saw None"),

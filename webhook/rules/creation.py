@@ -8,11 +8,8 @@ from typing import Any
 from contract.admission import admission_count
 from contract.errors import ContractError, Problem
 from contract.gates import has_dispatch_gate
-from contract.identity import N_BOUND
 from contract.keys import (
     ANNOTATION_COMMENT,
-    ENV_K8S_EPOCH_PREFIX,
-    ENV_K8S_TOKEN_PREFIX,
     ENV_K8S_WORKDIR,
     ENV_RESERVED_PREFIX,
     GATE,
@@ -29,7 +26,7 @@ from contract.ownership import is_kueue_mode, runtime_patches
 from contract.prologue import SPEC_PROLOGUE
 from contract.runtime_patch import trainer_replicated_job
 from contract.runtime_requirements import runtime_problems
-from contract.trainer import escape_expansion, trainer_command, trainer_env
+from contract.trainer import escape_expansion, prefixes_from_env, trainer_command, trainer_env
 from contract.trainjob import comment
 
 SPEC_PROLOGUE_WARNING = (
@@ -50,15 +47,13 @@ def _p(rule: str, field: str, seen: object, accepted: str) -> Problem:
 
 def _identity_from_env(env: list[Any], name: TrainJobName) -> tuple[int, int] | Problem:
     """G and attempt, read back from the prologue's two prefixes and checked against the name."""
-    values = {e.get("name"): e.get("value", "") for e in env if isinstance(e, Mapping)}
-    prefix, token = values.get(ENV_K8S_EPOCH_PREFIX), values.get(ENV_K8S_TOKEN_PREFIX)
-    parts = token.split(".") if isinstance(token, str) else []
-    if not isinstance(prefix, str) or (prefix and not prefix.isdigit()) or len(parts) != 3 or not parts[2].isdigit():
-        return _p("env", "spec.trainer.env", [prefix, token], "the contract's DISPATCH_K8S_* prefixes")
-    g, n = divmod(int(prefix or "0"), N_BOUND)
-    if n != name.n or parts[0] != name.job_id or parts[1] != str(name.n):
-        return _p("env", "spec.trainer.env", [prefix, token], f"prefixes of JobID {name.job_id} and N {name.n}")
-    return g, int(parts[2])
+    try:
+        job_id, g, n, attempt = prefixes_from_env(env)
+    except ContractError as exc:
+        return _p("env", "spec.trainer.env", exc.field, f"the contract's DISPATCH_K8S_* prefixes: {exc.message}")
+    if (job_id, n) != (name.job_id, name.n):
+        return _p("env", "spec.trainer.env", [job_id, n], f"prefixes of JobID {name.job_id} and N {name.n}")
+    return g, attempt
 
 
 def _env_problems(env: object, name: TrainJobName) -> tuple[list[Problem], int | None]:
@@ -69,10 +64,8 @@ def _env_problems(env: object, name: TrainJobName) -> tuple[list[Problem], int |
     if isinstance(identity, Problem):
         return [identity], None
     g, attempt = identity
-    try:
-        expected = trainer_env(job_id=name.job_id, g=g, n=name.n, attempt=attempt, env={}, workdir=None)
-    except ContractError as exc:
-        return [_p("env", "spec.trainer.env", exc.message, "an identity within the contract's bounds")], None
+    # Within bounds: prefixes_from_env checked G, N and attempt, and the name the JobID.
+    expected = trainer_env(job_id=name.job_id, g=g, n=name.n, attempt=attempt, env={}, workdir=None)
     known = {e["name"] for e in expected} | {ENV_K8S_WORKDIR}
     names = [e.get("name") for e in env]
     problems = [
