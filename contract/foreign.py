@@ -34,8 +34,16 @@ def jobset_uid_reason(trainjob: object, jobset: object) -> str | None:
     return None
 
 
+def _live(pod: Mapping[str, Any]) -> bool:
+    return dig(pod, "status", "phase") not in ("Succeeded", "Failed") and not dig(pod, "metadata", "deletionTimestamp")
+
+
 def pod_reasons(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[str]:
-    """A trainer pod with no admission annotation, or one whose A is below the floor."""
+    """A trainer pod with no admission annotation, or a live one whose A is below the floor.
+
+    A pod of a past execution that has ended (or is going) legitimately carries an older A; only a pod
+    started since the last raise, with a lower A, shows that the runtime patch was rewritten.
+    """
     try:
         floor = admission_floor(trainjob)
     except ContractError:
@@ -54,7 +62,7 @@ def pod_reasons(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[str
         except ContractError:
             reasons.append(f"Pod {name} has admission annotation {value!r}, which is not a count.")
             continue
-        if floor is not None and a < floor:
+        if floor is not None and a < floor and _live(pod):
             reasons.append(f"Pod {name} has A {a}, below the admission floor {floor}: A may have been reset.")
     return reasons
 

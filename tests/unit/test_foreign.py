@@ -51,3 +51,15 @@ def test_a_malformed_floor_does_not_hide_other_reasons():
     assert foreign_reasons(tj, pods=[bare]) == [
         "Pod p has no admission annotation dispatch.phpboyscout.uk/admission: it was not started through a gate."
     ]
+
+
+def test_below_the_floor_only_for_live_pods():
+    tj = trainjob()
+    tj["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "3"
+    ended = {**pod("ended", "1"), "status": {"phase": "Failed"}}
+    going = pod("going", "1")
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
+    live = {**pod("live", "2"), "status": {"phase": "Running"}}
+    assert foreign_reasons(tj, pods=[ended, going, live]) == [
+        "Pod live has A 2, below the admission floor 3: A may have been reset."
+    ]

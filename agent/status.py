@@ -1,0 +1,200 @@
+"""Status: what the cluster shows of one dispatch TrainJob, computed from the objects as read.
+
+Executions are read off the pods: each trainer pod carries the A it started with (its admission
+annotation) and the J it belongs to (the restart-attempt label), so the identity DISPATCH_EPOCH /
+DISPATCH_ATTEMPT of every execution the cluster still shows can be recomputed exactly as the prologue did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.nodeloss import assess
+from agent.operations import finished, is_opened
+from agent.workload import QUOTA_RESERVED, check_state, condition_true
+from contract.admission import admission_count, admission_floor, parse_count
+from contract.errors import ContractError
+from contract.foreign import foreign_reasons, trainer_pods
+from contract.gates import gates_of
+from contract.identity import Execution
+from contract.keys import ANNOTATION_ADMISSION, GATE, HOLD_ANNOTATIONS, LABEL_RESTART_ATTEMPT
+from contract.objects import annotations, dig, labels
+from contract.ownership import is_kueue_mode
+from contract.trainer import prefixes_from_env
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    name: str
+    node: str | None
+    phase: str | None
+    verdict: str
+    may_still_run: bool
+    reason: str
+    a: int | None
+    j: int | None
+
+
+@dataclass(frozen=True)
+class ExecutionStatus:
+    a: int
+    j: int
+    r: int | None
+    epoch: int | None
+    attempt: str | None
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Status:
+    phase: str
+    mode: str
+    gate: str
+    held_by: tuple[str, ...]
+    check_state: str | None
+    check_message: str | None
+    a: int | None
+    floor: int | None
+    j: int | None
+    r: int | None
+    executions: tuple[ExecutionStatus, ...]
+    pods: tuple[PodStatus, ...]
+    ceased: bool
+    foreign: tuple[str, ...]
+    orphans: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _count(read: Any, obj: object) -> int | None:
+    try:
+        return read(obj)
+    except ContractError:
+        return None
+
+
+def _pod_count(value: object) -> int | None:
+    try:
+        return parse_count("", value)
+    except ContractError:
+        return None
+
+
+def phase(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, checks: Iterable[str]) -> str:
+    end = finished(trainjob)
+    if end:
+        return end
+    if not is_opened(trainjob):
+        return "Gated"
+    if is_kueue_mode(trainjob):
+        if dig(workload, "spec", "active") is False:
+            return "Held"
+        if dig(trainjob, "spec", "suspend") is True:
+            pending = any((check_state(workload, c) or {}).get("state") == "Pending" for c in checks)
+            return "Admitting" if condition_true(workload, QUOTA_RESERVED) and pending else "Queued"
+        return "Running"
+    if dig(trainjob, "spec", "suspend") is True:
+        return "Held" if any(k in annotations(trainjob) for k in HOLD_ANNOTATIONS) else "Suspended"
+    return "Running"
+
+
+def executions(trainjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> tuple[ExecutionStatus, ...]:
+    """One entry per (A, J) seen on the trainer pods, with its identity; the highest R last."""
+    try:
+        job_id, g, n, attempt = prefixes_from_env(dig(trainjob, "spec", "trainer", "env"))
+    except ContractError:
+        job_id = None
+    groups: dict[tuple[int, int], list[str]] = {}
+    for pod in trainer_pods(trainjob, pods):
+        a = _pod_count(annotations(pod).get(ANNOTATION_ADMISSION))
+        j = _pod_count(labels(pod).get(LABEL_RESTART_ATTEMPT))
+        if a is not None and j is not None:
+            groups.setdefault((a, j), []).append(str(dig(pod, "metadata", "name")))
+    found = []
+    for (a, j), names in groups.items():
+        try:
+            ex = Execution(job_id=job_id, g=g, n=n, attempt=attempt, a=a, j=j) if job_id else None
+            r, epoch, token = (ex.r, ex.epoch, ex.token) if ex else (None, None, None)
+        except ContractError:  # A = 0, or R at the bound: the prologue refused to run it
+            r, epoch, token = None, None, None
+        found.append(ExecutionStatus(a, j, r, epoch, token, tuple(sorted(names))))
+    return tuple(sorted(found, key=lambda e: (e.r is not None, e.r or 0, e.a, e.j)))
+
+
+def status(
+    *,
+    trainjob: Mapping[str, Any],
+    workload: Mapping[str, Any] | None,
+    jobset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, Mapping[str, Any]],
+    runtime_copy: Mapping[str, Any] | None,
+    checks: Iterable[str],
+    node_loss_taints: Iterable[str] = (),
+) -> Status:
+    checks = list(checks)
+    assessment = assess(pods, nodes, node_loss_taints)
+    pod_statuses = tuple(
+        PodStatus(
+            name=c.pod,
+            node=c.node,
+            phase=dig(p, "status", "phase"),
+            verdict=c.verdict.value,
+            may_still_run=c.may_still_run,
+            reason=c.reason,
+            a=_pod_count(annotations(p).get(ANNOTATION_ADMISSION)),
+            j=_pod_count(labels(p).get(LABEL_RESTART_ATTEMPT)),
+        )
+        for p, c in zip(pods, assessment.classifications, strict=True)
+    )
+    a, floor = _count(admission_count, trainjob), _count(admission_floor, trainjob)
+    restarts = dig(jobset, "status", "restarts")
+    j = restarts if isinstance(restarts, int) else (0 if jobset is not None else None)
+    entry = next((check_state(workload, c) for c in checks if check_state(workload, c)), None)
+    others = tuple(g for g in gates_of(trainjob) if g != GATE)
+    return Status(
+        phase=phase(trainjob, workload, checks),
+        mode="kueue" if is_kueue_mode(trainjob) else "plain",
+        gate="open" if is_opened(trainjob) else "closed",
+        held_by=others,
+        check_state=entry.get("state") if entry else None,
+        check_message=entry.get("message") if entry else None,
+        a=a,
+        floor=floor,
+        j=j,
+        r=a + j if a is not None and j is not None else None,
+        executions=executions(trainjob, pods),
+        pods=pod_statuses,
+        ceased=assessment.ceased,
+        foreign=tuple(foreign_reasons(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy)),
+        orphans=orphans(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy),
+    )
+
+
+def _owned_by(obj: object, uid: str | None) -> bool:
+    refs = dig(obj, "metadata", "ownerReferences")
+    return uid is not None and any(isinstance(r, Mapping) and r.get("uid") == uid for r in (refs or []))
+
+
+def orphans(
+    trainjob: Mapping[str, Any] | None,
+    *,
+    namespace: str | None = None,
+    jobset: Mapping[str, Any] | None = None,
+    pods: Sequence[Mapping[str, Any]] = (),
+    runtime_copy: Mapping[str, Any] | None = None,
+) -> tuple[str, ...]:
+    """Objects of a dispatch TrainJob's name that the TrainJob (by uid) does not own: left from a deleted or
+    replaced TrainJob, named as the spec writes them: ``<namespace>/jobset/<name>``, ``…/pod/…``,
+    ``…/trainingruntime/…``. Pods belong to their JobSet, so they are orphans when it is."""
+    uid = dig(trainjob, "metadata", "uid")
+    ns = namespace or dig(trainjob, "metadata", "namespace")
+    found = []
+    jobset_orphaned = jobset is not None and not _owned_by(jobset, uid)
+    if jobset_orphaned:
+        found.append(f"{ns}/jobset/{dig(jobset, 'metadata', 'name')}")
+    if jobset_orphaned or (jobset is None and trainjob is None):
+        found += [f"{ns}/pod/{dig(p, 'metadata', 'name')}" for p in pods]
+    if runtime_copy is not None and not _owned_by(runtime_copy, uid):
+        found.append(f"{ns}/trainingruntime/{dig(runtime_copy, 'metadata', 'name')}")
+    return tuple(found)
