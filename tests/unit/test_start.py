@@ -1,0 +1,62 @@
+import copy
+
+import pytest
+
+from agent.start import NOT_MANAGED, readback_changes, workload_problems
+from contract.keys import GATE
+from contract.trainjob import build_trainjob
+from tests.unit.fixtures import as_read, runtime, submission
+from tests.unit.test_gate import CHECK, workload
+
+
+def written():
+    return build_trainjob(submission(), runtime()["spec"])
+
+
+def test_an_untouched_read_back_passes_despite_what_others_add():
+    read = as_read(written())  # uid, resourceVersion, Trainer's time stamp, Kueue's entry
+    read["spec"]["runtimeRef"].pop("apiGroup")  # defaulted by the CRD either way
+    read["spec"]["managedBy"] = "trainer.kubeflow.org/trainjob-controller"
+    read["spec"]["suspend"] = True
+    read["metadata"]["labels"]["added-by-someone"] = "x"
+    assert readback_changes(written(), read) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            lambda tj: tj["metadata"]["labels"].update({"dispatch.phpboyscout.uk/submission": "9"}),
+            "label dispatch.phpboyscout.uk/submission: wrote '3', read '9'",
+        ),
+        (
+            lambda tj: tj["metadata"]["annotations"].pop("kueue.x-k8s.io/admission-gated-by"),
+            "annotation kueue.x-k8s.io/admission-gated-by",
+        ),
+        (lambda tj: tj["spec"].update(runtimeRef={"name": "other"}), "spec.runtimeRef"),
+        (lambda tj: tj["spec"]["trainer"].update(image="evil:1"), "spec.trainer"),
+        (lambda tj: tj["spec"].update(activeDeadlineSeconds=5), "spec.activeDeadlineSeconds"),
+        (lambda tj: tj["spec"]["runtimePatches"].pop(0), "dispatch's runtime patch"),
+        (
+            lambda tj: tj["spec"].update(managedBy="kueue.x-k8s.io/multikueue"),
+            "spec.managedBy is 'kueue.x-k8s.io/multikueue'",
+        ),
+    ],
+)
+def test_tampering_is_named(change, says):
+    read = as_read(written())
+    change(read)
+    assert any(says in c for c in readback_changes(written(), read))
+
+
+def test_workload_must_carry_the_gate_and_list_the_check():
+    wl = workload()
+    wl["metadata"]["annotations"] = {"kueue.x-k8s.io/admission-gated-by": GATE}
+    assert workload_problems(wl, [CHECK]) == []
+    assert workload_problems(None, [CHECK]) == [f"{NOT_MANAGED}: no Workload appeared"]
+    ungated = copy.deepcopy(wl)
+    ungated["metadata"]["annotations"] = {}
+    assert workload_problems(ungated, [CHECK]) == [f"{NOT_MANAGED}: its Workload does not carry the gate {GATE}"]
+    assert workload_problems(wl, ["not-listed"]) == [
+        f"{NOT_MANAGED}: its Workload does not list dispatch's AdmissionCheck"
+    ]
