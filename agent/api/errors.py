@@ -1,0 +1,52 @@
+"""Typed API errors, each with a stable HTTP status and JSON body ``{"error", "message", "field"}``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorKind(StrEnum):
+    INVALID = "invalid"
+    """The request is malformed; ``field`` names what was wrong. Nothing was read or written."""
+    UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    REJECTED = "rejected"
+    """The operation must not happen (a fence, e.g. Open after the object ended unopened)."""
+    CONFLICT = "conflict"
+    """The object is not as the request expects (a different UID; a concurrent write). Re-read, retry."""
+    OBSERVE_ONLY = "observe_only"
+    """The adapter cannot prove its gates; every mutating call refuses with the reason."""
+    UNAVAILABLE = "unavailable"
+    """The API server could not be reached or answered with an error; safe to retry."""
+
+
+STATUS: dict[ErrorKind, int] = {
+    ErrorKind.INVALID: 400,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.FORBIDDEN: 403,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.REJECTED: 409,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.OBSERVE_ONLY: 503,
+    ErrorKind.UNAVAILABLE: 503,
+}
+
+
+class ApiError(Exception):
+    def __init__(self, kind: ErrorKind, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.field = field
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.kind]
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.kind.value, "message": self.message}
+        if self.field:
+            body["field"] = self.field
+        return body

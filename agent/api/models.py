@@ -1,0 +1,197 @@
+"""The API's requests and responses. The OpenAPI document is generated from these models."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from agent.status import Status
+from contract.runtime_patch import Credential, Publish
+from contract.trainjob import Submission
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class RuntimeRef(_Model):
+    kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime"
+    name: Name
+    namespace: Name | None = Field(None, description="for a TrainingRuntime; the TrainJob's namespace by default")
+
+
+class CredentialSpec(_Model):
+    secret: Name
+    mount_path: str = Field(alias="mountPath")
+
+
+class PublishSpec(_Model):
+    via: Literal["image", "initContainer"]
+    image: str | None = Field(None, description="with via: image, the image mounted at /opt/dispatch")
+    init_container: str | None = Field(None, alias="initContainer", description="with via: initContainer, its name")
+
+
+class KueueSpec(_Model):
+    local_queue: Name = Field(alias="localQueue")
+    priority_class: Name | None = Field(None, alias="priorityClass")
+
+
+class StartRequest(_Model):
+    job_id: str = Field(alias="jobId", description="the JobID, a ULID in canonical upper case")
+    n: int = Field(ge=0, lt=1_000_000, description="the submission number N")
+    g: int = Field(0, ge=0, description="the job's generation G")
+    attempt: int = Field(ge=0)
+    namespace: Name
+    runtime: RuntimeRef
+    image: str = Field(min_length=1)
+    command: list[str] = Field(min_length=1)
+    args: list[str] = []
+    env: dict[str, str] = {}
+    work_dir: str | None = Field(None, alias="workDir")
+    credentials: list[CredentialSpec] = []
+    publish: PublishSpec | None = None
+    active_deadline_seconds: int | None = Field(None, alias="activeDeadlineSeconds", ge=1)
+    kueue: KueueSpec | None = Field(None, description="Kueue mode; absent is plain mode")
+
+    def submission(self, site_labels: dict[str, str], site_annotations: dict[str, str]) -> Submission:
+        publish = None
+        if self.publish is not None:
+            publish = (
+                Publish(image=self.publish.image)
+                if self.publish.via == "image"
+                else Publish(init_container=self.publish.init_container)
+            )
+        return Submission(
+            job_id=self.job_id,
+            n=self.n,
+            g=self.g,
+            attempt=self.attempt,
+            namespace=self.namespace,
+            image=self.image,
+            command=tuple(self.command),
+            args=tuple(self.args),
+            env=dict(self.env),
+            workdir=self.work_dir,
+            credentials=tuple(Credential(c.secret, c.mount_path) for c in self.credentials),
+            publish=publish,
+            active_deadline_seconds=self.active_deadline_seconds,
+            queue=self.kueue.local_queue if self.kueue else None,
+            priority_class=self.kueue.priority_class if self.kueue else None,
+            site_labels=site_labels,
+            site_annotations=site_annotations,
+        )
+
+
+class ObjectRef(_Model):
+    namespace: Name
+    name: Name
+    uid: str = Field(
+        min_length=1, description="the UID Start returned: an object of the same name but another UID is refused"
+    )
+
+
+class StartResponse(_Model):
+    namespace: str
+    name: str
+    uid: str
+
+
+class OpenResponse(_Model):
+    outcome: str
+    held_by: list[str] = Field(alias="heldBy", description="other parties' gates: held by an administrator")
+    a: int | None = None
+
+
+class HoldRequest(ObjectRef):
+    who: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    until: str | None = Field(None, description="RFC 3339; a hold until released when absent")
+
+
+class OutcomeResponse(_Model):
+    outcome: str
+    a: int | None = None
+
+
+class PodStatusModel(_Model):
+    name: str
+    node: str | None
+    phase: str | None
+    verdict: str
+    may_still_run: bool = Field(alias="mayStillRun")
+    reason: str
+    a: int | None
+    j: int | None
+
+
+class ExecutionModel(_Model):
+    a: int
+    j: int
+    r: int | None
+    epoch: int | None = Field(description="DISPATCH_EPOCH")
+    attempt: str | None = Field(description="DISPATCH_ATTEMPT")
+    pods: list[str]
+
+
+class StatusResponse(_Model):
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    mode: Literal["kueue", "plain"]
+    gate: Literal["open", "closed"]
+    held_by: list[str] = Field(alias="heldBy")
+    check_state: str | None = Field(alias="checkState")
+    check_message: str | None = Field(alias="checkMessage")
+    a: int | None
+    floor: int | None
+    j: int | None
+    r: int | None
+    executions: list[ExecutionModel]
+    pods: list[PodStatusModel]
+    ceased: bool
+    foreign: list[str]
+    orphans: list[str]
+
+    @classmethod
+    def of(cls, ref: ObjectRef, s: Status) -> StatusResponse:
+        return cls(
+            namespace=ref.namespace,
+            name=ref.name,
+            uid=ref.uid,
+            phase=s.phase,
+            mode=s.mode,
+            gate=s.gate,
+            held_by=list(s.held_by),
+            check_state=s.check_state,
+            check_message=s.check_message,
+            a=s.a,
+            floor=s.floor,
+            j=s.j,
+            r=s.r,
+            executions=[ExecutionModel(**vars(e) | {"pods": list(e.pods)}) for e in s.executions],
+            pods=[PodStatusModel(**vars(p)) for p in s.pods],
+            ceased=s.ceased,
+            foreign=list(s.foreign),
+            orphans=list(s.orphans),
+        )
+
+
+class Capabilities(_Model):
+    start_gate: bool = Field(alias="startGate", description="the probe proved that nothing runs before Open")
+    start_gate_reason: str = Field(alias="startGateReason")
+    readmission_gate: bool = Field(alias="readmissionGate")
+    readmission_gate_reason: str = Field(alias="readmissionGateReason")
+    lease_renewed: str | None = Field(alias="leaseRenewed", description="the readmission controller's last heartbeat")
+    versions: dict[str, list[str]] = Field(description="API versions found, by group")
+    observe_only: bool = Field(alias="observeOnly")
+    observe_only_reason: str | None = Field(None, alias="observeOnlyReason")
+
+
+class ErrorResponse(_Model):
+    error: str
+    message: str
+    field: str | None = None
