@@ -1,0 +1,59 @@
+"""Runs the local control plane outside pytest.
+
+python -m harness                 # tier A until Ctrl-C, prints the admin kubeconfig path
+python -m harness --tier b        # tier B
+python -m harness --tier b --exit-when-ready   # start, print timings as JSON, stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate
+from harness.cluster import new_run_dir, start_control_plane
+from harness.tier_b import start_tier_b
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    parser.add_argument("--tier", choices=("a", "b"), default="a")
+    parser.add_argument("--exit-when-ready", action="store_true", help="print timings as JSON and stop")
+    args = parser.parse_args(argv)
+
+    try:
+        locate().require(TIER_B_BINARIES if args.tier == "b" else TIER_A_BINARIES)
+    except MissingBinaryError as e:
+        print(e, file=sys.stderr)
+        return 2
+
+    started = time.monotonic()
+    cp = start_control_plane(new_run_dir())
+    try:
+        tier_a_ready = time.monotonic() - started
+        if args.tier == "b":
+            start_tier_b(cp)
+        ready = time.monotonic() - started
+        if args.exit_when_ready:
+            timings = {"tier": args.tier, "ready_s": round(ready, 2), "tier_a_ready_s": round(tier_a_ready, 2)}
+            print(json.dumps({**timings, "steps": {k: round(v, 2) for k, v in cp.timings.items()}}))
+            return 0
+        print(f"tier {args.tier.upper()} ready in {ready:.1f}s")
+        print(f"  API server:  {cp.api_url}")
+        print(f"  kubeconfig:  {cp.admin_kubeconfig}")
+        print(f"  logs:        {cp.supervisor.log_dir}")
+        print("Ctrl-C stops every process.", flush=True)
+        # Blocked, the signals wait for sigwait instead of interrupting; children started earlier
+        # keep their own signal masks.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    finally:
+        cp.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Where controlplane/build.sh puts the binaries, CRDs and manifests for the pinned versions.
+
+The cache key is computed here exactly as build.sh computes it, so the harness finds the build
+of the versions in this checkout and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTROLPLANE_DIR = REPO_ROOT / "controlplane"
+VERSIONS_FILE = CONTROLPLANE_DIR / "versions.env"
+BUILD_SCRIPT = "controlplane/build.sh"
+
+TIER_A_BINARIES = ("etcd", "kube-apiserver")
+TIER_B_BINARIES = (
+    *TIER_A_BINARIES,
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "jobset",
+    "trainer-controller-manager",
+    "kueue",
+)
+
+
+class MissingBinaryError(RuntimeError):
+    """A control-plane artifact has not been built for the pinned versions."""
+
+
+def parse_versions(text: str) -> dict[str, str]:
+    """KEY=value lines; blank lines and # comments are ignored (the subset bash `source` reads the same)."""
+    versions: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.isidentifier() or any(c in value for c in " \"'$`"):
+            raise ValueError(f"versions.env line {number} is not a plain KEY=value: {raw!r}")
+        versions[key] = value
+    return versions
+
+
+def cache_key(versions_text: bytes, k8s_version: str) -> str:
+    return f"k8s-{k8s_version}-{hashlib.sha256(versions_text).hexdigest()[:12]}"
+
+
+def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    base = environ.get("DISPATCH_K8S_CACHE") or str(Path.home() / ".cache" / "dispatch-k8s")
+    return Path(base) / "controlplane"
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """The build of one set of pins: bin/, crds/ and manifests/ under `root`."""
+
+    root: Path
+    versions: Mapping[str, str]
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def crds_dir(self) -> Path:
+        return self.root / "crds"
+
+    @property
+    def manifests_dir(self) -> Path:
+        return self.root / "manifests"
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def missing(self, names: Iterable[str]) -> list[str]:
+        missing = [n for n in names if not os.access(self.binary(n), os.X_OK)]
+        missing += [d.name + "/" for d in (self.crds_dir, self.manifests_dir) if not d.is_dir()]
+        return missing
+
+    def require(self, names: Iterable[str]) -> dict[str, Path]:
+        """Paths of the named binaries, or MissingBinaryError naming what to build and how."""
+        names = list(names)
+        missing = self.missing(names)
+        if missing:
+            binaries = [m for m in missing if not m.endswith("/")]
+            raise MissingBinaryError(
+                f"control plane not built for the pinned versions: missing {', '.join(missing)} "
+                f"in {self.root}. Build it with: {BUILD_SCRIPT} {' '.join(binaries)}".rstrip()
+                + f"   (or `{BUILD_SCRIPT}` for everything; needs Go >= 1.26 and the Go module proxy)"
+            )
+        return {n: self.binary(n) for n in names}
+
+
+def locate(versions_file: Path = VERSIONS_FILE, environ: Mapping[str, str] = os.environ) -> Artifacts:
+    text = versions_file.read_bytes()
+    versions = parse_versions(text.decode())
+    return Artifacts(root=cache_root(environ) / cache_key(text, versions["K8S_VERSION"]), versions=versions)

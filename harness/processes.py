@@ -1,0 +1,207 @@
+"""Local processes of a control-plane run: each in its own process group, logging to its own file.
+
+Every supervisor that still owns processes is stopped at interpreter exit and on SIGTERM/SIGHUP,
+and each child is also asked by the kernel to die with its parent (PR_SET_PDEATHSIG), so a run
+that is killed outright leaves nothing behind on the machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ProcessExitedError(RuntimeError):
+    """A process of the run is no longer running."""
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log file ("" when it does not exist)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: keep it to one libc call, the library is loaded already.
+    _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: tuple[str, ...]
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace_seconds: float = 10.0) -> None:
+        """SIGTERM to the whole process group, SIGKILL after the grace period."""
+        if self.popen.poll() is None:
+            _signal_group(self.popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(grace_seconds)
+        # Children that outlived their leader are killed too.
+        _signal_group(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+
+    def describe_exit(self) -> str:
+        code = self.popen.poll()
+        state = "running" if code is None else f"exited with status {code}"
+        return f"{self.name} (pid {self.pid}) {state}; log {self.log_path}:\n{tail(self.log_path)}"
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+@dataclass
+class ProcessSupervisor:
+    """Starts processes with logs under `log_dir` and stops them all, in reverse start order."""
+
+    log_dir: Path
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        _register(self)
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> ManagedProcess:
+        log_path = self.log_dir / f"{name}.log"
+        args = tuple(os.fspath(a) for a in argv)
+        with log_path.open("ab") as log:
+            log.write(f"+ {' '.join(args)}\n".encode())
+            log.flush()
+            popen = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                # Own group: a terminal Ctrl-C reaches only us, and we stop children in order.
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        process = ManagedProcess(name=name, argv=args, log_path=log_path, popen=popen)
+        self.processes.append(process)
+        return process
+
+    def get(self, name: str) -> ManagedProcess:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def check_alive(self) -> None:
+        dead = [p for p in self.processes if not p.alive()]
+        if dead:
+            raise ProcessExitedError("\n\n".join(p.describe_exit() for p in dead))
+
+    def log_tails(self, lines: int = 40) -> dict[str, str]:
+        return {p.name: tail(p.log_path, lines) for p in self.processes}
+
+    def stop_all(self) -> None:
+        while self.processes:
+            self.processes.pop().stop()
+        _unregister(self)
+
+
+# --- process-wide cleanup ---------------------------------------------------------------------
+
+_lock = threading.Lock()
+_live: list[ProcessSupervisor] = []
+_handlers_installed = False
+
+
+def _register(supervisor: ProcessSupervisor) -> None:
+    global _handlers_installed
+    with _lock:
+        _live.append(supervisor)
+        if _handlers_installed:
+            return
+        _handlers_installed = True
+    atexit.register(stop_everything)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous = signal.getsignal(sig)
+            signal.signal(sig, _make_handler(previous))
+
+
+def _unregister(supervisor: ProcessSupervisor) -> None:
+    with _lock, contextlib.suppress(ValueError):
+        _live.remove(supervisor)
+
+
+def stop_everything() -> None:
+    """Stops every process of every supervisor still alive in this interpreter."""
+    with _lock:
+        supervisors = list(reversed(_live))
+    for s in supervisors:
+        s.stop_all()
+
+
+def _make_handler(previous: object):  # type: ignore[no-untyped-def]
+    def handler(signum: int, frame: object) -> None:
+        stop_everything()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    return handler
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Polls `predicate` until it returns a truthy value, which is returned."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as e:  # the predicate's own errors are retried until the deadline
+            last_error = e
+        if time.monotonic() >= deadline:
+            detail = f": {last_error}" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)

@@ -1,0 +1,102 @@
+"""pytest fixtures for the local control plane (registered from tests/conftest.py).
+
+- `control_plane` (session): tier A, etcd + kube-apiserver with the CRDs; one per session.
+- `tier_b` (session): the same API server plus controller-manager, scheduler, kwok, JobSet, Trainer
+  and Kueue; requesting it extends the session's tier A instance.
+- `namespace` (function): a fresh namespace, deleted afterwards.
+- `queue_namespace` (function, tier B): a fresh namespace with a ready LocalQueue.
+- `api_client` (function, async): a kubernetes_asyncio ApiClient authenticated as cluster admin.
+
+A missing binary fails the requesting tests with the build command; it never skips them.
+When a test fails, the tail of every control-plane log is attached to its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio import client
+
+from harness.async_client import api_client as make_api_client
+from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate
+from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.processes import ProcessExitedError
+from harness.tier_b import TierB, start_tier_b
+
+_LOG_TAIL_LINES = 30
+_started: list[ControlPlane] = []
+
+
+def _require(names: tuple[str, ...]) -> None:
+    """Fails (never skips) the requesting tests when a binary is missing, naming the build command."""
+    try:
+        locate().require(names)
+    except MissingBinaryError as e:
+        message = str(e)
+    else:
+        return
+    pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    _require(TIER_A_BINARIES)
+    cp = start_control_plane(new_run_dir())
+    _started.append(cp)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def tier_b(control_plane: ControlPlane) -> TierB:
+    # Its processes belong to the control plane's supervisor and stop with it.
+    _require(TIER_B_BINARIES)
+    return start_tier_b(control_plane)
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = control_plane.create_namespace(request.node.name)
+    yield name
+    control_plane.delete_namespace(name)
+
+
+@pytest.fixture
+def queue_namespace(tier_b: TierB, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = tier_b.control_plane.create_namespace(request.node.name)
+    tier_b.create_local_queue(name)
+    yield name
+    tier_b.control_plane.delete_namespace(name)
+
+
+@pytest_asyncio.fixture
+async def api_client(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
+    async with make_api_client(control_plane.admin_credentials) as api:
+        yield api
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    missing_binary = (
+        call.when == "setup" and call.excinfo is not None and call.excinfo.errisinstance(pytest.fail.Exception)
+    )
+    if report.failed and _started and not missing_binary:
+        for cp in _started:
+            for name, text in cp.supervisor.log_tails(_LOG_TAIL_LINES).items():
+                report.sections.append((f"control plane: {name} (last {_LOG_TAIL_LINES} lines)", text))
+            try:
+                cp.supervisor.check_alive()
+            except ProcessExitedError as e:
+                report.sections.append(("control plane: exited processes", str(e)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for cp in _started:
+        timings = ", ".join(f"{k} {v:.1f}s" for k, v in cp.timings.items())
+        terminalreporter.write_line(f"control plane run folder: {cp.run_dir} ({timings})")

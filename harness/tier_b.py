@@ -1,0 +1,614 @@
+"""Tier B: tier A plus kube-controller-manager, kube-scheduler, kwok nodes, and the JobSet, Trainer
+and Kueue managers as local processes with their own webhooks registered in the API server.
+
+Ready to use once `start_tier_b()` returns: nodes Ready, every manager's webhooks answering through
+the API server, a ClusterTrainingRuntime, a ResourceFlavor and an active ClusterQueue; call
+`create_local_queue(namespace)` for a LocalQueue.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+import os
+import ssl
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from certs import pki
+from harness.binaries import TIER_B_BINARIES
+from harness.cluster import LOOPBACK, ControlPlane, free_port, load_yaml_docs
+from harness.kube_http import ApiError, KubeHttp
+from harness.processes import wait_until
+from harness.webhooks import (
+    ServiceRef,
+    apply_json6902_patches,
+    dump_ca_bundle,
+    external_name_service,
+    kueue_webhooks,
+    wire_to_service,
+    with_prefix,
+)
+
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
+# Kueue's CRDs that upstream installs with a conversion webhook (config/components/crd/kustomization.yaml).
+KUEUE_CONVERSION_CRDS = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+JOBSET_NAMESPACE = "jobset-system"
+TRAINER_NAMESPACE = "kubeflow-system"
+
+RESOURCE_FLAVOR = "default-flavor"
+CLUSTER_QUEUE = "cluster-queue"
+LOCAL_QUEUE = "user-queue"
+TRAINING_RUNTIME = "torch-distributed"
+CLUSTER_QUEUE_QUOTA = {"cpu": "64", "memory": "256Gi"}
+NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+# A pod of a Job completes only when its pod template carries this annotation (value "true"); by
+# default kwok keeps pods Running, as long training jobs are.
+KWOK_COMPLETE_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/complete"
+# Lease holder written by stop_node_heartbeat: kwok sees the node's Lease held by someone else
+# and stops renewing it and updating the node and its pods.
+PARTITION_HOLDER = "dispatch-harness-partition"
+
+# Node lifecycle timing: kwok renews leases every duration/4 (5 s); the controller manager
+# declares a node unreachable after 20 s without renewal (default 50 s, too slow for tests).
+NODE_LEASE_SECONDS = 20
+NODE_MONITOR_GRACE = "20s"
+NODE_MONITOR_PERIOD = "2s"
+
+
+@dataclass
+class TierB:
+    control_plane: ControlPlane
+    node_names: list[str]
+    timings: dict[str, float] = field(default_factory=dict)
+    health_urls: dict[str, str] = field(default_factory=dict)
+    resource_flavor: str = RESOURCE_FLAVOR
+    cluster_queue: str = CLUSTER_QUEUE
+    local_queue: str = LOCAL_QUEUE
+    training_runtime: str = TRAINING_RUNTIME
+
+    @property
+    def admin(self) -> KubeHttp:
+        return self.control_plane.admin
+
+    def create_local_queue(self, namespace: str, name: str = LOCAL_QUEUE, timeout: float = 30) -> None:
+        self.admin.apply(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"namespace": namespace, "name": name},
+                "spec": {"clusterQueue": self.cluster_queue},
+            }
+        )
+        wait_until(
+            lambda: _condition(self.admin.get("kueue.x-k8s.io/v1beta2", "LocalQueue", name, namespace), "Active"),
+            timeout,
+            what=f"LocalQueue {namespace}/{name} Active",
+        )
+
+    def add_node(self, name: str, timeout: float = 30) -> None:
+        self.admin.create(kwok_node(name))
+        wait_until(lambda: node_ready(self.admin, name), timeout, what=f"node {name} Ready")
+
+    def delete_node(self, name: str) -> None:
+        self.admin.delete("v1", "Node", name)
+
+    def stop_node_heartbeat(self, node: str) -> None:
+        """Simulates losing the node: its Lease is taken over, so kwok stops renewing it and stops
+        updating the node and its pods; after the grace period the node lifecycle controller marks it
+        Unknown and taints it node.kubernetes.io/unreachable."""
+        self.admin.merge_patch(
+            "coordination.k8s.io/v1",
+            "Lease",
+            node,
+            {"spec": {"holderIdentity": PARTITION_HOLDER, "leaseDurationSeconds": 86400}},
+            namespace="kube-node-lease",
+        )
+
+    def resume_node_heartbeat(self, node: str) -> None:
+        """Ends the partition: the Lease expires at once and kwok takes it back."""
+        long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.admin.merge_patch(
+            "coordination.k8s.io/v1",
+            "Lease",
+            node,
+            {"spec": {"renewTime": long_ago, "leaseDurationSeconds": 1}},
+            namespace="kube-node-lease",
+        )
+
+
+def _condition(obj: dict[str, Any], type_: str) -> bool:
+    return any(c["type"] == type_ and c["status"] == "True" for c in obj.get("status", {}).get("conditions", []))
+
+
+def node_ready(admin: KubeHttp, name: str) -> bool:
+    return _condition(admin.get("v1", "Node", name), "Ready")
+
+
+def kwok_node(name: str, zone: str = "zone-a") -> dict[str, Any]:
+    """A node for kwok to manage, shaped like kwokctl's node template (no taints)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "beta.kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/role": "agent",
+                "node-role.kubernetes.io/agent": "",
+                "topology.kubernetes.io/zone": zone,
+                "type": "kwok",
+            },
+        },
+        "spec": {},
+        "status": {
+            "allocatable": dict(NODE_CAPACITY),
+            "capacity": dict(NODE_CAPACITY),
+            "nodeInfo": {
+                "architecture": "amd64",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "fake",
+                "operatingSystem": "linux",
+            },
+            "phase": "Running",
+        },
+    }
+
+
+def kwok_stages(stage_dir: Path) -> list[dict[str, Any]]:
+    """kwok's node stages (initialize, heartbeat with lease) and general pod stages, with pod
+    completion gated behind KWOK_COMPLETE_ANNOTATION and the failure chaos stage (label-gated)."""
+    stages: list[dict[str, Any]] = []
+    for path in sorted(stage_dir.glob("*.yaml")):
+        for stage in load_yaml_docs(path):
+            if stage["metadata"]["name"] == "pod-complete":
+                stage = copy.deepcopy(stage)
+                stage["spec"]["selector"]["matchExpressions"].append(
+                    {
+                        "key": f'.metadata.annotations["{KWOK_COMPLETE_ANNOTATION}"]',
+                        "operator": "In",
+                        "values": ["true"],
+                    }
+                )
+            stages.append(stage)
+    return stages
+
+
+# --- health checks -----------------------------------------------------------------------------
+
+
+def _http_ok(url: str) -> bool:
+    # Only to poll loopback health endpoints that serve self-signed certificates.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _write_yaml(path: Path, docs: list[dict[str, Any]] | dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(docs, list):
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    else:
+        path.write_text(yaml.safe_dump(docs, sort_keys=False))
+    return path
+
+
+def _serving_pair(cp: ControlPlane, service: ServiceRef, dir_: Path) -> Path:
+    ck = pki.make_serving_cert(
+        pki.CertifiedKey(cp.pki.ca_cert.read_bytes(), cp.pki.path("ca.key").read_bytes()),
+        service.dns_names[0],
+        dns_names=service.dns_names,
+        ip_addresses=[LOOPBACK],
+    )
+    dir_.mkdir(parents=True, exist_ok=True)
+    (dir_ / "tls.crt").write_bytes(ck.cert_pem)
+    (dir_ / "tls.key").write_bytes(ck.key_pem)
+    (dir_ / "tls.key").chmod(0o600)
+    return dir_
+
+
+def _project_secret(admin: KubeHttp, namespace: str, name: str, dir_: Path) -> bool:
+    """Writes the Secret's keys as files into `dir_`, as a kubelet's secret volume would; False while
+    the Secret has no data yet."""
+    secret = admin.get("v1", "Secret", name, namespace)
+    data = secret.get("data") or {}
+    if not data:
+        return False
+    dir_.mkdir(parents=True, exist_ok=True)
+    for key, value in data.items():
+        path = dir_ / key
+        path.write_bytes(base64.b64decode(value))
+        path.chmod(0o600)
+    return True
+
+
+def _dry_run_create(admin: KubeHttp, obj: dict[str, Any]) -> Callable[[], bool]:
+    """A probe that passes once a server-side dry-run create gets through every admission webhook."""
+
+    def probe() -> bool:
+        meta = obj["metadata"]
+        path = admin.collection_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        try:
+            admin.request("POST", path, obj, query={"dryRun": "All"})
+        except ApiError as e:
+            if e.status == 409:  # AlreadyExists: admission passed
+                return True
+            raise
+        return True
+
+    return probe
+
+
+# --- the components ----------------------------------------------------------------------------
+
+
+def _start_kube_components(tb: TierB) -> None:
+    cp = tb.control_plane
+    bins = cp.artifacts
+    run = cp.run_dir
+    for component, binary, extra in (
+        (
+            "controller-manager",
+            "kube-controller-manager",
+            [
+                "--leader-elect=false",
+                f"--service-account-private-key-file={cp.pki.path('sa.key')}",
+                f"--root-ca-file={cp.pki.ca_cert}",
+                f"--cluster-signing-cert-file={cp.pki.ca_cert}",
+                f"--cluster-signing-key-file={cp.pki.path('ca.key')}",
+                # As kubeadm: each controller acts under its own service account and RBAC role.
+                "--use-service-account-credentials=true",
+                "--controllers=*",
+                f"--node-monitor-period={NODE_MONITOR_PERIOD}",
+                f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+            ],
+        ),
+        ("scheduler", "kube-scheduler", ["--leader-elect=false"]),
+    ):
+        kubeconfig = cp.component_kubeconfig(component)
+        port = free_port()
+        cp.supervisor.start(
+            binary,
+            [
+                bins.binary(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--cert-dir={run / binary}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--profiling=false",
+                *extra,
+            ],
+        )
+        tb.health_urls[binary] = f"https://{LOOPBACK}:{port}/healthz"
+
+
+def _start_kwok(tb: TierB) -> None:
+    cp = tb.control_plane
+    config = _write_yaml(cp.run_dir / "kwok" / "kwok.yaml", kwok_stages(cp.artifacts.manifests_dir / "kwok" / "stages"))
+    port = free_port()
+    cp.supervisor.start(
+        "kwok",
+        [
+            cp.artifacts.binary("kwok"),
+            f"--kubeconfig={cp.admin_kubeconfig}",
+            f"--config={config}",
+            "--manage-all-nodes=true",
+            f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+            f"--node-ip={LOOPBACK}",
+            f"--server-address={LOOPBACK}:{port}",
+            f"--tls-cert-file={cp.pki.path('apiserver.crt')}",
+            f"--tls-private-key-file={cp.pki.path('apiserver.key')}",
+        ],
+    )
+
+
+def _start_jobset(tb: TierB) -> Callable[[], None]:
+    cp = tb.control_plane
+    service = ServiceRef(JOBSET_NAMESPACE, "jobset-webhook-service", free_port())
+    health = free_port()
+    certs = _serving_pair(cp, service, cp.run_dir / "jobset" / "certs")
+    manifests = cp.artifacts.manifests_dir / "jobset"
+    config = yaml.safe_load((manifests / "controller_manager_config.yaml").read_text())
+    config.update(
+        {
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": service.port, "host": LOOPBACK, "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"{LOOPBACK}:{health}"},
+        }
+    )
+    config_path = _write_yaml(cp.run_dir / "jobset" / "config.yaml", config)
+    cp.supervisor.start(
+        "jobset",
+        [cp.artifacts.binary("jobset"), f"--config={config_path}", f"--kubeconfig={cp.admin_kubeconfig}"],
+    )
+
+    def install() -> None:
+        wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{health}/readyz"), 60, what="jobset /readyz")
+        kustomization = yaml.safe_load((manifests / "webhook-kustomization.yaml").read_text())
+        patches = [
+            (p["target"], yaml.safe_load((manifests / p["path"]).read_text())) for p in kustomization.get("patches", [])
+        ]
+        docs = apply_json6902_patches(load_yaml_docs(manifests / "webhook.yaml"), patches)
+        docs = wire_to_service(with_prefix(docs, "jobset-"), service, dump_ca_bundle(cp.pki.ca_cert.read_bytes()))
+        cp.apply_all([external_name_service(service), *docs])
+        probe = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            # Kueue's webhooks (registered before Kueue runs) skip its own namespace.
+            "metadata": {"namespace": KUEUE_NAMESPACE, "name": "webhook-probe"},
+            "spec": {"replicatedJobs": [_probe_replicated_job()]},
+        }
+        wait_until(_dry_run_create(cp.admin, probe), 60, what="JobSet webhooks answering")
+
+    return install
+
+
+def _probe_replicated_job() -> dict[str, Any]:
+    return {
+        "name": "probe",
+        "replicas": 1,
+        "template": {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "registry.invalid/probe"}],
+                    }
+                }
+            }
+        },
+    }
+
+
+def _start_trainer(tb: TierB) -> Callable[[], None]:
+    cp = tb.control_plane
+    service = ServiceRef(TRAINER_NAMESPACE, "kubeflow-trainer-controller-manager", free_port())
+    health = free_port()
+    # The Trainer takes no cert dir setting; controller-runtime's default is $TMPDIR/k8s-webhook-server.
+    tmpdir = cp.run_dir / "trainer" / "tmp"
+    _serving_pair(cp, service, tmpdir / "k8s-webhook-server" / "serving-certs")
+    manifests = cp.artifacts.manifests_dir / "trainer"
+    config = yaml.safe_load((manifests / "controller_manager_config.yaml").read_text())
+    config.update(
+        {
+            "health": {
+                "healthProbeBindAddress": f"{LOOPBACK}:{health}",
+                "readinessEndpointName": "readyz",
+                "livenessEndpointName": "healthz",
+            },
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": service.port, "host": LOOPBACK},
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+        }
+    )
+    config_path = _write_yaml(cp.run_dir / "trainer" / "config.yaml", config)
+    cp.supervisor.start(
+        "trainer-controller-manager",
+        [
+            cp.artifacts.binary("trainer-controller-manager"),
+            f"--config={config_path}",
+            f"--kubeconfig={cp.admin_kubeconfig}",
+        ],
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+
+    def install() -> None:
+        wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{health}/readyz"), 60, what="trainer /readyz")
+        docs = load_yaml_docs(manifests / "webhook.yaml")
+        patches = [
+            (
+                {"kind": "MutatingWebhookConfiguration"},
+                yaml.safe_load((manifests / "patch_mutating.yaml").read_text()),
+            ),
+            (
+                {"kind": "ValidatingWebhookConfiguration"},
+                yaml.safe_load((manifests / "patch_validating.yaml").read_text()),
+            ),
+        ]
+        docs = wire_to_service(
+            apply_json6902_patches(docs, patches), service, dump_ca_bundle(cp.pki.ca_cert.read_bytes())
+        )
+        cp.apply_all([external_name_service(service), *docs])
+        runtime = training_runtime(cp)
+        wait_until(_dry_run_create(cp.admin, runtime), 60, what="Trainer webhooks answering")
+        cp.admin.apply(runtime)
+
+    return install
+
+
+def training_runtime(cp: ControlPlane) -> dict[str, Any]:
+    """Upstream's torch-distributed ClusterTrainingRuntime, at the pinned Trainer version."""
+    path = cp.artifacts.manifests_dir / "trainer" / "runtimes" / "torch_distributed.yaml"
+    (runtime,) = load_yaml_docs(path)
+    return runtime
+
+
+def _start_kueue(tb: TierB) -> Callable[[], None]:
+    cp = tb.control_plane
+    service = ServiceRef(KUEUE_NAMESPACE, KUEUE_WEBHOOK_SERVICE, free_port())
+    health = free_port()
+    manifests = cp.artifacts.manifests_dir / "kueue"
+    certs = cp.run_dir / "kueue" / "certs"
+
+    # Kueue's own cert management (upstream's default): without it Kueue insists on a metrics cert
+    # at the fixed path /etc/kueue/metrics/certs. Its rotator needs the Secret to exist, writes the
+    # serving cert to certDir and injects its CA into these webhook configurations and CRDs.
+    kustomization = yaml.safe_load((manifests / "webhook-kustomization.yaml").read_text())
+    docs = wire_to_service(kueue_webhooks(load_yaml_docs(manifests / "webhook.yaml"), kustomization), service, None)
+    cp.apply_all(
+        [
+            external_name_service(service),
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"namespace": KUEUE_NAMESPACE, "name": "kueue-webhook-server-cert"},
+            },
+            *docs,
+        ]
+    )
+    for plural in KUEUE_CONVERSION_CRDS:
+        cp.admin.merge_patch(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            f"{plural}.kueue.x-k8s.io",
+            {"spec": {"conversion": kueue_conversion(service.port)}},
+        )
+
+    config = yaml.safe_load((manifests / "controller_manager_config.yaml").read_text())
+    config.update(
+        {
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"{LOOPBACK}:{health}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {
+                "port": service.port,
+                "host": LOOPBACK,
+                "certDir": str(certs),
+            },
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {
+                "enable": True,
+                "webhookServiceName": service.name,
+                "webhookSecretName": "kueue-webhook-server-cert",
+            },
+            "featureGates": {
+                # An aggregated API server on a fixed port with certs under /visibility; not needed.
+                "VisibilityOnDemand": False,
+                # No kubelets: without this an admitted Workload is evicted after 30 min.
+                "DisableWaitForPodsReady": True,
+            },
+        }
+    )
+    config_path = _write_yaml(cp.run_dir / "kueue" / "config.yaml", config)
+    cp.supervisor.start(
+        "kueue",
+        [
+            cp.artifacts.binary("kueue"),
+            f"--config={config_path}",
+            f"--kubeconfig={cp.admin_kubeconfig}",
+            "--zap-log-level=2",
+        ],
+        env={**os.environ, "NAMESPACE": KUEUE_NAMESPACE},
+    )
+
+    def install() -> None:
+        # Kueue's rotator writes its certificate into the Secret and waits for it to appear in certDir,
+        # where the kubelet would mount the Secret; here the harness plays the kubelet.
+        wait_until(
+            lambda: _project_secret(cp.admin, KUEUE_NAMESPACE, "kueue-webhook-server-cert", certs),
+            60,
+            what="Kueue's webhook certificate in its Secret",
+        )
+        wait_until(lambda: _http_ok(f"http://{LOOPBACK}:{health}/readyz"), 120, what="kueue /readyz")
+        flavor = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": RESOURCE_FLAVOR},
+        }
+        wait_until(_dry_run_create(cp.admin, flavor), 60, what="Kueue webhooks answering")
+        cp.admin.apply(flavor)
+        cp.admin.apply(cluster_queue())
+        wait_until(
+            lambda: _condition(cp.admin.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", CLUSTER_QUEUE), "Active"),
+            60,
+            what="ClusterQueue Active",
+        )
+        # Reading the stored v1beta2 object as v1beta1 goes through the conversion webhook.
+        wait_until(
+            lambda: cp.admin.get("kueue.x-k8s.io/v1beta1", "ClusterQueue", CLUSTER_QUEUE),
+            60,
+            what="Kueue conversion webhook answering",
+        )
+
+    return install
+
+
+def kueue_conversion(port: int) -> dict[str, Any]:
+    """Upstream's config/components/crd/patches/webhook_in_*.yaml, pointed at our port; Kueue's cert
+    rotator injects the CA bundle."""
+    service = {"namespace": KUEUE_NAMESPACE, "name": KUEUE_WEBHOOK_SERVICE, "path": "/convert", "port": port}
+    return {
+        "strategy": "Webhook",
+        "webhook": {"clientConfig": {"service": service}, "conversionReviewVersions": ["v1"]},
+    }
+
+
+def cluster_queue() -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": CLUSTER_QUEUE},
+        "spec": {
+            "namespaceSelector": {},  # every namespace; a missing selector matches none
+            "resourceGroups": [
+                {
+                    "coveredResources": list(CLUSTER_QUEUE_QUOTA),
+                    "flavors": [
+                        {
+                            "name": RESOURCE_FLAVOR,
+                            "resources": [{"name": k, "nominalQuota": v} for k, v in CLUSTER_QUEUE_QUOTA.items()],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> TierB:
+    """Extends a running tier A control plane to tier B; its processes stop with the control plane."""
+    cp.artifacts.require(TIER_B_BINARIES)
+    started = time.monotonic()
+    tb = TierB(control_plane=cp, node_names=[f"kwok-node-{i}" for i in range(nodes)])
+    for ns in (KUEUE_NAMESPACE, JOBSET_NAMESPACE, TRAINER_NAMESPACE):
+        cp.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    _start_kube_components(tb)
+    _start_kwok(tb)
+    installers = [("jobset", _start_jobset(tb)), ("trainer", _start_trainer(tb)), ("kueue", _start_kueue(tb))]
+
+    def alive(check: Callable[[], bool]) -> Callable[[], bool]:
+        def probe() -> bool:
+            cp.supervisor.check_alive()
+            return check()
+
+        return probe
+
+    for name in tb.node_names:
+        cp.admin.apply(kwok_node(name))
+    wait_until(alive(lambda: all(node_ready(cp.admin, n) for n in tb.node_names)), timeout, what="kwok nodes Ready")
+    tb.timings["nodes_ready"] = time.monotonic() - started
+    for component, url in tb.health_urls.items():
+        wait_until(alive(lambda url=url: _http_ok(url)), timeout, what=f"{component} /healthz")
+    tb.timings["kube_components_ready"] = time.monotonic() - started
+    for name, install in installers:
+        install()
+        cp.supervisor.check_alive()
+        tb.timings[f"{name}_ready"] = time.monotonic() - started
+    cp.timings["tier_b_ready"] = time.monotonic() - started
+    return tb
