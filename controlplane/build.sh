@@ -15,6 +15,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
+# shellcheck source=versions.env
 source "$here/versions.env"
 
 # The key must match harness/binaries.py: Kubernetes version plus the first 12 hex digits of
@@ -96,7 +97,7 @@ module_dir() { # dir module -> directory of that module in GOMODCACHE (downloads
 origin_hash() { # dir module -> the commit of the tag, when the proxy recorded one in the .info file
 	local info
 	info=$(cd "$here/go/$1" && go mod download -json "$2" | sed -n 's/^[[:space:]]*"Info": "\(.*\)",$/\1/p')
-	[[ -f $info ]] && grep -o '"Hash":"[0-9a-f]*"' "$info" | cut -d'"' -f4 || true
+	if [[ -f $info ]]; then grep -o '"Hash":"[0-9a-f]*"' "$info" | cut -d'"' -f4 || true; fi
 }
 
 kube_ldflags() {

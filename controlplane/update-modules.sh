@@ -7,6 +7,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
+# shellcheck source=versions.env
 source "$here/versions.env"
 export GOTOOLCHAIN=local GOFLAGS=-modcacherw
 
