@@ -128,6 +128,12 @@ class ProcessSupervisor:
                 return p
         raise KeyError(name)
 
+    def stop(self, name: str) -> None:
+        """Stop one process on purpose and forget it, so check_alive does not take it for a crash."""
+        process = self.get(name)
+        process.stop()
+        self.processes.remove(process)
+
     def check_alive(self) -> None:
         dead = [p for p in self.processes if not p.alive()]
         if dead:

@@ -32,7 +32,7 @@ class WebhookProcess:
     configurations: list[dict[str, Any]]
 
     def stop(self) -> None:
-        self.process.stop()
+        self.cp.supervisor.stop(self.process.name)
 
     def restart(self) -> None:
         self.process = self.cp.supervisor.start(self.process.name, self.process.argv)
