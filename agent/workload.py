@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from agent.constants import KUEUE_GROUP, KUEUE_VERSION
 from contract.keys import KIND_TRAINJOB, TRAINER_GROUP
 from contract.objects import dig
 
-KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 QUOTA_RESERVED: Final = "QuotaReserved"
 EVICTED: Final = "Evicted"
 FINISHED: Final = "Finished"
@@ -79,10 +80,11 @@ def owner_trainjob(workload: object) -> tuple[str, str] | None:
 def check_state_apply(workload: Mapping[str, Any], check: str, state: str, message: str, now: str) -> dict[str, Any]:
     """The server-side apply body for ``workloads/status`` that sets our one check entry.
 
-    It carries the Workload's uid and the resourceVersion as read, so a write after anything else wrote
-    the Workload (Kueue's reset of the checks on eviction above all) fails with a conflict instead of
-    landing. Only our entry is applied; ``lastTransitionTime`` moves only when the state changes, and
-    ``retryCount`` (Kueue's) is never written.
+    It carries the resourceVersion as read, so a write after anything else wrote the Workload (Kueue's
+    reset of the checks on eviction above all) fails with a conflict instead of landing. (The uid it also
+    carries is not checked on a status write, the API server keeps the stored one; the resourceVersion is
+    enough, as a recreated object never has the one that was read.) Only our entry is applied;
+    ``lastTransitionTime`` moves only when the state changes, and ``retryCount`` (Kueue's) is never written.
     """
     entry = check_state(workload, check) or {}
     moved = entry.get("state") != state or not entry.get("lastTransitionTime")
@@ -108,3 +110,26 @@ def check_state_apply(workload: Mapping[str, Any], check: str, state: str, messa
             ]
         },
     }
+
+
+def keep_our_entries(body: Mapping[str, Any], workload: Mapping[str, Any], ours: frozenset[str]) -> dict[str, Any]:
+    """``body`` plus our other checks' entries exactly as read.
+
+    Server-side apply removes the fields a field manager applied before and no longer applies. Several
+    AdmissionChecks may share our controllerName, and gate.decide() writes one check per pass: applying
+    only that entry would strip the state and message we wrote into another entry of ours (a 422, as both
+    are required). Re-applying the others as read changes nothing: the write is preconditioned on that very
+    read. Other controllers' entries are never applied.
+    """
+    written = {e.get("name") for e in dig(body, "status", "admissionChecks") or []}
+    entries = dig(workload, "status", "admissionChecks")
+    keep = [
+        {k: e[k] for k in ("name", "state", "message", "lastTransitionTime") if k in e}
+        for e in (entries if isinstance(entries, list) else [])
+        if isinstance(e, Mapping) and e.get("name") in ours and e.get("name") not in written
+    ]
+    if not keep:
+        return dict(body)
+    status = dict(body["status"])
+    status["admissionChecks"] = [*status["admissionChecks"], *keep]
+    return {**body, "status": status}

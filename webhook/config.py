@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from serving.config import ConfigError, load_yaml_model
 from webhook.review import User
+
+__all__ = ["DEFAULT_DISPATCH_USERNAME", "DEFAULT_KUEUE_USERNAME", "Config", "ConfigError", "Principals", "load_config"]
 
 DEFAULT_DISPATCH_USERNAME: Final = "system:serviceaccount:dispatch-system:dispatch-k8s"
 """The agent's ServiceAccount as the chart installs it."""
@@ -40,22 +42,6 @@ class Config(BaseModel):
     """Accept runtimes that let a failed rank be replaced without a new execution identity."""
 
 
-class ConfigError(ValueError):
-    pass
-
-
 def load_config(path: str | Path | None) -> Config:
     """The config from a YAML file (or the defaults); ConfigError names the bad key and why."""
-    if path is None:
-        return Config()
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
-    try:
-        return Config.model_validate(data if data is not None else {})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"config {path}: {problems}") from None
+    return load_yaml_model(path, Config)

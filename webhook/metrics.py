@@ -1,19 +1,16 @@
-"""The webhook's Prometheus metrics, kept in memory and written in the text exposition format by hand.
+"""The webhook's Prometheus metrics: reviews by verdict, their latency, bad requests and the certificate.
 
-Two counters, one histogram and the certificate's expiry are all we expose; a client library would be a
-dependency for a few dozen lines.
+The primitives and the exposition format are serving/prometheus.py, shared with the agent.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Iterable
 from typing import Final, Protocol
 
+from serving.prometheus import CONTENT_TYPE, Counter, Gauge, Histogram, LabelValues, render
 from webhook.review import Request, Verdict
 
-CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "MAX_REVIEW_SERIES", "OTHER", "CertificateState", "Metrics"]
 
 DURATION_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Seconds. A review takes well under a millisecond of CPU; a runtime lookup adds an API round trip; the
@@ -36,78 +33,52 @@ class CertificateState(Protocol):
 
 class Metrics:
     def __init__(self) -> None:
-        self.reviews: dict[tuple[str, str, str, str, str], int] = {}
-        self.bad_requests: dict[tuple[str, str], int] = {}
-        self._buckets: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
+        self._reviews = Counter(
+            "dispatch_webhook_reviews_total",
+            "AdmissionReviews answered, by verdict and deciding rule.",
+            ("endpoint", "resource", "operation", "verdict", "rule"),
+        )
+        self._duration = Histogram(
+            "dispatch_webhook_review_duration_seconds",
+            "Time from request to answer, lookups included.",
+            DURATION_BUCKETS,
+            ("endpoint",),
+        )
+        self._bad_requests = Counter(
+            "dispatch_webhook_bad_requests_total", "Requests refused with an HTTP error.", ("endpoint", "code")
+        )
+        self._not_after = Gauge("dispatch_webhook_certificate_not_after_seconds", "Expiry of the served certificate.")
+        self._reloads = Counter(
+            "dispatch_webhook_certificate_reloads_total", "Certificate changes seen, by result.", ("result",)
+        )
+
+    @property
+    def reviews(self) -> dict[LabelValues, int | float]:
+        return self._reviews.samples
+
+    @property
+    def bad_requests(self) -> dict[LabelValues, int | float]:
+        return self._bad_requests.samples
 
     def observe_review(self, endpoint: str, request: Request, verdict: Verdict, seconds: float) -> None:
         key = (endpoint, request.resource, request.operation, _verdict(verdict), verdict.rule)
         if key not in self.reviews and len(self.reviews) >= MAX_REVIEW_SERIES:
             key = (endpoint, OTHER, request.operation, _verdict(verdict), verdict.rule)
-        self.reviews[key] = self.reviews.get(key, 0) + 1
-        buckets = self._buckets.setdefault(endpoint, [0] * (len(DURATION_BUCKETS) + 1))
-        # Buckets are stored non-cumulative (one increment per observation) and summed when rendered.
-        buckets[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
-        self._sums[endpoint] = self._sums.get(endpoint, 0.0) + seconds
+        self._reviews.inc(*key)
+        self._duration.observe(seconds, endpoint)
 
     def count_bad_request(self, endpoint: str, code: int) -> None:
-        key = (endpoint, str(code))
-        self.bad_requests[key] = self.bad_requests.get(key, 0) + 1
+        self._bad_requests.inc(endpoint, str(code))
 
     def render(self, certificate: CertificateState | None = None) -> str:
-        lines = [
-            "# HELP dispatch_webhook_reviews_total AdmissionReviews answered, by verdict and deciding rule.",
-            "# TYPE dispatch_webhook_reviews_total counter",
-        ]
-        names = ("endpoint", "resource", "operation", "verdict", "rule")
-        lines += [
-            f"dispatch_webhook_reviews_total{_labels(zip(names, k, strict=True))} {v}" for k, v in self.reviews.items()
-        ]
-        lines += [
-            "# HELP dispatch_webhook_review_duration_seconds Time from request to answer, lookups included.",
-            "# TYPE dispatch_webhook_review_duration_seconds histogram",
-        ]
-        name = "dispatch_webhook_review_duration_seconds"
-        for endpoint, counts in self._buckets.items():
-            cumulative = 0
-            for bound, count in zip((*DURATION_BUCKETS, math.inf), counts, strict=True):
-                cumulative += count
-                le = "+Inf" if bound == math.inf else repr(bound)
-                lines.append(f"{name}_bucket{_labels([('endpoint', endpoint), ('le', le)])} {cumulative}")
-            lines.append(f"{name}_sum{_labels([('endpoint', endpoint)])} {self._sums[endpoint]!r}")
-            lines.append(f"{name}_count{_labels([('endpoint', endpoint)])} {cumulative}")
-        lines += [
-            "# HELP dispatch_webhook_bad_requests_total Requests refused with an HTTP error.",
-            "# TYPE dispatch_webhook_bad_requests_total counter",
-        ]
-        lines += [
-            f"dispatch_webhook_bad_requests_total{_labels([('endpoint', e), ('code', c)])} {v}"
-            for (e, c), v in self.bad_requests.items()
-        ]
+        metrics = [self._reviews, self._duration, self._bad_requests]
         if certificate is not None:
-            lines += [
-                "# HELP dispatch_webhook_certificate_not_after_seconds Expiry of the served certificate.",
-                "# TYPE dispatch_webhook_certificate_not_after_seconds gauge",
-                f"dispatch_webhook_certificate_not_after_seconds {certificate.not_after_timestamp!r}",
-                "# HELP dispatch_webhook_certificate_reloads_total Certificate changes seen, by result.",
-                "# TYPE dispatch_webhook_certificate_reloads_total counter",
-                f'dispatch_webhook_certificate_reloads_total{{result="loaded"}} {certificate.reloads}',
-                f'dispatch_webhook_certificate_reloads_total{{result="kept_old"}} {certificate.failures}',
-            ]
-        return "\n".join(lines) + "\n"
+            self._not_after.set(certificate.not_after_timestamp)
+            self._reloads.set_total(certificate.reloads, "loaded")
+            self._reloads.set_total(certificate.failures, "kept_old")
+            metrics += [self._not_after, self._reloads]
+        return render(metrics)
 
 
 def _verdict(verdict: Verdict) -> str:
     return "allowed" if verdict.allowed else "denied"
-
-
-def _labels(pairs: Iterable[tuple[str, str]]) -> str:
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
-
-
-def _escape(value: str) -> str:
-    # The exposition format's escapes; lone surrogates (valid in a JSON string, not in UTF-8) are replaced
-    # so that rendering can never fail.
-    value = value.encode("utf-8", "replace").decode("utf-8")
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

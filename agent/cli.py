@@ -1,0 +1,113 @@
+"""``dispatch-agent serve``: the readmission gate's controller, until SIGTERM.
+
+Everything that can be wrong with the inputs (config, kubeconfig, the health port) is reported on stderr
+with a non-zero exit before anything is watched, so a bad rollout fails its pod instead of half-serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+
+from agent.config import AgentConfig, ConfigError, load_config
+from agent.controller import WATCHED, Controller
+from agent.kube import Kube
+from agent.metrics import AgentMetrics
+from agent.server import HealthServer, serving
+from serving.kube import KubeConfigError, api_client
+
+PROG = "dispatch-agent"
+log = logging.getLogger(PROG)
+
+
+def default_identity() -> str:
+    """The pod's name when the chart passes it (POD_NAME, from the Downward API), else hostname and a uuid:
+    two processes on one host must never share an identity, or both would think they hold the Lease."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="dispatch's readmission gate (Kueue AdmissionCheck)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the AdmissionCheck dispatch.phpboyscout.uk/admission")
+    serve.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    serve.add_argument("--config", help="YAML config (leaseNamespace, leaseName, nodeLossTaints, workers, healthPort)")
+    serve.add_argument(
+        "--health-port",
+        type=_bounded(0, 65535),
+        help="port of /healthz, /readyz, /metrics (overrides healthPort; 0 picks a free one)",
+    )
+    serve.add_argument("--bind-address", default="0.0.0.0", help="address of the health port (default 0.0.0.0)")
+    serve.add_argument("--identity", help="holder identity in the Lease (default $POD_NAME, else hostname_uuid)")
+    serve.add_argument("--workers", type=_bounded(1, 64), help="Workloads reconciled at once (overrides workers)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config)
+        if args.workers is not None:  # the flags are range-checked by argparse
+            config = config.model_copy(update={"workers": args.workers})
+        return asyncio.run(_serve(args, config))
+    except (ConfigError, KubeConfigError, OSError) as exc:  # OSError: cannot bind the health port
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
+    identity = args.identity or default_identity()
+    async with await api_client(args.kubeconfig) as api:
+        metrics = AgentMetrics()
+        controller = Controller(Kube(api, instance=identity), config, identity=identity, metrics=metrics)
+
+        def ready() -> tuple[bool, str]:
+            waiting = [name for name in WATCHED if not controller.synced[name].is_set()]
+            if waiting:
+                return False, f"not listed yet: {', '.join(waiting)}"
+            return True, "ok (leader)" if controller.leading else "ok (standby)"
+
+        health = HealthServer(metrics, ready)
+        stop = asyncio.Event()
+
+        def on_signal() -> None:
+            health.stopping = True
+            stop.set()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        port = config.health_port if args.health_port is None else args.health_port
+        async with serving(health, args.bind_address, port) as port:
+            log.info(
+                "identity %s; health on %s:%d; Lease %s/%s",
+                identity,
+                args.bind_address,
+                port,
+                config.lease_namespace,
+                config.lease_name,
+            )
+            await controller.run(stop)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,85 @@
+"""The agent's configuration file, validated at start-up with errors that name the bad key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent.constants import DEFAULT_HEALTH_PORT, DEFAULT_WORKERS
+from contract.keys import LEASE_NAME, LEASE_NAMESPACE
+from serving.config import ConfigError, load_yaml_model
+
+__all__ = ["AgentConfig", "ConfigError", "load_config"]
+
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME_PART: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def qualified_name_problem(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes qualified name (a taint key is one), or None: ``[prefix/]name`` with
+    a DNS subdomain prefix of at most 253 characters and a name of at most 63 (apimachinery's
+    IsQualifiedName)."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return "the prefix before '/' is empty"
+    if prefix:
+        if "/" in prefix:
+            return "has more than one '/'"
+        if len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix):
+            return f"prefix {prefix!r} is not a DNS subdomain (lower case, at most 253 characters)"
+    if not name:
+        return "the name part is empty"
+    if len(name) > 63 or not _QUALIFIED_NAME_PART.fullmatch(name):
+        return (
+            f"name {name!r} must be at most 63 characters of letters, digits, '-', '_' or '.', "
+            "beginning and ending with a letter or digit"
+        )
+    return None
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    lease_namespace: str = Field(LEASE_NAMESPACE, alias="leaseNamespace")
+    """Where the leader-election Lease lives; the adapter reads its heartbeat to know the gate is served."""
+    lease_name: str = Field(LEASE_NAME, alias="leaseName")
+    node_loss_taints: tuple[str, ...] = Field((), alias="nodeLossTaints")
+    """The site's taint keys that also mean "this node is lost", added to unreachable/not-ready/out-of-service."""
+    workers: int = Field(DEFAULT_WORKERS, ge=1, le=64)
+    """Workloads reconciled at once (one Workload is never reconciled by two at a time)."""
+    health_port: int = Field(DEFAULT_HEALTH_PORT, alias="healthPort", ge=1, le=65535)
+    """Plain HTTP: /healthz, /readyz and /metrics."""
+
+    @field_validator("lease_namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+            raise ValueError(f"{value!r} is not a namespace name (a DNS label: lower case, at most 63 characters)")
+        return value
+
+    @field_validator("lease_name")
+    @classmethod
+    def _lease_name(cls, value: str) -> str:
+        if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+            raise ValueError(f"{value!r} is not an object name (a DNS subdomain: lower case, at most 253 characters)")
+        return value
+
+    @field_validator("node_loss_taints")
+    @classmethod
+    def _taints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, key in enumerate(value):
+            problem = qualified_name_problem(key)
+            if problem is not None:
+                raise ValueError(f"[{i}] {key!r} is not a taint key: {problem}")
+        if len(set(value)) != len(value):
+            raise ValueError("lists a taint key twice")
+        return value
+
+
+def load_config(path: str | Path | None) -> AgentConfig:
+    """The config from a YAML file (or the defaults); ConfigError names the bad key and why."""
+    return load_yaml_model(path, AgentConfig)

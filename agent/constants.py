@@ -1,0 +1,57 @@
+"""The agent's own names and numbers, in one place (as Kueue's check controllers keep theirs in constants.go).
+
+The spec's names (keys, field manager, controller name, the Lease's default) are contract.keys; these are
+the ones only the agent uses: API coordinates, Event reasons, the Active condition, timings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- API coordinates ------------------------------------------------------------------------------
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+"""Kueue's storage version; v1beta1 is deprecated."""
+WORKLOADS: Final = "workloads"
+ADMISSION_CHECKS: Final = "admissionchecks"
+TRAINER_VERSION: Final = "v1alpha1"
+TRAINJOBS: Final = "trainjobs"
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+JOBSET_VERSION: Final = "v1alpha2"
+JOBSETS: Final = "jobsets"
+
+# -- Events on the TrainJob -----------------------------------------------------------------------
+EVENT_COMPONENT: Final = "dispatch-admission"
+"""``source.component`` (and ``reportingComponent``) of the agent's Events: cmd/dispatch-admission's name."""
+REASON_HELD: Final = "ReadmissionHeld"
+"""The check stays Pending; the message says why (e.g. the pods that may still run)."""
+REASON_FOREIGN: Final = "Foreign"
+"""A reset of the execution identity was detected; the message is the spec's wording."""
+EVENT_MESSAGE_MAX: Final = 1024
+"""Bytes; events.k8s.io limits a note to 1 kB. The check's message carries the full text."""
+
+# -- The AdmissionCheck's Active condition --------------------------------------------------------
+CONDITION_ACTIVE: Final = "Active"
+ACTIVE_REASON: Final = "Active"
+ACTIVE_MESSAGE: Final = "dispatch's readmission gate is serving"
+
+# -- Leader election (client-go's defaults are 15/10/2; the renew period is the spec's 5 s) -------
+LEASE_DURATION_SECONDS: Final = 15
+"""How long a Lease is honoured after its last renewal as observed by another replica."""
+RENEW_PERIOD_SECONDS: Final = 5.0
+"""How often the leader renews."""
+RENEW_DEADLINE_SECONDS: Final = 10.0
+"""The leader steps down when it has not renewed for this long, before the others may take over."""
+RETRY_PERIOD_SECONDS: Final = 2.0
+"""How often a standby tries, and a leader retries a failed renewal."""
+
+# -- The work queue and the watches ---------------------------------------------------------------
+DEFAULT_WORKERS: Final = 2
+DEFAULT_HEALTH_PORT: Final = 8081
+BACKOFF_BASE_SECONDS: Final = 0.2
+BACKOFF_CAP_SECONDS: Final = 30.0
+REQUEST_TIMEOUT_SECONDS: Final = 30.0
+"""Every request but a watch; the client's default is no timeout at all."""
+WATCH_TIMEOUT_SECONDS: Final = 300
+"""A watch asks the API server to close it after this long (jittered), and is then resumed."""
+LIST_PAGE_SIZE: Final = 500

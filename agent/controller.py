@@ -1,0 +1,379 @@
+"""The check's controller: watches feed a work queue of Workload keys; workers run reconcile() while we lead.
+
+Watch-driven, not polling, and stateless where it matters: the in-memory index (which TrainJob a Workload
+belongs to, which Workloads are due, which are held on which Nodes) only decides *what to enqueue*; every
+decision re-reads the Workload and what it needs (agent/reconcile.py).
+
+* Workloads (all namespaces): a Workload whose check of ours is due (Pending, quota reserved, not evicted,
+  finished or deactivated) is enqueued on each change.
+* AdmissionChecks: which check names are ours (config, so a cache); a new one of ours enqueues the
+  Workloads due on it, and gets its Active condition while we lead.
+* Pods with a ``jobset.sigs.k8s.io/jobset-name`` label: a change enqueues its TrainJob's Workload if that
+  is due, so a check held on a pod that may still run is looked at again when the pod changes or goes.
+* Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion).
+
+The watches run on every replica, leader or not: a standby's index and queue are warm when it takes over,
+so it starts on every due Workload at once (the queue de-duplicates), and readiness means the same thing on
+every replica. Only the leader runs workers and writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent import watch
+from agent.admissioncheck import AdmissionCheckCache, active_patch
+from agent.config import AgentConfig
+from agent.constants import ADMISSION_CHECKS, WORKLOADS
+from agent.gate import Action
+from agent.kube import Kube
+from agent.leader import LeaderElector
+from agent.metrics import AgentMetrics
+from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue
+from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
+from agent.workload import owner_trainjob, waiting_reason
+from contract.keys import LABEL_JOBSET_NAME
+from contract.objects import dig, labels
+from serving.kube import describe_api_error
+
+log = logging.getLogger(__name__)
+
+WATCHED = (ADMISSION_CHECKS, WORKLOADS, "pods", "nodes")
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What the Workload watch last said about one Workload: enough to know when to enqueue it."""
+
+    trainjob: tuple[str, str] | None
+    """(namespace, name) of the TrainJob that controls it."""
+    due: frozenset[str]
+    """Names of its checks (anyone's) that are Pending with quota reserved and nothing else in the way."""
+
+
+def hint_of(workload: Mapping[str, Any]) -> Hint:
+    entries = dig(workload, "status", "admissionChecks")
+    names = [e.get("name") for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+    owner = owner_trainjob(workload)
+    namespace = dig(workload, "metadata", "namespace")
+    return Hint(
+        trainjob=(namespace, owner[0]) if owner else None,
+        due=frozenset(n for n in names if isinstance(n, str) and waiting_reason(workload, n) is None),
+    )
+
+
+def key_of(obj: Mapping[str, Any]) -> WorkloadKey:
+    return WorkloadKey(str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name")))
+
+
+class WorkloadIndex:
+    """Workload key -> Hint, and TrainJob -> Workload key. An optimisation only: it says what to enqueue."""
+
+    def __init__(self) -> None:
+        self.hints: dict[WorkloadKey, Hint] = {}
+        self.by_trainjob: dict[tuple[str, str], WorkloadKey] = {}
+
+    def put(self, key: WorkloadKey, hint: Hint) -> None:
+        old = self.hints.get(key)
+        if old is not None and old.trainjob is not None and old.trainjob != hint.trainjob:
+            self.by_trainjob.pop(old.trainjob, None)
+        self.hints[key] = hint
+        if hint.trainjob is not None:
+            self.by_trainjob[hint.trainjob] = key
+
+    def remove(self, key: WorkloadKey) -> None:
+        hint = self.hints.pop(key, None)
+        if hint is not None and hint.trainjob is not None and self.by_trainjob.get(hint.trainjob) == key:
+            del self.by_trainjob[hint.trainjob]
+
+    def due(self, key: WorkloadKey, ours: frozenset[str]) -> bool:
+        hint = self.hints.get(key)
+        return hint is not None and not hint.due.isdisjoint(ours)
+
+    def due_keys(self, ours: frozenset[str]) -> list[WorkloadKey]:
+        return [k for k, h in self.hints.items() if not h.due.isdisjoint(ours)]
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        config: AgentConfig,
+        *,
+        identity: str,
+        metrics: AgentMetrics | None = None,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.kube, self.config, self.identity = kube, config, identity
+        self.metrics = metrics or AgentMetrics()
+        self.hooks = hooks
+        self.queue: WorkQueue[WorkloadKey] = WorkQueue()
+        self.limiter: RateLimiter[WorkloadKey] = RateLimiter()
+        self.index = WorkloadIndex()
+        self.held: dict[WorkloadKey, frozenset[str]] = {}
+        """Workloads held because pods may still run -> the Nodes those pods name."""
+        self.checks = AdmissionCheckCache()
+        kube.checks = self.checks
+        self.synced = {name: asyncio.Event() for name in WATCHED}
+        self.elector = LeaderElector(
+            kube,
+            namespace=config.lease_namespace,
+            name=config.lease_name,
+            identity=identity,
+            on_change=self._leadership,
+        )
+        self._active_dirty = asyncio.Event()
+        self._lead_task: asyncio.Task[None] | None = None
+        self._broken: asyncio.Future[None] | None = None
+        """Set when the leading task died of a bug: run() then ends with it, and the process exits."""
+        self._handlers: dict[str, watch.Handler] = {
+            ADMISSION_CHECKS: _Handler(self._checks_replaced, self._check_event),
+            WORKLOADS: _Handler(self._workloads_replaced, self._workload_event),
+            "pods": _Handler(self._pods_replaced, self._pod_event),
+            "nodes": _Handler(self._nodes_replaced, self._node_event),
+        }
+
+    # -- running ----------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Every watch has listed once: the controller knows the cluster and can serve."""
+        return all(e.is_set() for e in self.synced.values())
+
+    @property
+    def leading(self) -> bool:
+        return self.elector.leading
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Watch, elect, and reconcile while leading, until ``stop`` is set; then release the Lease."""
+        calls = self.kube.list_functions()
+        tasks = [
+            asyncio.create_task(
+                watch.run(
+                    name,
+                    self.kube,
+                    calls[name],
+                    self._handlers[name],
+                    self.synced[name],
+                    on_restart=lambda why, n=name: self.metrics.watch_restarts.inc(n, why),
+                ),
+                name=f"watch-{name}",
+            )
+            for name in WATCHED
+        ]
+        self._broken = asyncio.get_running_loop().create_future()
+        election = asyncio.create_task(self.elector.run(), name="leader-election")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                [*tasks, election, stopping, self._broken], return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                if task is not stopping:
+                    task.result()  # a watch, the election or the workers ended: a bug, so surface it
+        finally:
+            # Stop campaigning (so nothing re-acquires the Lease meanwhile), stop acting, give the Lease up,
+            # then stop watching. The Active condition is left True on purpose (see agent/admissioncheck.py).
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
+            await self._stop_leading()
+            self.queue.shutdown()
+            await self.elector.release()
+            for task in [*tasks, stopping]:
+                task.cancel()
+            await asyncio.gather(*tasks, stopping, return_exceptions=True)
+
+    def _leadership(self, leading: bool) -> None:
+        self.metrics.leader.set(1 if leading else 0)
+        if leading and self._lead_task is None:
+            self._lead_task = asyncio.create_task(self._lead(), name="leading")
+            self._lead_task.add_done_callback(self._lead_ended)
+        elif not leading and self._lead_task is not None:
+            # Promptly: cancelling a pass at any point is safe, every write it makes is preconditioned.
+            self._lead_task.cancel()
+            self._lead_task = None
+
+    def _lead_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._broken is not None and not self._broken.done():
+            log.error("the workers died: %s", _describe(exc) if isinstance(exc, Exception) else exc)
+            self._broken.set_exception(exc)
+
+    async def _stop_leading(self) -> None:
+        task, self._lead_task = self._lead_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)  # a failure was surfaced by _lead_ended
+
+    async def _lead(self) -> None:
+        """While leading: once every watch has listed, the workers and the Active condition."""
+        await asyncio.gather(*(e.wait() for e in self.synced.values()))
+        log.info("serving the readmission gate with %d worker(s)", self.config.workers)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._keep_active(), name="active-condition")
+            for i in range(self.config.workers):
+                group.create_task(self._work(), name=f"worker-{i}")
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except QueueShutDown:
+                return
+            self.metrics.queue_depth.set(len(self.queue))
+            started = time.perf_counter()
+            try:
+                outcome = await reconcile(self.kube, key, self.config, self.hooks)
+            except asyncio.CancelledError:
+                # Leadership lost mid-pass: the key goes back, for whoever leads next.
+                self.queue.done(key)
+                self.queue.add(key)
+                raise
+            except Exception as exc:
+                self.queue.done(key)
+                log.warning("%s: pass failed: %s", key, _describe(exc), exc_info=not isinstance(exc, ApiException))
+                self.metrics.errors.inc(type(exc).__name__)
+                self.metrics.reconcile_seconds.observe(time.perf_counter() - started, "error")
+                self.queue.add_after(key, self.limiter.when(key))
+                continue
+            self.queue.done(key)
+            self._observe(key, outcome, time.perf_counter() - started)
+            if outcome.requeue:
+                self.queue.add_after(key, self.limiter.when(key))
+            else:
+                self.limiter.forget(key)
+                if outcome.more:
+                    self.queue.add(key)
+
+    def _observe(self, key: WorkloadKey, outcome: Outcome, seconds: float) -> None:
+        m = self.metrics
+        result = outcome.action.value if outcome.action is not None else "none"
+        m.reconcile_seconds.observe(seconds, result)
+        if outcome.action is not None:
+            m.decisions.inc(outcome.action.value)
+        if outcome.conflict is not None:
+            m.conflicts.inc(outcome.conflict)
+        if outcome.foreign_reported:
+            m.foreign.inc(amount=outcome.foreign_reported)
+        if outcome.ready and outcome.quota_reserved_at:
+            reserved = _parse_time(outcome.quota_reserved_at)
+            if reserved is not None:
+                m.reserved_to_ready.observe(max(0.0, time.time() - reserved))
+        if outcome.action is Action.HOLD and outcome.held_nodes is not None:
+            self.held[key] = outcome.held_nodes
+        elif outcome.action is not None:
+            self.held.pop(key, None)
+
+    # -- the Active condition ---------------------------------------------------------------------
+
+    async def _keep_active(self) -> None:
+        backoff = Backoff()
+        while True:
+            self._active_dirty.clear()
+            failed = False
+            for ac in self.checks.objects():
+                # From the watch's cache: a failed test op (the cache was behind) is retried after a backoff,
+                # by when the watch has brought the AdmissionCheck as it is.
+                ops, name = active_patch(ac, utc_now()), str(dig(ac, "metadata", "name"))
+                if ops is None:
+                    continue
+                try:
+                    await self.kube.patch_admission_check_status(name, ops)
+                    log.info("AdmissionCheck %s: Active=True", name)
+                except Exception as exc:
+                    failed = True
+                    log.warning("AdmissionCheck %s: cannot set Active: %s", name, _describe(exc))
+            if failed:
+                await asyncio.sleep(backoff.next())
+                continue
+            backoff.reset()
+            await self._active_dirty.wait()
+
+    # -- watch handlers: they only enqueue ----------------------------------------------------------
+
+    def _checks_replaced(self, items: list[Mapping[str, Any]]) -> None:
+        if self.checks.replace(items):
+            self._checks_changed()
+
+    def _check_event(self, kind: str, ac: Mapping[str, Any]) -> None:
+        if self.checks.event(kind, ac):
+            self._checks_changed()
+
+    def _checks_changed(self) -> None:
+        self._active_dirty.set()
+        for key in self.index.due_keys(self.checks.ours()):
+            self.queue.add(key)
+
+    def _workloads_replaced(self, items: list[Mapping[str, Any]]) -> None:
+        fresh = {key_of(wl): wl for wl in items}
+        for key in set(self.index.hints) - set(fresh):
+            self._workload_event("DELETED", {"metadata": {"namespace": key.namespace, "name": key.name}})
+        for wl in fresh.values():
+            self._workload_event("ADDED", wl)
+
+    def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
+        key = key_of(wl)
+        if kind == "DELETED":
+            self.index.remove(key)
+            self.held.pop(key, None)
+            return
+        self.index.put(key, hint_of(wl))
+        if self.index.due(key, self.checks.ours()):
+            self.queue.add(key)
+        else:
+            self.held.pop(key, None)  # no longer Pending-and-reserved: not held any more
+
+    def _pods_replaced(self, items: list[Mapping[str, Any]]) -> None:
+        for pod in items:
+            self._pod_event("ADDED", pod)
+
+    def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        jobset = labels(pod).get(LABEL_JOBSET_NAME)
+        key = self.index.by_trainjob.get((str(dig(pod, "metadata", "namespace")), str(jobset)))
+        if key is not None and self.index.due(key, self.checks.ours()):
+            self.queue.add(key)
+
+    def _nodes_replaced(self, items: list[Mapping[str, Any]]) -> None:
+        for key in list(self.held):
+            self.queue.add(key)
+
+    def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+        name = dig(node, "metadata", "name")
+        for key, nodes in list(self.held.items()):
+            if name in nodes:
+                self.queue.add(key)
+
+
+@dataclass(frozen=True)
+class _Handler:
+    on_replace: Any
+    on_event: Any
+
+    def replace(self, items: list[Mapping[str, Any]]) -> None:
+        self.on_replace(items)
+
+    def event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        self.on_event(kind, obj)
+
+
+def _parse_time(value: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _describe(exc: Exception) -> str:
+    return describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"

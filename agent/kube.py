@@ -1,0 +1,226 @@
+"""The agent's calls to the API server: each one a plain JSON object in and out, with a timeout.
+
+Objects are the API's JSON (camelCase dicts), never kubernetes_asyncio models: the pure modules read JSON
+(agent/nodeloss.py refuses a model's snake_case dict), and a model would silently drop fields it does not
+know. So every call is made with ``_preload_content=False`` and decoded here; note that the client then
+does not raise on an error status itself, which ``_json`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.constants import (
+    ADMISSION_CHECKS,
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    JOBSETS,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    REQUEST_TIMEOUT_SECONDS,
+    TRAINER_VERSION,
+    TRAINJOBS,
+    WORKLOADS,
+)
+from agent.events import EventRecorder
+from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
+from contract.objects import dig
+
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+Obj = dict[str, Any]
+
+
+class CheckNames(Protocol):
+    """A watch-fed view of our AdmissionChecks (agent/admissioncheck.py)."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def ours(self) -> frozenset[str]: ...
+
+
+async def _json(call: Awaitable[Any]) -> Any:
+    response = await call
+    try:
+        raw = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        exc = ApiException(status=response.status, reason=response.reason)
+        exc.body = raw.decode("utf-8", "replace")
+        raise exc
+    return json.loads(raw) if raw else None
+
+
+async def _or_none(call: Awaitable[Any]) -> Any:
+    try:
+        return await _json(call)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+class Kube:
+    """The API as the agent uses it, and its Event recorder (``instance`` names this replica in Events).
+
+    ``checks`` is set by the controller to its AdmissionCheck cache; without one (a test calling reconcile
+    directly), our check names are LISTed on each call."""
+
+    def __init__(
+        self, api: client.ApiClient, *, instance: str = "", request_timeout: float = REQUEST_TIMEOUT_SECONDS
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.timeout = request_timeout
+        self.checks: CheckNames | None = None
+        self.events = EventRecorder(self.create_event, instance)
+
+    def _opts(self) -> dict[str, Any]:
+        return {"_preload_content": False, "_request_timeout": self.timeout}
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def get_workload(self, namespace: str, name: str) -> Obj | None:
+        return await _or_none(
+            self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, **self._opts()
+            )
+        )
+
+    async def our_checks(self) -> frozenset[str]:
+        """Names of the AdmissionChecks whose controllerName is ours (several may share it)."""
+        if self.checks is not None and self.checks.synced:
+            return self.checks.ours()
+        listed = await _json(
+            self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, **self._opts())
+        )
+        return frozenset(
+            dig(ac, "metadata", "name")
+            for ac in listed.get("items", [])
+            if dig(ac, "spec", "controllerName") == ADMISSION_CHECK_CONTROLLER
+        )
+
+    async def get_trainjob(self, namespace: str, name: str) -> Obj | None:
+        return await _or_none(
+            self.custom.get_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINJOBS, name, **self._opts()
+            )
+        )
+
+    async def get_jobset(self, namespace: str, name: str) -> Obj | None:
+        return await _or_none(
+            self.custom.get_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name, **self._opts()
+            )
+        )
+
+    async def list_pods(self, namespace: str, jobset_name: str) -> list[Obj]:
+        """The JobSet's pods: every pod labelled with its name, whatever execution it belongs to."""
+        listed = await _json(
+            self.core.list_namespaced_pod(
+                namespace, label_selector=f"{LABEL_JOBSET_NAME}={jobset_name}", **self._opts()
+            )
+        )
+        return list(listed.get("items", []))
+
+    async def get_node(self, name: str) -> Obj | None:
+        return await _or_none(self.core.read_node(name, **self._opts()))
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        return await _or_none(self.coordination.read_namespaced_lease(name, namespace, **self._opts()))
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def patch_trainjob(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
+        """A JSON Patch; the caller's ops carry the uid and resourceVersion preconditions."""
+        return await _json(
+            self.custom.patch_namespaced_custom_object(
+                TRAINER_GROUP,
+                TRAINER_VERSION,
+                namespace,
+                TRAINJOBS,
+                name,
+                ops,
+                field_manager=FIELD_MANAGER,
+                _content_type=JSON_PATCH,
+                **self._opts(),
+            )
+        )
+
+    async def apply_workload_status(self, body: Mapping[str, Any]) -> Obj:
+        """Server-side apply on workloads/status; the body's uid and resourceVersion are its preconditions."""
+        meta = body["metadata"]
+        return await _json(
+            self.custom.patch_namespaced_custom_object_status(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                meta["namespace"],
+                WORKLOADS,
+                meta["name"],
+                body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY_PATCH,
+                **self._opts(),
+            )
+        )
+
+    async def patch_admission_check_status(self, name: str, ops: list[Mapping[str, Any]]) -> Obj:
+        """A JSON Patch on admissionchecks/{name}/status; its test ops are its preconditions."""
+        return await _json(
+            self.custom.patch_cluster_custom_object_status(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                ADMISSION_CHECKS,
+                name,
+                ops,
+                field_manager=FIELD_MANAGER,
+                _content_type=JSON_PATCH,
+                **self._opts(),
+            )
+        )
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        return await _json(self.core.create_namespaced_event(namespace, body, **self._opts()))
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        return await _json(self.coordination.create_namespaced_lease(namespace, body, **self._opts()))
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+        """A PUT carrying the resourceVersion read: 409 when anyone wrote the Lease since."""
+        return await _json(self.coordination.replace_namespaced_lease(name, namespace, body, **self._opts()))
+
+    # -- what the watches list and watch -----------------------------------------------------------
+
+    def list_functions(self) -> dict[str, Callable[..., Awaitable[Any]]]:
+        """kubernetes_asyncio list calls, one per watched collection (all namespaces)."""
+
+        def custom(plural: str) -> Callable[..., Awaitable[Any]]:
+            def call(**kwargs: Any) -> Awaitable[Any]:
+                return self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, **kwargs)
+
+            return call
+
+        def pods(**kwargs: Any) -> Awaitable[Any]:
+            # Every pod a JobSet made; others never matter to the gate.
+            return self.core.list_pod_for_all_namespaces(label_selector=LABEL_JOBSET_NAME, **kwargs)
+
+        return {
+            ADMISSION_CHECKS: custom(ADMISSION_CHECKS),
+            WORKLOADS: custom(WORKLOADS),
+            "pods": pods,
+            "nodes": self.core.list_node,
+        }
+
+    async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Obj:
+        return await _json(call(**kwargs, **self._opts()))

@@ -1,0 +1,243 @@
+"""One pass of the readmission gate over one Workload: the order of operations, which is the safety argument.
+
+a. ONE fresh GET of the Workload. Every write below that approves an admission is preconditioned on this
+   read's resourceVersion, and the Workload is never read again in this pass.
+b. Fresh reads of what the decision needs: the owning TrainJob, its pods, the Nodes they name, its JobSet.
+c. The decision (agent/gate.py, pure).
+d. The writes, in this order: the raise of A in the TrainJob (preconditioned on the TrainJob as read);
+   only if it landed, the check's state in the Workload (preconditioned on the Workload as read in a).
+e. Reports: an Event when a held check's message changed, and each foreign reason once per TrainJob.
+
+Why this is safe with a slow, stalled or duplicated controller (the spec's "a slow or stalled controller is
+safe"): Kueue resets the check to Pending on every eviction, in a write that changes the Workload's
+resourceVersion. A Ready write preconditioned on a read from before the raise can therefore land only if
+nothing evicted the Workload between that read and the write, i.e. only in the admission cycle in which
+the raise happened. A stale Ready fails with 409 and the next pass decides afresh (and raises again: A
+skipping a number is harmless; R only has to increase). Writing Ready against a *later* read would break
+this: it would prove nothing about when the raise happened.
+
+Nothing here keeps state between passes; the controller's caches only decide what to enqueue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.gate import Action, Blocker, Decision, decide
+from agent.kube import Kube
+from agent.nodeloss import assess
+from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
+from contract.objects import dig
+from contract.ownership import is_dispatch
+from serving.kube import describe_api_error
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class WorkloadKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Settings(Protocol):
+    """What a pass needs from the configuration (agent.config.AgentConfig has it)."""
+
+    @property
+    def node_loss_taints(self) -> Sequence[str]: ...
+
+
+Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Test seams only: the stalled-leader and crash tests act between the steps of a pass."""
+
+    after_read: Hook | None = None
+    """Called with the Workload as read in step a, before anything else is read or written."""
+    after_raise: Hook | None = None
+    """Called with the TrainJob as the raise left it, before the check is written."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action | None
+    """What was decided; None when nothing was (the Workload is gone, or no check of ours is due)."""
+    message: str
+    check: str | None = None
+    requeue: bool = False
+    """Try again after a backoff: a write failed, or the answer may change without an event we watch."""
+    conflict: str | None = None
+    """"trainjob" or "workload": which preconditioned write was refused because the object changed."""
+    new_a: int | None = None
+    """A as raised in the TrainJob (also when the Ready write then failed)."""
+    ready: bool = False
+    """The check was set Ready by this pass."""
+    held_nodes: frozenset[str] | None = None
+    """On a hold because pods may still run: the Nodes they name (a change to one re-evaluates it)."""
+    more: bool = False
+    """Another check of ours on this Workload is due too: run another pass at once."""
+    quota_reserved_at: str | None = None
+    """QuotaReserved's lastTransitionTime as read (for the reserved-to-Ready latency)."""
+    foreign_reported: int = 0
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def due_checks(workload: Mapping[str, Any], ours: frozenset[str]) -> list[str]:
+    """Our checks in this Workload that the gate must act on now, in the Workload's (Kueue's sorted) order."""
+    entries = dig(workload, "status", "admissionChecks")
+    names = [e.get("name") for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+    return [n for n in names if n in ours and waiting_reason(workload, n) is None]
+
+
+async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hooks | None = None) -> Outcome:
+    hooks = hooks or Hooks()
+    # a. The one read of the Workload.
+    workload = await kube.get_workload(key.namespace, key.name)
+    if workload is None:
+        return Outcome(None, "the Workload is gone")
+    ours = await kube.our_checks()
+    due = due_checks(workload, ours)
+    if not due:
+        return Outcome(None, "no check of ours is due")
+    check = due[0]
+    reserved_at = _quota_reserved_at(workload)
+    if hooks.after_read is not None:
+        await hooks.after_read(workload)
+
+    # b. Fresh reads of what the decision needs.
+    trainjob, jobset, pods, blockers, nodes = await _look(kube, workload, settings)
+
+    # c. The decision.
+    d = decide(
+        workload=workload, check=check, trainjob=trainjob, jobset=jobset, pods=pods, blockers=blockers, now=utc_now()
+    )
+    base = {"check": check, "quota_reserved_at": reserved_at}
+
+    # d. The writes: the raise, and only if it landed, the check.
+    if d.trainjob_patch is not None:
+        assert trainjob is not None  # decide() patches only a TrainJob it was given
+        try:
+            await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
+        except ApiException as exc:
+            # 409: the TrainJob changed since it was read; 422: a different object of that name, or Trainer
+            # refused (it was unsuspended meanwhile). Never write Ready without the raise: decide again.
+            reported = await _report_foreign(kube, trainjob, d)
+            log.info("%s: the raise of A to %s was refused: %s", key, d.new_a, describe_api_error(exc))
+            return Outcome(
+                d.action,
+                f"the raise was refused: {describe_api_error(exc)}",
+                requeue=True,
+                conflict="trainjob" if exc.status in (409, 422) else None,
+                foreign_reported=reported,
+                **base,
+            )
+        log.info("%s: raised A to %d in TrainJob %s", key, d.new_a, dig(trainjob, "metadata", "name"))
+        if hooks.after_raise is not None:
+            await hooks.after_raise(trainjob)
+
+    wrote = False
+    if d.check_write is not None:
+        try:
+            await kube.apply_workload_status(keep_our_entries(d.check_write, workload, ours))
+            wrote = True
+        except ApiException as exc:
+            # 409: the Workload changed since step a (Kueue's eviction above all). The approval of this read
+            # must not land; the next pass reads afresh and raises again.
+            reported = await _report_foreign(kube, trainjob, d)
+            log.info(
+                "%s: the %s write of check %s was refused: %s", key, d.action.value, check, describe_api_error(exc)
+            )
+            return Outcome(
+                d.action,
+                f"the check write was refused: {describe_api_error(exc)}",
+                requeue=True,
+                conflict="workload" if exc.status == 409 else None,
+                new_a=d.new_a,
+                foreign_reported=reported,
+                **base,
+            )
+    ready = wrote and d.action in (Action.APPROVE, Action.RAISE)
+    if ready:
+        log.info("%s: check %s Ready: %s", key, check, d.message)
+
+    # e. Reports, about the TrainJob that owns the Workload (not another object that took its name).
+    if wrote and d.action is Action.HOLD and _owned(workload, trainjob) and is_dispatch(trainjob):
+        log.info("%s: check %s held: %s", key, check, d.message)
+        await kube.events.held(trainjob, d.message)
+    reported = await _report_foreign(kube, trainjob, d)
+    return Outcome(
+        d.action,
+        d.message,
+        # A hold that no pod or node change will lift (the TrainJob not readable yet, A not raisable) has no
+        # event of ours to wake it: look again after a backoff.
+        requeue=d.action is Action.HOLD and not blockers,
+        new_a=d.new_a,
+        ready=ready,
+        held_nodes=nodes if d.action is Action.HOLD and blockers else None,
+        # Another check of ours is due as well: it gets its own pass (its own raise and its own Ready, each
+        # preconditioned on that pass's read). Not after a hold: the same pods hold every check.
+        more=ready and len(due) > 1,
+        foreign_reported=reported,
+        **base,
+    )
+
+
+async def _look(
+    kube: Kube, workload: Mapping[str, Any], settings: Settings
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]], list[Blocker], frozenset[str]]:
+    """The owning TrainJob, and for a dispatch TrainJob its JobSet, pods, and those that may still run.
+
+    A TrainJob that is not dispatch's is approved whatever its pods do, so nothing more is read for it."""
+    namespace = dig(workload, "metadata", "namespace")
+    owner = owner_trainjob(workload)
+    if owner is None:
+        return None, None, [], [], frozenset()
+    name, uid = owner
+    trainjob = await kube.get_trainjob(namespace, name)
+    if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
+        return trainjob, None, [], [], frozenset()
+    # The TrainJob is suspended while its check is Pending, so every pod of its JobSet belongs to a
+    # previous execution.
+    pods = await kube.list_pods(namespace, name)
+    names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
+    found = await asyncio.gather(*(kube.get_node(n) for n in names))
+    nodes = {n: node for n, node in zip(names, found, strict=True) if node is not None}  # absent: not in the map
+    jobset = await kube.get_jobset(namespace, name)
+    assessment = assess(pods, nodes, settings.node_loss_taints)
+    blockers = [Blocker(pod, f"{c.verdict.value}: {c.reason}") for pod, c in assessment.may_still_run]
+    return trainjob, jobset, pods, blockers, frozenset(names)
+
+
+async def _report_foreign(kube: Kube, trainjob: Mapping[str, Any] | None, d: Decision) -> int:
+    if trainjob is None or not d.foreign:
+        return 0
+    return await kube.events.foreign(trainjob, d.foreign)
+
+
+def _owned(workload: Mapping[str, Any], trainjob: Mapping[str, Any] | None) -> bool:
+    owner = owner_trainjob(workload)
+    return trainjob is not None and owner is not None and dig(trainjob, "metadata", "uid") == owner[1]
+
+
+def _quota_reserved_at(workload: Mapping[str, Any]) -> str | None:
+    conditions = dig(workload, "status", "conditions")
+    for c in conditions if isinstance(conditions, list) else []:
+        if isinstance(c, Mapping) and c.get("type") == QUOTA_RESERVED:
+            value = c.get("lastTransitionTime")
+            return value if isinstance(value, str) else None
+    return None

@@ -1,0 +1,58 @@
+"""The shell's edges without a cluster: bad inputs exit non-zero naming the problem; the health endpoints."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from agent.cli import default_identity, main
+from agent.metrics import AgentMetrics
+from agent.server import HealthServer
+
+
+def test_a_bad_config_exits_naming_the_key(tmp_path, capsys):
+    path = tmp_path / "agent.yaml"
+    path.write_text("nodeLossTaints: ['not a key']\n")
+    assert main(["serve", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dispatch-agent: config ")
+    assert "nodeLossTaints" in err
+
+
+def test_a_missing_kubeconfig_exits_naming_it(tmp_path, capsys):
+    assert main(["serve", "--kubeconfig", str(tmp_path / "nope"), "--health-port", "0"]) == 1
+    assert "cannot configure the Kubernetes client from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--workers", "0"], ["--health-port", "70000"], ["--workers", "two"]])
+def test_a_flag_out_of_range_exits(capsys, flag):
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", *flag])
+    assert exit_.value.code == 2
+    assert flag[0] in capsys.readouterr().err
+
+
+def test_identities_differ_per_process(monkeypatch):
+    monkeypatch.delenv("POD_NAME", raising=False)
+    assert default_identity() != default_identity()
+    monkeypatch.setenv("POD_NAME", "dispatch-admission-7d9f-abcde")
+    assert default_identity() == "dispatch-admission-7d9f-abcde"
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_health_ready_and_metrics():
+    state = {"ready": (False, "not listed yet: pods")}
+    metrics = AgentMetrics()
+    server = HealthServer(metrics, lambda: state["ready"])
+    async with TestClient(TestServer(server.app())) as client:
+        assert (await client.get("/healthz")).status == 200
+        response = await client.get("/readyz")
+        assert (response.status, await response.text()) == (503, "not listed yet: pods")
+        state["ready"] = (True, "ok (standby)")
+        assert (await client.get("/readyz")).status == 200
+        server.stopping = True
+        assert (await client.get("/readyz")).status == 503
+        metrics.decisions.inc("raise")
+        response = await client.get("/metrics")
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert 'dispatch_agent_decisions_total{action="raise"} 1' in await response.text()
