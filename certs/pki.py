@@ -78,9 +78,7 @@ def load_certificate(pem: bytes) -> x509.Certificate:
 def make_keypair(kind: KeyKind = KeyKind.ECDSA_P256) -> KeyPair:
     """A bare signing keypair, e.g. for service-account token signing and verification."""
     key = new_private_key(kind)
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return KeyPair(private_key_pem=private_key_pem(key), public_key_pem=public)
 
 
@@ -184,9 +182,7 @@ def _issue(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False, rsa=isinstance(key, rsa.RSAPrivateKey)), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
