@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,8 +134,10 @@ class ProcessSupervisor:
         process.stop()
         self.processes.remove(process)
 
-    def check_alive(self) -> None:
-        dead = [p for p in self.processes if not p.alive()]
+    def check_alive(self, names: Iterable[str] | None = None) -> None:
+        """Raise when a process has exited: all of them, or only those named (a component's own)."""
+        wanted = None if names is None else set(names)
+        dead = [p for p in self.processes if not p.alive() and (wanted is None or p.name in wanted)]
         if dead:
             raise ProcessExitedError("\n\n".join(p.describe_exit() for p in dead))
 

@@ -588,13 +588,16 @@ def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> Tier
     for ns in (KUEUE_NAMESPACE, JOBSET_NAMESPACE, TRAINER_NAMESPACE):
         cp.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
+    before = {p.name for p in cp.supervisor.processes}
     _start_kube_components(tb)
     _start_kwok(tb)
     installers = [("jobset", _start_jobset(tb)), ("trainer", _start_trainer(tb)), ("kueue", _start_kueue(tb))]
+    # Only tier B's own components: a test may have stopped processes of its own on purpose.
+    components = [p.name for p in cp.supervisor.processes if p.name not in before]
 
     def alive(check: Callable[[], bool]) -> Callable[[], bool]:
         def probe() -> bool:
-            cp.supervisor.check_alive()
+            cp.supervisor.check_alive(components)
             return check()
 
         return probe
@@ -608,7 +611,7 @@ def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> Tier
     tb.timings["kube_components_ready"] = time.monotonic() - started
     for name, install in installers:
         install()
-        cp.supervisor.check_alive()
+        cp.supervisor.check_alive(components)
         tb.timings[f"{name}_ready"] = time.monotonic() - started
     cp.timings["tier_b_ready"] = time.monotonic() - started
     return tb
