@@ -89,11 +89,14 @@ def make_ca(
     validity: dt.timedelta = DEFAULT_VALIDITY,
     key_kind: KeyKind = KeyKind.ECDSA_P256,
     now: dt.datetime | None = None,
+    backdate: dt.timedelta = _BACKDATE,
 ) -> CertifiedKey:
-    """A self-signed CA that may sign leaf certificates only (path length 0)."""
+    """A self-signed CA that may sign leaf certificates only (path length 0).
+
+    Valid from ``now - backdate`` to ``now + validity``."""
     key = new_private_key(key_kind)
     subject = _name(common_name, [organization] if organization else [])
-    start = _start(now)
+    start = _start(now, backdate)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -101,7 +104,7 @@ def make_ca(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
-        .not_valid_after(start + _BACKDATE + validity)
+        .not_valid_after(start + backdate + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_key_usage(cert_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -119,8 +122,11 @@ def make_serving_cert(
     validity: dt.timedelta = DEFAULT_VALIDITY,
     key_kind: KeyKind = KeyKind.ECDSA_P256,
     now: dt.datetime | None = None,
+    backdate: dt.timedelta = _BACKDATE,
 ) -> CertifiedKey:
-    """A TLS server certificate; clients match the host against the SANs, never the CN."""
+    """A TLS server certificate; clients match the host against the SANs, never the CN.
+
+    Valid from ``now - backdate`` to ``now + validity``, but never beyond the CA's own end."""
     if not dns_names and not ip_addresses:
         raise ValueError("a serving certificate needs at least one DNS or IP SAN")
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
@@ -133,6 +139,7 @@ def make_serving_cert(
         validity=validity,
         key_kind=key_kind,
         now=now,
+        backdate=backdate,
     )
 
 
@@ -166,11 +173,12 @@ def _issue(
     validity: dt.timedelta,
     key_kind: KeyKind,
     now: dt.datetime | None,
+    backdate: dt.timedelta = _BACKDATE,
 ) -> CertifiedKey:
     ca_cert = load_certificate(ca.cert_pem)
     ca_key = load_private_key(ca.key_pem)
     key = new_private_key(key_kind)
-    start = _start(now)
+    start = _start(now, backdate)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -178,7 +186,7 @@ def _issue(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
-        .not_valid_after(min(start + _BACKDATE + validity, ca_cert.not_valid_after_utc))
+        .not_valid_after(min(start + backdate + validity, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False, rsa=isinstance(key, rsa.RSAPrivateKey)), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
@@ -196,8 +204,8 @@ def _name(common_name: str, organizations: list[str]) -> x509.Name:
     return x509.Name(attributes)
 
 
-def _start(now: dt.datetime | None) -> dt.datetime:
-    return (now or dt.datetime.now(dt.UTC)) - _BACKDATE
+def _start(now: dt.datetime | None, backdate: dt.timedelta = _BACKDATE) -> dt.datetime:
+    return (now or dt.datetime.now(dt.UTC)) - backdate
 
 
 def _key_usage(*, cert_sign: bool, rsa: bool = False) -> x509.KeyUsage:

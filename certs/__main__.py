@@ -1,0 +1,3 @@
+from certs.cli import main
+
+raise SystemExit(main())

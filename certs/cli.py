@@ -1,0 +1,237 @@
+"""``dispatch-certs``: certificates to files for development and the sandbox, and the certificate controller.
+
+    dispatch-certs generate --out DIR --dns NAME... [--ip ADDR...] [--validity DAYS]
+    dispatch-certs run --out DIR [--namespace NS] [--secret NAME] [--service NAME] [--once] ...
+
+``generate`` writes ca.crt, tls.crt and tls.key (the key 0600); the CA's key is not kept, so nothing
+else can ever be signed with it. ``run`` is the controller the chart runs in each pod beside the webhook
+and the agent (see docs/certs.md): it fills the Secret, rotates, injects the caBundle, writes the served
+files to ``--out`` and answers /readyz and /healthz on a plain HTTP port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import logging
+import os
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from aiohttp import web
+
+from certs import lifecycle, pki
+from certs.controller import CertController, Target
+from certs.files import write_plain
+from serving.kube import KubeConfigError, api_client
+from webhook.configurations import NAME
+
+PROG: Final = "dispatch-certs"
+DEFAULT_SECRET: Final = f"{NAME}-certs"
+SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+log = logging.getLogger(PROG)
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ms|s|m|h|d)")
+_UNITS: Final = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """A Go-style duration, plus days: "90d", "8760h", "1h30m", "500ms"."""
+    if not re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+        raise argparse.ArgumentTypeError(f"not a duration like 90d, 24h or 30m: {text!r}")
+    return dt.timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text)))
+
+
+def _days(text: str) -> dt.timedelta:
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if days <= 0:
+        raise argparse.ArgumentTypeError("the validity must be positive")
+    return dt.timedelta(days=days)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="dispatch-k8s's TLS certificates")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="a CA and a serving certificate to files (development, sandbox)")
+    gen.add_argument("--out", required=True, type=Path, help="directory for ca.crt, tls.crt, tls.key")
+    gen.add_argument("--dns", action="extend", nargs="+", default=[], metavar="NAME", help="DNS names (SANs)")
+    gen.add_argument("--ip", action="extend", nargs="+", default=[], metavar="ADDR", help="IP addresses (SANs)")
+    gen.add_argument("--validity", type=_days, default=dt.timedelta(days=365), metavar="DAYS", help="default 365")
+
+    run = commands.add_parser("run", help="the certificate controller (fills and rotates the Secret, injects)")
+    run.add_argument("--out", required=True, type=Path, help="directory the servers read tls.crt/tls.key from")
+    run.add_argument("--namespace", help="the Secret's and Service's namespace (default: the pod's)")
+    run.add_argument("--secret", default=DEFAULT_SECRET, help=f"the Secret to fill (default {DEFAULT_SECRET})")
+    run.add_argument("--service", default=NAME, help=f"the Service whose DNS names are served (default {NAME})")
+    run.add_argument("--cluster-domain", default="cluster.local", help="default cluster.local")
+    run.add_argument("--dns", action="extend", nargs="+", default=[], metavar="NAME", help="extra DNS names")
+    run.add_argument("--ip", action="extend", nargs="+", default=[], metavar="ADDR", help="extra IP addresses")
+    run.add_argument(
+        "--webhook-configuration",
+        dest="configurations",
+        action="append",
+        metavar="NAME",
+        help=f"a Validating/MutatingWebhookConfiguration to inject into (repeatable; default {NAME}); "
+        f"it must also carry the label app.kubernetes.io/name={NAME}",
+    )
+    run.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    run.add_argument("--health-bind-address", default="0.0.0.0", help="default 0.0.0.0")
+    run.add_argument("--health-port", type=int, default=8081, help="plain HTTP /healthz and /readyz (default 8081)")
+    run.add_argument(
+        "--once",
+        action="store_true",
+        help="exit 0 as soon as ready (an init container), 1 if not ready within --once-timeout",
+    )
+    run.add_argument(
+        "--once-timeout",
+        type=parse_duration,
+        default=dt.timedelta(minutes=2),
+        metavar="DURATION",
+        help="how long --once waits (default 2m)",
+    )
+    run.add_argument(
+        "--ca-validity",
+        type=parse_duration,
+        default=lifecycle.CA_VALIDITY,
+        metavar="DURATION",
+        help="CA lifetime (default 365d)",
+    )
+    run.add_argument(
+        "--serving-validity",
+        type=parse_duration,
+        default=lifecycle.SERVING_VALIDITY,
+        metavar="DURATION",
+        help="serving certificate lifetime (default 90d)",
+    )
+    run.add_argument(
+        "--settle",
+        type=parse_duration,
+        default=lifecycle.SETTLE,
+        metavar="DURATION",
+        help="a staged CA is trusted this long before it signs (default 1h)",
+    )
+    run.add_argument(
+        "--overlap",
+        type=parse_duration,
+        default=lifecycle.OVERLAP,
+        metavar="DURATION",
+        help="the previous CA stays trusted this long after the switch (default 24h)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "generate":
+            return generate(args.out, dns=args.dns, ips=args.ip, validity=args.validity)
+        return asyncio.run(_run(args))
+    except (ValueError, KubeConfigError, OSError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+
+
+def generate(out: Path, *, dns: Sequence[str], ips: Sequence[str], validity: dt.timedelta) -> int:
+    if not dns and not ips:
+        raise ValueError("give at least one --dns or --ip")
+    ca = pki.make_ca(f"{lifecycle.CA_NAME}-dev", organization="dispatch-k8s", validity=validity)
+    leaf = pki.make_serving_cert(ca, (dns or ips)[0], dns_names=dns, ip_addresses=ips, validity=validity)
+    for path in write_plain(out, {"ca.crt": ca.cert_pem, "tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem}):
+        print(path)
+    return 0
+
+
+def _namespace(args: argparse.Namespace) -> str:
+    namespace = args.namespace or os.environ.get("POD_NAMESPACE")
+    if not namespace:
+        try:
+            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        except OSError:
+            raise ValueError("give --namespace (not in a pod: no ServiceAccount namespace file)") from None
+    return namespace
+
+
+def policy_from(args: argparse.Namespace, namespace: str) -> lifecycle.Policy:
+    dns = list(lifecycle.service_dns_names(args.service, namespace, args.cluster_domain))
+    dns += [d for d in args.dns if d not in dns]
+    return lifecycle.Policy(
+        dns_names=tuple(dns),
+        ip_addresses=tuple(args.ip),
+        ca_validity=args.ca_validity,
+        serving_validity=args.serving_validity,
+        settle=args.settle,
+        overlap=args.overlap,
+    )
+
+
+async def _run(args: argparse.Namespace) -> int:
+    namespace = _namespace(args)
+    policy = policy_from(args, namespace)
+    target = Target(
+        namespace=namespace,
+        secret=args.secret,
+        configurations=tuple(args.configurations or (NAME,)),
+        out_dir=args.out,
+    )
+    async with await api_client(args.kubeconfig) as api:
+        controller = CertController(api, target, policy)
+        if args.once:
+            return await _once(controller, args.once_timeout)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        runner = await _health(controller, args.health_bind_address, args.health_port)
+        task = asyncio.create_task(controller.run(), name="certificate-controller")
+        try:
+            await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await runner.cleanup()
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return 0
+
+
+async def _once(controller: CertController, limit: dt.timedelta) -> int:
+    task = asyncio.create_task(controller.run(resync=2.0))
+    try:
+        async with asyncio.timeout(limit.total_seconds()):
+            await controller.readiness.wait_ready()
+    except TimeoutError:
+        print(f"{PROG}: not ready after {limit}: {controller.readiness.check()[1]}", file=sys.stderr)
+        return 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    log.info("ready: the certificate is in %s and the CA bundle is injected", controller.target.out_dir)
+    return 0
+
+
+async def _health(controller: CertController, host: str, port: int) -> web.AppRunner:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok, why = controller.readiness.check()
+        return web.Response(status=200 if ok else 503, text=why)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("health on http://%s:%d/readyz", host, port)
+    return runner
