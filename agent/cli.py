@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -16,11 +17,16 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 
+from agent.api import cli as api_cli
+from agent.api.app import ApiServer
+from agent.api.app import serving as serve_api
+from agent.api.kube import Kube as ApiKube
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.controller import WATCHED, Controller
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer, serving
+from certs.reload import CertificateLoadError, ReloadingServerContext
 from serving.kube import KubeConfigError, api_client
 
 PROG = "dispatch-agent"
@@ -60,27 +66,36 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind-address", default="0.0.0.0", help="address of the health port (default 0.0.0.0)")
     serve.add_argument("--identity", help="holder identity in the Lease (default $POD_NAME, else hostname_uuid)")
     serve.add_argument("--workers", type=_bounded(1, 64), help="Workloads reconciled at once (overrides workers)")
+    serve.add_argument("--tls-cert-file", help="PEM certificate of the supervisor API; the API is served only with it")
+    serve.add_argument("--tls-private-key-file", help="PEM private key of the supervisor API")
+    serve.add_argument("--api-port", type=_bounded(0, 65535), help="HTTPS port of the API (overrides api.port)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in api_cli.COMMANDS:  # the operators' client: dispatch-agent start|open|...
+        return api_cli.main(argv)
     args = _parser().parse_args(argv)
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        print(f"{PROG}: --tls-cert-file and --tls-private-key-file go together", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
         if args.workers is not None:  # the flags are range-checked by argparse
             config = config.model_copy(update={"workers": args.workers})
         return asyncio.run(_serve(args, config))
-    except (ConfigError, KubeConfigError, OSError) as exc:  # OSError: cannot bind the health port
+    except (ConfigError, KubeConfigError, CertificateLoadError, OSError) as exc:  # OSError: cannot bind a port
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
 
 
 async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
     identity = args.identity or default_identity()
-    async with await api_client(args.kubeconfig) as api:
+    async with await api_client(args.kubeconfig) as api_client_:
         metrics = AgentMetrics()
-        controller = Controller(Kube(api, instance=identity), config, identity=identity, metrics=metrics)
+        controller = Controller(Kube(api_client_, instance=identity), config, identity=identity, metrics=metrics)
 
         def ready() -> tuple[bool, str]:
             waiting = [name for name in WATCHED if not controller.synced[name].is_set()]
@@ -88,7 +103,17 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
                 return False, f"not listed yet: {', '.join(waiting)}"
             return True, "ok (leader)" if controller.leading else "ok (standby)"
 
-        health = HealthServer(metrics, ready)
+        api = None
+        if args.tls_cert_file:
+            settings = config.api.model_copy(
+                update={
+                    "lease_namespace": config.lease_namespace,
+                    "lease_name": config.lease_name,
+                    "node_loss_taints": config.node_loss_taints,
+                }
+            )
+            api = ApiServer(ApiKube(api_client_, timeout=settings.request_timeout), settings)
+        health = HealthServer(metrics, ready, api.metrics.render if api else None)
         stop = asyncio.Event()
 
         def on_signal() -> None:
@@ -99,7 +124,13 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         port = config.health_port if args.health_port is None else args.health_port
-        async with serving(health, args.bind_address, port) as port:
+        async with contextlib.AsyncExitStack() as stack:
+            port = await stack.enter_async_context(serving(health, args.bind_address, port))
+            if api is not None:
+                tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)
+                api_port = config.api.port if args.api_port is None else args.api_port
+                api_port = await stack.enter_async_context(serve_api(api.app(), args.bind_address, api_port, tls))
+                log.info("supervisor API on https://%s:%d", args.bind_address, api_port)
             log.info(
                 "identity %s; health on %s:%d; Lease %s/%s",
                 identity,

@@ -8,6 +8,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.api.settings import ApiSettings
 from agent.constants import DEFAULT_HEALTH_PORT, DEFAULT_WORKERS
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from serving.config import ConfigError, load_yaml_model
@@ -51,6 +52,8 @@ class AgentConfig(BaseModel):
     """The site's taint keys that also mean "this node is lost", added to unreachable/not-ready/out-of-service."""
     workers: int = Field(DEFAULT_WORKERS, ge=1, le=64)
     """Workloads reconciled at once (one Workload is never reconciled by two at a time)."""
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    """The supervisor API, served over HTTPS when the TLS files are given (docs/api.md)."""
     health_port: int = Field(DEFAULT_HEALTH_PORT, alias="healthPort", ge=1, le=65535)
     """Plain HTTP: /healthz, /readyz and /metrics."""
 

@@ -18,8 +18,15 @@ from serving.prometheus import CONTENT_TYPE
 
 
 class HealthServer:
-    def __init__(self, metrics: AgentMetrics, ready: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(
+        self,
+        metrics: AgentMetrics,
+        ready: Callable[[], tuple[bool, str]],
+        more_metrics: Callable[[], str] | None = None,
+    ) -> None:
         self.metrics = metrics
+        self.more_metrics = more_metrics
+        """Further exposition text on the same /metrics (the supervisor API's, when it is served)."""
         self.ready = ready
         self.stopping = False
 
@@ -38,7 +45,8 @@ class HealthServer:
         return web.Response(status=200 if ok else 503, text=why)
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": CONTENT_TYPE})
+        text = self.metrics.render() + (self.more_metrics() if self.more_metrics else "")
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
 
 @asynccontextmanager

@@ -20,6 +20,8 @@ class ErrorKind(StrEnum):
     """The adapter cannot prove its gates; every mutating call refuses with the reason."""
     UNAVAILABLE = "unavailable"
     """The API server could not be reached or answered with an error; safe to retry."""
+    INTERNAL = "internal"
+    """A bug in the agent; the message says where. Nothing more is known about what was written."""
 
 
 STATUS: dict[ErrorKind, int] = {
@@ -31,15 +33,20 @@ STATUS: dict[ErrorKind, int] = {
     ErrorKind.CONFLICT: 409,
     ErrorKind.OBSERVE_ONLY: 503,
     ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.INTERNAL: 500,
 }
 
 
 class ApiError(Exception):
-    def __init__(self, kind: ErrorKind, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, kind: ErrorKind, message: str, field: str | None = None, *, orphans: list[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.field = field
+        self.orphans = orphans
+        """Status of a TrainJob that is gone (or replaced): what it left behind, as the spec names orphans."""
 
     @property
     def status(self) -> int:
@@ -49,4 +56,6 @@ class ApiError(Exception):
         body: dict[str, Any] = {"error": self.kind.value, "message": self.message}
         if self.field:
             body["field"] = self.field
+        if self.orphans is not None:
+            body["orphans"] = self.orphans
         return body

@@ -155,6 +155,11 @@ class StatusResponse(_Model):
     ceased: bool
     foreign: list[str]
     orphans: list[str]
+    deletion_timestamp: str | None = Field(
+        None,
+        alias="deletionTimestamp",
+        description="set once the TrainJob is being deleted (Stop): it goes when its pods are gone",
+    )
 
     @classmethod
     def of(cls, ref: ObjectRef, s: Status) -> StatusResponse:
@@ -191,7 +196,24 @@ class Capabilities(_Model):
     observe_only_reason: str | None = Field(None, alias="observeOnlyReason")
 
 
+class OutputRequest(ObjectRef):
+    follow: bool = Field(False, description="keep streaming until the container ends or the caller goes")
+    tail_lines: int | None = Field(None, alias="tailLines", ge=0, description="only the last lines")
+
+
+class PreflightRequest(_Model):
+    namespace: Name = Field(description="where the probe TrainJob is created (and removed again)")
+    runtime: RuntimeRef = Field(description="the runtime the probe is copied from, as Start would")
+    kueue: KueueSpec | None = Field(None, description="Kueue mode, through this LocalQueue; absent is plain mode")
+
+
 class ErrorResponse(_Model):
-    error: str
+    error: str = Field(
+        description="the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, "
+        "observe_only, unavailable, internal"
+    )
     message: str
-    field: str | None = None
+    field: str | None = Field(None, description="with invalid: the request field that was wrong")
+    orphans: list[str] | None = Field(
+        None, description="with not_found from Status: objects the TrainJob left behind (`<namespace>/jobset/<name>`…)"
+    )

@@ -56,3 +56,62 @@ async def test_health_ready_and_metrics():
         response = await client.get("/metrics")
         assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         assert 'dispatch_agent_decisions_total{action="raise"} 1' in await response.text()
+
+
+def test_the_tls_files_go_together(capsys, tmp_path):
+    assert main(["serve", "--tls-cert-file", str(tmp_path / "tls.crt")]) == 2
+    assert "--tls-cert-file and --tls-private-key-file go together" in capsys.readouterr().err
+
+
+def test_the_operators_client_is_the_same_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["status", "--help"])
+    assert exit_.value.code == 0
+    assert "--server" in capsys.readouterr().out
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_apis_metrics_share_the_health_port():
+    server = HealthServer(AgentMetrics(), lambda: (True, "ok"), lambda: "dispatch_api_example 1\n")
+    async with TestClient(TestServer(server.app())) as client:
+        assert "dispatch_api_example 1" in await (await client.get("/metrics")).text()
+
+
+@pytest.mark.cluster
+def test_serve_with_tls_files_serves_the_supervisor_api(control_plane, tmp_path):
+    import json
+    import ssl
+    import sys
+    import time
+    import urllib.request
+
+    from certs import pki
+    from harness.cluster import free_port
+
+    ca = pki.make_ca("agent-api-test")
+    pair = pki.make_serving_cert(ca, "dispatch-agent", ip_addresses=["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls.key").write_bytes(pair.key_pem)
+    port = free_port()
+    argv = [sys.executable, "-m", "agent", "serve", "--kubeconfig", control_plane.admin_kubeconfig,
+            "--health-port", "0", "--bind-address", "127.0.0.1", "--api-port", str(port),
+            "--tls-cert-file", tmp_path / "tls.crt", "--tls-private-key-file", tmp_path / "tls.key"]  # fmt: skip
+    name = f"agent-api-{port}"
+    control_plane.supervisor.start(name, argv)
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{port}/v1/openapi.json", context=context, timeout=2
+                ) as r:
+                    document = json.loads(r.read())
+                break
+            except OSError:
+                assert time.monotonic() < deadline, control_plane.supervisor.get(name).describe_exit()
+                time.sleep(0.3)
+        assert document["openapi"].startswith("3.")
+        assert "/v1/start" in document["paths"]
+    finally:
+        control_plane.supervisor.stop(name)

@@ -1,0 +1,221 @@
+"""The HTTPS shell of the API: authenticate, parse, authorize, call the service, answer.
+
+Mount it in the agent's ``serve``::
+
+    api = ApiServer(Kube(api_client, timeout=settings.request_timeout), settings)
+    async with serving(api.app(), host, settings.port, tls):  # tls: certs.reload.ReloadingServerContext
+        ...
+
+Order of checks, for every route but the OpenAPI document: a bearer token (401), TokenReview (401), the
+body (400), SubjectAccessReview for each right the route needs (403), observe-only for writes (503) —
+and only then does the agent read or write anything on the caller's behalf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Final
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from agent.api.auth import Authenticator, User, authorize, bearer_token
+from agent.api.errors import ApiError, ErrorKind
+from agent.api.kube import Kube
+from agent.api.models import OutputRequest
+from agent.api.openapi import document
+from agent.api.routes import OPENAPI_PATH, ROUTES, Route
+from agent.api.service import Service
+from agent.api.settings import ApiSettings
+from certs.reload import ReloadingServerContext
+from serving.prometheus import Counter, Histogram, render
+
+MAX_BODY: Final = 1024 * 1024
+"""Bytes: a StartRequest is a few KiB; the API server refuses objects over 1.5 MiB anyway."""
+SHUTDOWN_TIMEOUT: Final = 10.0
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.requests = Counter(
+            "dispatch_api_requests_total", "API calls answered, by operation and HTTP status.", ("operation", "code")
+        )
+        self.duration = Histogram(
+            "dispatch_api_request_duration_seconds",
+            "Time to answer an API call (a log stream: until it ends).",
+            DURATION_BUCKETS,
+            ("operation",),
+        )
+
+    def render(self) -> str:
+        return render([self.requests, self.duration])
+
+
+def _json(model: BaseModel, status: int = 200) -> web.Response:
+    body = json.dumps(model.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+    return web.Response(text=body, status=status, content_type="application/json")
+
+
+def error_response(error: ApiError, status: int | None = None) -> web.Response:
+    headers = {"WWW-Authenticate": "Bearer"} if error.kind is ErrorKind.UNAUTHENTICATED else None
+    return web.json_response(error.body(), status=status or error.status, headers=headers)
+
+
+# The request's field names, as the contract's errors name them in the spec's words.
+_FIELDS: Final = {"JobID": "jobId", "N": "n", "G": "g", "WorkDir": "workDir"}
+
+
+def _field(name: str) -> str:
+    head, dot, rest = name.partition(".")
+    return _FIELDS.get(head, head) + dot + rest
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as the typed JSON body, including the router's own 404 and 405."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        if exc.field:
+            exc.field = _field(exc.field)
+        return error_response(exc)
+    except web.HTTPNotFound:
+        return error_response(ApiError(ErrorKind.NOT_FOUND, f"no such endpoint: {request.method} {request.path}"))
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return error_response(ApiError(ErrorKind.INVALID, f"{request.method} is not allowed; use {allowed}"), 405)
+    except web.HTTPException:
+        raise
+    except Exception as exc:
+        log.exception("internal error in %s %s", request.method, request.path)
+        return error_response(ApiError(ErrorKind.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"))
+
+
+async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    """The JSON body as ``model``, by the wire names only and strictly (no "3" for 3): what the schema says."""
+    if request.content_type != "application/json":
+        raise ApiError(ErrorKind.INVALID, f"the body must be application/json, not {request.content_type or 'absent'}")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(ErrorKind.INVALID, f"the body exceeds {MAX_BODY} bytes") from None
+    if not raw:
+        raise ApiError(ErrorKind.INVALID, "the body is empty: expected a JSON object")
+    try:
+        return model.model_validate_json(raw, strict=True, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        problems = exc.errors(include_url=False)
+        where = ".".join(str(p) for p in problems[0]["loc"]) or None
+        message = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}" for e in problems)
+        raise ApiError(ErrorKind.INVALID, message, field=where) from None
+
+
+class ApiServer:
+    """The API over one Kubernetes client. ``service`` holds the operations and the observe-only state."""
+
+    def __init__(self, kube: Kube, settings: ApiSettings, *, authenticator: Authenticator | None = None) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.service = Service(kube, settings)
+        self.authenticate = authenticator or Authenticator(
+            kube, audiences=settings.token_audiences, ttl=settings.token_cache_seconds
+        )
+        self.metrics = ApiMetrics()
+        self._openapi = json.dumps(document())
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
+        self.add_routes(app)
+        return app
+
+    def add_routes(self, app: web.Application) -> None:
+        """The API's routes, for an app of the caller's (its middlewares then apply, not ours)."""
+        for route in ROUTES:
+            app.router.add_route(route.method, route.path, functools.partial(self._call, route=route))
+        app.router.add_get(OPENAPI_PATH, self._document)
+
+    async def _document(self, _: web.Request) -> web.Response:
+        # Public, like /healthz: it describes the API and holds nothing about any object or caller.
+        return web.Response(text=self._openapi, content_type="application/json")
+
+    async def _call(self, request: web.Request, *, route: Route) -> web.StreamResponse:
+        started = time.perf_counter()
+        code = 500
+        try:
+            response = await self._answer(request, route)
+            code = response.status
+            return response
+        except ApiError as exc:
+            code = exc.status
+            raise
+        finally:
+            self.metrics.requests.inc(route.operation, str(code))
+            self.metrics.duration.observe(time.perf_counter() - started, route.operation)
+
+    async def _answer(self, request: web.Request, route: Route) -> web.StreamResponse:
+        user = await self.authenticate(bearer_token(request.headers.get("Authorization")))
+        body = await parse(request, route.request) if route.request is not None else None
+        for access in route.rights(body):
+            await authorize(self.kube, user, access)
+        if route.mutating:
+            self.service.state.refuse_if_observe_only()
+        log.info("%s by %s", route.operation, user.username)
+        if route.response is None:
+            assert isinstance(body, OutputRequest)
+            return await self._stream(request, body, user)
+        call = getattr(self.service, route.operation)
+        result = await (call(body) if body is not None else call())
+        return _json(result)
+
+    async def _stream(self, request: web.Request, body: OutputRequest, user: User) -> web.StreamResponse:
+        async with self.service.output(body) as (pod, upstream):
+            response = web.StreamResponse(headers={"X-Dispatch-Pod": pod})
+            response.content_type = "text/plain"
+            response.charset = "utf-8"
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            except ConnectionResetError:  # the caller went away: nothing left to answer
+                log.info("output of %s for %s: the caller went away", pod, user.username)
+                return response
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the status is sent; all that can be done is to end the stream
+                log.warning("output of %s ended early: %s: %s", pod, type(exc).__name__, exc)
+            await response.write_eof()
+            return response
+
+
+def build_app(kube: Kube, settings: ApiSettings) -> web.Application:
+    return ApiServer(kube, settings).app()
+
+
+@asynccontextmanager
+async def serving(app: web.Application, host: str, port: int, tls: ReloadingServerContext) -> AsyncIterator[int]:
+    """Serve ``app`` over HTTPS only on host:port (0: a free one) until the block ends; yields the port.
+
+    The certificate follows its files (checked in the background while serving). On exit the listener
+    closes first, then calls in flight get SHUTDOWN_TIMEOUT seconds.
+    """
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    await runner.setup()
+    watcher = asyncio.create_task(tls.watch(), name="api-certificate-reload")
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=tls.context)
+        await site.start()
+        yield runner.addresses[0][1]
+    finally:
+        watcher.cancel()
+        await runner.cleanup()

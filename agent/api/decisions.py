@@ -1,0 +1,382 @@
+"""The API's own decisions, as pure functions of what was read: the shell (service.py) reads, calls these
+and the functional core (agent.operations, agent.start, agent.status), and writes.
+
+Also the one mapping of the API server's answers to the API's typed errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from agent.api.errors import ApiError, ErrorKind
+from agent.api.kube import KubeError
+from agent.api.models import Capabilities, ObjectRef
+from agent.operations import Hold, Refused
+from agent.start import readback_changes
+from agent.workload import condition_true
+from contract.admission import preconditions
+from contract.errors import ContractError
+from contract.keys import (
+    ADMISSION_CHECK_CONTROLLER,
+    LABEL_JOB_COMPLETION_INDEX,
+    LABEL_JOB_ID,
+    LABEL_RESTART_ATTEMPT,
+    LABEL_SUBMISSION,
+    PROBE_NODE_SELECTOR_KEY,
+    PROBE_NODE_SELECTOR_VALUE,
+    TRAINER_GROUP,
+)
+from contract.objects import add_op, dig, labels
+from contract.ownership import dispatch_patch_index
+from contract.trainjob import Submission, build_trainjob
+
+T = TypeVar("T")
+
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+GROUPS: Final = (TRAINER_GROUP, JOBSET_GROUP, KUEUE_GROUP)
+"""The API groups whose versions Preflight reports."""
+
+
+# -- Errors ---------------------------------------------------------------------------------------
+
+
+def contract(call: Callable[..., T], *args: Any) -> T:
+    """Run a contract builder; its ContractError is an invalid request naming the field."""
+    try:
+        return call(*args)
+    except ContractError as exc:
+        raise ApiError(ErrorKind.INVALID, exc.message, field=exc.field) from None
+
+
+def refused(exc: Refused) -> ApiError:
+    return ApiError(ErrorKind(exc.kind), exc.message)
+
+
+def read_failed(exc: KubeError, what: str) -> ApiError:
+    return ApiError(ErrorKind.UNAVAILABLE, f"cannot read {what}: {exc.describe()}")
+
+
+def write_failed(exc: KubeError, what: str) -> ApiError:
+    """A write (patch or delete) the API server refused.
+
+    409 is the resourceVersion or uid precondition, 422 a JSON Patch ``test`` of the uid that failed: the
+    object changed or is another one, so re-read and retry. A refusal by an admission webhook is final.
+    Anything else (the agent's own RBAC, the API server failing) is the agent's problem, worth a retry.
+    """
+    if exc.status in (409, 422) and not exc.webhook_denial:
+        return ApiError(ErrorKind.CONFLICT, f"{what}: the object is not as read ({exc.describe()}); re-read and retry")
+    if exc.status == 404:
+        return ApiError(ErrorKind.NOT_FOUND, f"{what}: the object is gone ({exc.describe()})")
+    if exc.webhook_denial or exc.status in (400, 422):
+        return ApiError(ErrorKind.REJECTED, f"{what}: the API server refused it: {exc.describe()}")
+    return ApiError(ErrorKind.UNAVAILABLE, f"{what}: {exc.describe()}")
+
+
+def create_failed(exc: KubeError, what: str, namespace: str) -> ApiError:
+    if exc.status == 404:
+        return ApiError(ErrorKind.INVALID, f"cannot create {what}: {exc.describe()}", field="namespace")
+    if exc.webhook_denial or exc.status in (400, 422):
+        return ApiError(ErrorKind.REJECTED, f"the API server refused {what} in {namespace}: {exc.describe()}")
+    return ApiError(ErrorKind.UNAVAILABLE, f"cannot create {what}: {exc.describe()}")
+
+
+# -- The object the request names -----------------------------------------------------------------
+
+
+def own(trainjob: Mapping[str, Any] | None, ref: ObjectRef) -> Mapping[str, Any]:
+    """The TrainJob as read, when it is the object the supervisor means (the same UID)."""
+    where = f"TrainJob {ref.namespace}/{ref.name}"
+    if trainjob is None:
+        raise ApiError(ErrorKind.NOT_FOUND, f"{where} does not exist")
+    uid = dig(trainjob, "metadata", "uid")
+    if uid != ref.uid:
+        raise ApiError(ErrorKind.CONFLICT, f"{where} is a different object of the same name: uid {uid}, not {ref.uid}")
+    return trainjob
+
+
+def workload_of(workloads: Iterable[Mapping[str, Any]], uid: str) -> Mapping[str, Any] | None:
+    """The TrainJob's Workload among those labelled with its uid: the one it owns."""
+    for w in workloads:
+        refs = dig(w, "metadata", "ownerReferences") or []
+        if any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs):
+            return w
+    return None
+
+
+def our_checks(admission_checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Names of the AdmissionChecks served by dispatch's controller."""
+    return sorted(
+        str(dig(c, "metadata", "name"))
+        for c in admission_checks
+        if dig(c, "spec", "controllerName") == ADMISSION_CHECK_CONTROLLER
+    )
+
+
+# -- Start ----------------------------------------------------------------------------------------
+
+
+def existing_problems(built: Mapping[str, Any], existing: Mapping[str, Any]) -> list[str]:
+    """Why an existing TrainJob of the name is not the one this Start would create, still as created.
+
+    Start is idempotent for a retry: the same request (JobID, N, attempt, G, the same image, command, env,
+    credentials...) finds what it created and goes on from there. Anything else of the name — another
+    request's object, or ours after Open or a raise of A, or one being deleted — is a conflict.
+    """
+    problems = readback_changes(built, existing)
+    if dig(existing, "metadata", "deletionTimestamp"):
+        problems.append("it is being deleted")
+    return problems
+
+
+def copy_problems(copy_read: Mapping[str, Any], sub: Submission) -> list[str]:
+    """Why an existing TrainingRuntime of the name cannot serve as this Start's runtime copy.
+
+    One left by an earlier Start that stopped before creating the TrainJob carries our labels and no owner
+    yet; it is taken as it is (its spec is what the TrainJob is then built against).
+    """
+    problems = []
+    have = labels(copy_read)
+    if have.get(LABEL_JOB_ID) != sub.job_id or have.get(LABEL_SUBMISSION) != str(sub.n):
+        problems.append("it does not carry this job's job-id and submission labels")
+    if dig(copy_read, "metadata", "ownerReferences"):
+        problems.append("it belongs to another (perhaps deleted) TrainJob")
+    if dig(copy_read, "metadata", "deletionTimestamp"):
+        problems.append("it is being deleted")
+    return problems
+
+
+UNCHECKED: Final = (
+    "its pods request no resources, so Kueue assigns it no flavor and would admit it without dispatch's "
+    "AdmissionCheck (a check applies only to the flavors a Workload is assigned): the readmission gate would "
+    "not hold; give the runtime's containers resource requests"
+)
+
+
+def unchecked(workload: Mapping[str, Any] | None) -> str | None:
+    """Why Kueue would admit this Workload past dispatch's AdmissionCheck, or None.
+
+    Kueue (pkg/workload AdmissionChecksForWorkload) keeps only the checks whose flavors intersect the flavors
+    of the admission, and a pod set that requests nothing is assigned none. So a Workload none of whose
+    containers requests (or limits, which default requests) anything is admitted with no check at all.
+    """
+    if workload is None:
+        return None
+    for pod_set in dig(workload, "spec", "podSets") or []:
+        pod_spec = dig(pod_set, "template", "spec") or {}
+        for key in ("containers", "initContainers"):
+            for container in pod_spec.get(key) or []:
+                resources = container.get("resources") if isinstance(container, Mapping) else None
+                if isinstance(resources, Mapping) and (resources.get("requests") or resources.get("limits")):
+                    return None
+    return UNCHECKED
+
+
+def owner_patch(copy_read: Mapping[str, Any], owner_ref: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON Patch adding the runtime copy's ownerReference to its TrainJob; empty when it is there."""
+    refs = dig(copy_read, "metadata", "ownerReferences")
+    if isinstance(refs, list) and any(isinstance(r, Mapping) and r.get("uid") == owner_ref["uid"] for r in refs):
+        return []
+    ops = preconditions(copy_read)
+    if isinstance(refs, list):
+        ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": dict(owner_ref)})
+    else:
+        ops.append(add_op(copy_read, ("metadata", "ownerReferences"), [dict(owner_ref)]))
+    return ops
+
+
+# -- Hold -----------------------------------------------------------------------------------------
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> dt.datetime | None:
+    """An RFC 3339 date-time with its offset, or None."""
+    if "T" not in text.upper():
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def hold_of(*, instance: str, now: dt.datetime, who: str, reason: str, until: str | None) -> Hold:
+    if until is not None and parse_rfc3339(until) is None:
+        raise ApiError(ErrorKind.INVALID, f"{until!r} is not an RFC 3339 date-time with an offset", field="until")
+    return Hold(instance=instance, since=rfc3339(now), who=who, reason=reason, until=until)
+
+
+# -- Output ---------------------------------------------------------------------------------------
+
+
+def rank0(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Rank 0's pod of the latest execution: completion index 0, the highest JobSet restart, the newest."""
+    candidates = [p for p in pods if labels(p).get(LABEL_JOB_COMPLETION_INDEX) == "0"]
+
+    def order(pod: Mapping[str, Any]) -> tuple[int, str]:
+        attempt = labels(pod).get(LABEL_RESTART_ATTEMPT)
+        j = int(attempt) if isinstance(attempt, str) and attempt.isdigit() else -1
+        return j, str(dig(pod, "metadata", "creationTimestamp") or "")
+
+    return max(candidates, key=order, default=None)
+
+
+# -- Preflight ------------------------------------------------------------------------------------
+
+
+def probe_trainjob(sub: Submission, runtime_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe: a dispatch TrainJob as Start builds it, whose trainer pods could never be scheduled.
+
+    The node selector goes into dispatch's own runtime patch entry (its pod spec), not into the runtime copy,
+    whose spec stays the source's verbatim as for every job: the probe is then exactly what Start creates,
+    plus a label no node carries. With the image in a reserved TLD, a pod that appears despite the gate
+    still runs nothing.
+    """
+    tj = build_trainjob(sub, runtime_spec)
+    i = dispatch_patch_index(tj)
+    assert i is not None  # build_trainjob always writes dispatch's entry
+    jobs = tj["spec"]["runtimePatches"][i]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod_template = jobs[0]["template"]["spec"]["template"]
+    pod_template.setdefault("spec", {})["nodeSelector"] = {PROBE_NODE_SELECTOR_KEY: PROBE_NODE_SELECTOR_VALUE}
+    return tj
+
+
+def probe_leaks(
+    trainjob: Mapping[str, Any] | None, workload: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """What shows that the closed probe got through its gate: a pod, an admission, an unsuspended TrainJob."""
+    leaks = [f"pod {dig(p, 'metadata', 'name')} appeared" for p in pods]
+    if trainjob is not None and dig(trainjob, "spec", "suspend") is not True:
+        leaks.append("the probe TrainJob was unsuspended")
+    for condition in ("QuotaReserved", "Admitted"):
+        if condition_true(workload, condition):
+            leaks.append(f"its Workload has {condition}=True")
+    return leaks
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    renewed: str | None
+    fresh: bool
+    reason: str
+
+
+def lease_state(lease: Mapping[str, Any] | None, now: dt.datetime, where: str) -> LeaseState:
+    """The readmission controller's heartbeat: fresh while renewTime + leaseDurationSeconds is ahead."""
+    if lease is None:
+        return LeaseState(None, False, f"the readmission controller's Lease {where} does not exist")
+    renewed = dig(lease, "spec", "renewTime")
+    duration = dig(lease, "spec", "leaseDurationSeconds")
+    moment = parse_rfc3339(renewed) if isinstance(renewed, str) else None
+    if moment is None or not isinstance(duration, int) or isinstance(duration, bool):
+        return LeaseState(renewed if isinstance(renewed, str) else None, False, f"the Lease {where} is never renewed")
+    age = (now - moment).total_seconds()
+    if age > duration:
+        return LeaseState(
+            renewed,
+            False,
+            f"the readmission controller is dead: its Lease {where} was last renewed {age:.0f}s ago ({renewed}), "
+            f"longer than its leaseDurationSeconds ({duration})",
+        )
+    return LeaseState(renewed, True, f"the Lease {where} was renewed {max(age, 0):.0f}s ago")
+
+
+def api_versions(discovery: Any) -> dict[str, list[str]]:
+    """Versions served of the groups dispatch uses, from ``GET /apis``; preferred first."""
+    found: dict[str, list[str]] = {group: [] for group in GROUPS}
+    for group in (discovery or {}).get("groups") or []:
+        name = group.get("name")
+        if name in found:
+            versions = [v.get("version") for v in group.get("versions") or [] if v.get("version")]
+            preferred = dig(group, "preferredVersion", "version")
+            found[name] = sorted(versions, key=lambda v: v != preferred)
+    return found
+
+
+def active(admission_checks: Iterable[Mapping[str, Any]], names: Iterable[str]) -> list[str]:
+    named = set(names)
+    return [
+        str(dig(c, "metadata", "name"))
+        for c in admission_checks
+        if dig(c, "metadata", "name") in named and condition_true(c, "Active")
+    ]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    seconds: float
+    leaks: tuple[str, ...] = ()
+    workload_problems: tuple[str, ...] = ()
+    """Kueue mode: why the probe's Workload shows that Kueue does not manage it as dispatch needs."""
+    error: str | None = None
+    """The probe could not be run (created, watched) at all."""
+
+
+def capabilities(
+    *,
+    kueue: bool,
+    probe: ProbeResult,
+    lease: LeaseState,
+    versions: Mapping[str, list[str]],
+    checks: Sequence[str],
+    active_checks: Sequence[str],
+) -> Capabilities:
+    """The capabilities report, and whether the adapter must be observe-only (and why)."""
+    if probe.error is not None:
+        start_gate, start_reason = False, f"the probe could not be run: {probe.error}"
+    elif probe.leaks:
+        start_gate, start_reason = False, "the start gate leaks: " + "; ".join(probe.leaks)
+    else:
+        start_gate, start_reason = True, f"the closed probe stayed closed for {probe.seconds:g}s"
+    if not kueue:
+        readmission, readmission_reason = False, "not needed: nothing re-admits a plain-mode TrainJob"
+        trouble = [] if start_gate else [start_reason]
+    else:
+        problems = []
+        if not versions.get(KUEUE_GROUP):
+            problems.append(f"the API server serves no {KUEUE_GROUP} API")
+        if not checks:
+            problems.append(f"no AdmissionCheck has controllerName {ADMISSION_CHECK_CONTROLLER}")
+        elif not active_checks:
+            problems.append(f"dispatch's AdmissionCheck ({', '.join(checks)}) is not Active")
+        problems += list(probe.workload_problems)
+        if not lease.fresh:
+            problems.append(lease.reason)
+        readmission = not problems
+        readmission_reason = (
+            f"dispatch's AdmissionCheck {', '.join(active_checks)} is Active and listed on the probe's Workload; "
+            + lease.reason
+            if readmission
+            else "; ".join(problems)
+        )
+        trouble = ([] if start_gate else [start_reason]) + ([] if readmission else [readmission_reason])
+    return Capabilities(
+        start_gate=start_gate,
+        start_gate_reason=start_reason,
+        readmission_gate=readmission,
+        readmission_gate_reason=readmission_reason,
+        lease_renewed=lease.renewed,
+        versions=dict(versions),
+        observe_only=bool(trouble),
+        observe_only_reason="; ".join(trouble) or None,
+    )
+
+
+def unproven(reason: str, observe_only: bool) -> Capabilities:
+    """The report before any Preflight has run in this process."""
+    return Capabilities(
+        start_gate=False,
+        start_gate_reason=reason,
+        readmission_gate=False,
+        readmission_gate_reason=reason,
+        lease_renewed=None,
+        versions={},
+        observe_only=observe_only,
+        observe_only_reason=reason if observe_only else None,
+    )

@@ -1,0 +1,199 @@
+"""The API's I/O against the API server: plain JSON in and out, over kubernetes_asyncio's ApiClient.
+
+Objects are read as the API server writes them (camelCase JSON), never through the generated models:
+the node-loss classification refuses a model's ``to_dict()`` because its snake_case keys would read as
+absent fields. So every call goes through ``ApiClient.call_api`` unparsed, which also keeps its auth
+(client certificates, the ServiceAccount token and its refresh) and TLS settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from contract.keys import FIELD_MANAGER, TRAINER_GROUP
+
+JSON_PATCH: Final = "application/json-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = "/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced:
+            if namespace is None:
+                raise ValueError(f"{self.plural} is namespaced")
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        path = f"{base}/{self.plural}"
+        if name is not None:
+            path += "/" + quote(name, safe="")
+        if subresource is not None:
+            path += "/" + subresource
+        return path
+
+
+TRAINJOBS: Final = Resource(TRAINER_GROUP, "v1alpha1", "trainjobs")
+TRAINING_RUNTIMES: Final = Resource(TRAINER_GROUP, "v1alpha1", "trainingruntimes")
+CLUSTER_TRAINING_RUNTIMES: Final = Resource(TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", namespaced=False)
+WORKLOADS: Final = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
+ADMISSION_CHECKS: Final = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", namespaced=False)
+JOBSETS: Final = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
+PODS: Final = Resource("", "v1", "pods")
+NODES: Final = Resource("", "v1", "nodes", namespaced=False)
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
+TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECT_ACCESS_REVIEWS: Final = Resource("authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False)
+
+
+class KubeError(Exception):
+    """The API server answered with an error (``status`` >= 400), or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, reason: str, message: str, method: str = "", path: str = "") -> None:
+        super().__init__(f"{method} {path}: HTTP {status} {reason}: {message}".strip())
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def webhook_denial(self) -> bool:
+        """A refusal by an admission webhook (or policy), as opposed to RBAC's refusal of the agent itself."""
+        return "admission webhook" in self.message or "ValidatingAdmissionPolicy" in self.message
+
+    def describe(self) -> str:
+        return f"HTTP {self.status} {self.reason}: {self.message}".strip(": ")
+
+
+def _error(status: int, raw: bytes, method: str, path: str) -> KubeError:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping):
+        return KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), method, path)
+    return KubeError(status, "", raw.decode("utf-8", "replace")[:500], method, path)
+
+
+def selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+class Kube:
+    """Thin JSON REST over an ApiClient. Every write carries dispatch's field manager."""
+
+    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        limit: float | aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        try:
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=list(query),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=limit or self.timeout,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise KubeError(0, "Unreachable", f"{type(exc).__name__}: {exc}", method, path) from None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        response = await self._call(method, path, query=query, body=body, content_type=content_type)
+        try:
+            raw = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise KubeError(0, "Unreachable", f"{type(exc).__name__}: {exc}", method, path) from None
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise _error(response.status, raw, method, path)
+        return json.loads(raw) if raw else None
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return await self.request("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list(self, path: str, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        query = [("labelSelector", selector(labels))] if labels else []
+        return list((await self.request("GET", path, query=query)).get("items") or [])
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, query=[("fieldManager", FIELD_MANAGER)], body=dict(body))
+
+    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return await self.request(
+            "PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=list(ops), content_type=JSON_PATCH
+        )
+
+    async def delete(self, path: str, *, uid: str, propagation: str) -> bool:
+        """Delete the object if it is still the one with ``uid``; False when it was already gone.
+
+        A different object of the same name fails the precondition with 409 Conflict.
+        """
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": uid},
+            "propagationPolicy": propagation,
+        }
+        try:
+            await self.request("DELETE", path, body=body)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def discovery(self) -> dict[str, Any]:
+        return await self.request("GET", "/apis")
+
+    @asynccontextmanager
+    async def stream(self, path: str, query: Sequence[tuple[str, str]]) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A streaming GET (a log): the response whose body is read as it arrives; errors raise KubeError.
+
+        No total timeout, which would cut a followed log; connecting is still bounded.
+        """
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=None)
+        response = await self._call("GET", path, query=query, limit=timeout)
+        try:
+            if response.status >= 400:
+                raise _error(response.status, await response.read(), "GET", path)
+            yield response
+        finally:
+            response.release()

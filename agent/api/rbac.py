@@ -1,0 +1,53 @@
+"""The RBAC the API needs, as data: the agent's own (least) and what a cluster admin grants a supervisor.
+
+The chart renders these; the cluster tests run the agent under exactly ``AGENT_RULES`` and a supervisor
+under exactly ``SUPERVISOR_RULES``, so the lists cannot drift from what the code does. docs/api.md shows
+them as YAML.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from agent.api.auth import API_GROUP, LOG, PREFLIGHTS, TRAINJOBS
+from contract.keys import LEASE_NAME, TRAINER_GROUP
+
+Rule = dict[str, Any]
+
+AGENT_RULES: Final[list[Rule]] = [
+    # Start creates the copy and the TrainJob, adds the copy's ownerReference (patch), reads them back, and
+    # deletes what it refuses; Open/Hold/Release patch the TrainJob; Stop deletes it; Preflight's probe.
+    {"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get", "create", "patch", "delete"]},
+    {"apiGroups": [TRAINER_GROUP], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch", "delete"]},
+    # The source runtime Start copies.
+    {"apiGroups": [TRAINER_GROUP], "resources": ["clustertrainingruntimes"], "verbs": ["get"]},
+    # The TrainJob's Workload (found by label, so list); Hold/Release patch it. Dispatch's AdmissionChecks.
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["admissionchecks"], "verbs": ["list"]},
+    # Status.
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    # Output.
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # Preflight: the readmission controller's heartbeat (the controller's own RBAC already covers it when
+    # both run in one process; listed for an API served alone).
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"], "resourceNames": [LEASE_NAME]},
+    # Every call: who is calling, and may they (the same two rules as system:auth-delegator).
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+"""A ClusterRole: the agent acts in whichever namespaces its supervisors use. API discovery (``GET /apis``,
+for Preflight's versions) is every authenticated user's through the default ``system:discovery``."""
+
+SUPERVISOR_RULES: Final[list[Rule]] = [
+    {"apiGroups": [API_GROUP], "resources": [TRAINJOBS], "verbs": ["create", "update", "delete", "get"]},
+    {"apiGroups": [API_GROUP], "resources": [f"{TRAINJOBS}/{LOG}"], "verbs": ["get"]},
+]
+"""A Role in each namespace the supervisor runs jobs in (``resourceNames`` may narrow it further: Start is
+checked against the name it will create)."""
+
+PREFLIGHT_RULES: Final[list[Rule]] = [
+    {"apiGroups": [API_GROUP], "resources": [PREFLIGHTS], "verbs": ["create", "get"]},
+]
+"""A ClusterRole: Preflight decides whether the agent is observe-only for everyone."""

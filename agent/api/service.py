@@ -1,0 +1,568 @@
+"""The operations, as the imperative shell: read, decide with the pure core, write, answer.
+
+Every write goes through ``Kube`` with dispatch's field manager; every update after creation is a JSON
+Patch preconditioned on the uid and resourceVersion read (the core writes the ``test``/``replace`` ops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+from ulid import ULID
+
+from agent.api import decisions as d
+from agent.api.errors import ApiError, ErrorKind
+from agent.api.kube import (
+    ADMISSION_CHECKS,
+    CLUSTER_TRAINING_RUNTIMES,
+    JOBSETS,
+    LEASES,
+    NODES,
+    PODS,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+    WORKLOADS,
+    Kube,
+    KubeError,
+)
+from agent.api.models import (
+    Capabilities,
+    HoldRequest,
+    ObjectRef,
+    OpenResponse,
+    OutcomeResponse,
+    OutputRequest,
+    PreflightRequest,
+    RuntimeRef,
+    StartRequest,
+    StartResponse,
+    StatusResponse,
+)
+from agent.api.settings import ApiSettings
+from agent.operations import Plan, Refused, Target, plan_hold, plan_open, plan_release
+from agent.start import NOT_MANAGED, readback_changes, workload_problems
+from agent.status import orphans, status
+from contract.foreign import trainer_job_name
+from contract.keys import (
+    KIND_CLUSTER_TRAINING_RUNTIME,
+    LABEL_JOB_COMPLETION_INDEX,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICATED_JOB_NAME,
+    LABEL_WORKLOAD_JOB_UID,
+    PROBE_IMAGE,
+    TRAINER_CONTAINER,
+)
+from contract.objects import dig
+from contract.ownership import is_kueue_mode
+from contract.runtime_requirements import runtime_problems
+from contract.trainjob import Submission, build_runtime_copy, build_trainjob, runtime_copy_owner_reference
+
+POLL_SECONDS: Final = 0.5
+CONFLICT_ATTEMPTS: Final = 3
+"""Open, Hold and Release re-read and re-plan this often when the object changed under the write."""
+Planner = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Plan]
+STOP_PROPAGATION: Final = "Foreground"
+"""Stop deletes in the foreground: the TrainJob stays readable (with a deletionTimestamp) until every
+dependent that blocks its deletion — JobSet, Jobs, pods — is gone, so Status keeps reporting each pod's
+verdict and Ceased while the job stops, instead of leaving anonymous orphans. The runtime copy
+(``blockOwnerDeletion: false``) is deleted by the garbage collector too, without holding the TrainJob."""
+DISCARD_PROPAGATION: Final = "Background"
+"""A TrainJob Start refuses (or the Preflight probe) never ran: nothing to wait for."""
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class State:
+    """What this agent process knows about its gates: the last Preflight's report."""
+
+    capabilities: Capabilities
+
+    def refuse_if_observe_only(self) -> None:
+        if self.capabilities.observe_only:
+            reason = self.capabilities.observe_only_reason or "the gates are not proven"
+            raise ApiError(ErrorKind.OBSERVE_ONLY, f"observe-only until a Preflight passes: {reason}")
+
+
+def initial_state(settings: ApiSettings) -> State:
+    if settings.require_preflight:
+        return State(d.unproven("no Preflight has passed yet", observe_only=True))
+    return State(d.unproven("no Preflight has run yet", observe_only=False))
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class Service:
+    kube: Kube
+    settings: ApiSettings
+    state: State = field(init=False)
+    now: Any = _now
+
+    def __post_init__(self) -> None:
+        self.state = initial_state(self.settings)
+
+    # -- shared reads ------------------------------------------------------------------------------
+
+    async def _read(self, path: str, what: str) -> dict[str, Any] | None:
+        try:
+            return await self.kube.get(path)
+        except KubeError as exc:
+            raise d.read_failed(exc, what) from None
+
+    async def _list(self, path: str, labels: Mapping[str, str] | None, what: str) -> list[dict[str, Any]]:
+        try:
+            return await self.kube.list(path, labels)
+        except KubeError as exc:
+            if exc.status == 404:  # the kind is not served (Kueue or JobSet not installed): none of them
+                return []
+            raise d.read_failed(exc, what) from None
+
+    async def _own(self, ref: ObjectRef) -> Mapping[str, Any]:
+        trainjob = await self._read(TRAINJOBS.path(ref.namespace, ref.name), f"TrainJob {ref.namespace}/{ref.name}")
+        return d.own(trainjob, ref)
+
+    async def _workload(self, namespace: str, uid: str) -> Mapping[str, Any] | None:
+        workloads = await self._list(
+            WORKLOADS.path(namespace), {LABEL_WORKLOAD_JOB_UID: uid}, f"the Workloads in {namespace}"
+        )
+        return d.workload_of(workloads, uid)
+
+    async def _admission_checks(self) -> list[dict[str, Any]]:
+        try:
+            return await self.kube.list(ADMISSION_CHECKS.path())
+        except KubeError as exc:
+            if exc.status == 404:  # Kueue is not installed: there is no check of ours
+                return []
+            raise d.read_failed(exc, "the AdmissionChecks") from None
+
+    async def _source_runtime(self, ref: RuntimeRef, namespace: str) -> dict[str, Any]:
+        if ref.kind == KIND_CLUSTER_TRAINING_RUNTIME:
+            path, where = CLUSTER_TRAINING_RUNTIMES.path(name=ref.name), f"ClusterTrainingRuntime {ref.name}"
+        else:
+            ns = ref.namespace or namespace
+            if ns != namespace:
+                # The caller's rights are checked in its own namespace only: reading another namespace's
+                # runtime on its behalf would show it what the agent may see and it may not.
+                raise ApiError(
+                    ErrorKind.INVALID,
+                    f"a TrainingRuntime is copied from the TrainJob's own namespace {namespace}, not {ns}; "
+                    "use a ClusterTrainingRuntime to share one",
+                    field="runtime.namespace",
+                )
+            path, where = TRAINING_RUNTIMES.path(ns, ref.name), f"TrainingRuntime {ns}/{ref.name}"
+        source = await self._read(path, where)
+        if source is None:
+            raise ApiError(ErrorKind.INVALID, f"{where} does not exist", field="runtime")
+        source.setdefault("kind", ref.kind)  # as read, the API server always sets it; kept for the annotation
+        problems = runtime_problems(source.get("spec") or {}, allow_rank_restart=self.settings.allow_rank_restart)
+        if problems:
+            raise ApiError(
+                ErrorKind.INVALID,
+                f"{where} may run a second execution under the same identity: " + "; ".join(map(str, problems)),
+                field="runtime",
+            )
+        return source
+
+    # -- Start -------------------------------------------------------------------------------------
+
+    async def start(self, req: StartRequest) -> StartResponse:
+        sub = req.submission(self.settings.site_labels, self.settings.site_annotations)
+        name = d.contract(lambda: sub.name)
+        source = await self._source_runtime(req.runtime, req.namespace)
+        built = d.contract(build_trainjob, sub, source["spec"])
+        copy_built = d.contract(build_runtime_copy, sub, source)
+        tj_path = TRAINJOBS.path(sub.namespace, name)
+        existing = await self._read(tj_path, f"TrainJob {sub.namespace}/{name}")
+        if existing is not None:
+            trainjob = self._take_existing(built, existing)
+            copy_read = await self._read(TRAINING_RUNTIMES.path(sub.namespace, name), f"runtime copy {name}")
+            if copy_read is None:
+                raise ApiError(
+                    ErrorKind.CONFLICT, f"TrainJob {sub.namespace}/{name} exists but its runtime copy does not"
+                )
+        else:
+            copy_read, built = await self._create_copy(sub, copy_built, built)
+            trainjob = await self._create_trainjob(tj_path, built)
+        uid = str(dig(trainjob, "metadata", "uid"))
+        await self._own_copy(copy_read, trainjob)
+        refusal = await self._verify(tj_path, built, uid)
+        if refusal is not None:
+            await self._discard(sub.namespace, name, uid, copy_read)
+            raise refusal
+        return StartResponse(namespace=sub.namespace, name=name, uid=uid)
+
+    async def _verify(self, path: str, built: Mapping[str, Any], uid: str) -> ApiError | None:
+        """Why Start must stop the TrainJob it created: changed since written, or (Kueue mode) not managed by
+        Kueue as dispatch needs. None when it may stand. A failure to read is raised, not a refusal: the
+        object may be fine, and a retried Start takes it up again."""
+        where = f"TrainJob {built['metadata']['namespace']}/{built['metadata']['name']}"
+        read = await self._read(path, where)
+        if read is None or dig(read, "metadata", "uid") != uid:
+            raise ApiError(ErrorKind.CONFLICT, f"{where} was deleted or replaced during Start")
+        changes = readback_changes(built, read)
+        if changes:
+            return ApiError(
+                ErrorKind.CONFLICT, f"{where} changed after creation, so it was stopped: " + "; ".join(changes)
+            )
+        if is_kueue_mode(read):
+            problems = await self._wait_for_workload(built["metadata"]["namespace"], uid)
+            if problems:
+                return ApiError(ErrorKind.REJECTED, "; ".join(problems) + f"; {where} was stopped")
+        return None
+
+    def _take_existing(self, built: Mapping[str, Any], existing: Mapping[str, Any]) -> Mapping[str, Any]:
+        problems = d.existing_problems(built, existing)
+        if problems:
+            where = f"{dig(existing, 'metadata', 'namespace')}/{dig(existing, 'metadata', 'name')}"
+            raise ApiError(
+                ErrorKind.CONFLICT,
+                f"TrainJob {where} exists and is not the one this request creates, as created: " + "; ".join(problems),
+            )
+        return existing
+
+    async def _create_copy(
+        self, sub: Submission, copy_built: Mapping[str, Any], built: dict[str, Any]
+    ) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """The runtime copy, created; or one an interrupted Start left, and the TrainJob built against it."""
+        path = TRAINING_RUNTIMES.path(sub.namespace)
+        try:
+            return await self.kube.create(path, copy_built), built
+        except KubeError as exc:
+            if exc.status != 409:
+                raise d.create_failed(exc, f"runtime copy {sub.name}", sub.namespace) from None
+        left = await self._read(TRAINING_RUNTIMES.path(sub.namespace, sub.name), f"runtime copy {sub.name}")
+        problems = ["it vanished while being read"] if left is None else d.copy_problems(left, sub)
+        if problems:
+            raise ApiError(
+                ErrorKind.CONFLICT,
+                f"a TrainingRuntime {sub.namespace}/{sub.name} exists and cannot be this job's runtime copy: "
+                + "; ".join(problems),
+            )
+        assert left is not None
+        spec = left.get("spec") or {}
+        problems_found = runtime_problems(spec, allow_rank_restart=self.settings.allow_rank_restart)
+        if problems_found:
+            raise ApiError(
+                ErrorKind.CONFLICT,
+                f"the runtime copy {sub.name} left by an earlier Start fails the runtime requirements: "
+                + "; ".join(map(str, problems_found)),
+            )
+        return left, d.contract(build_trainjob, sub, spec)
+
+    async def _create_trainjob(self, path_for_name: str, built: Mapping[str, Any]) -> Mapping[str, Any]:
+        namespace = built["metadata"]["namespace"]
+        try:
+            return await self.kube.create(TRAINJOBS.path(namespace), built)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise d.create_failed(exc, f"TrainJob {built['metadata']['name']}", namespace) from None
+        # Created meanwhile by a concurrent Start (or left by one): the same rule as for an existing one.
+        existing = await self._read(path_for_name, f"TrainJob {namespace}/{built['metadata']['name']}")
+        if existing is None:
+            raise ApiError(ErrorKind.CONFLICT, "the TrainJob was created and deleted concurrently; retry")
+        return self._take_existing(built, existing)
+
+    async def _own_copy(self, copy_read: Mapping[str, Any], trainjob: Mapping[str, Any]) -> None:
+        """Add the copy's ownerReference to the TrainJob, so that it goes with it; re-read once on a conflict."""
+        owner = runtime_copy_owner_reference(trainjob)
+        ns, name = dig(copy_read, "metadata", "namespace"), dig(copy_read, "metadata", "name")
+        path = TRAINING_RUNTIMES.path(ns, name)
+        for attempt in range(2):
+            ops = d.owner_patch(copy_read, owner)
+            if not ops:
+                return
+            try:
+                await self.kube.json_patch(path, ops)
+                return
+            except KubeError as exc:
+                if exc.status not in (409, 422) or attempt:
+                    raise d.write_failed(exc, f"adding the ownerReference to runtime copy {name}") from None
+            reread = await self._read(path, f"runtime copy {name}")
+            if reread is None or dig(reread, "metadata", "uid") != dig(copy_read, "metadata", "uid"):
+                raise ApiError(ErrorKind.CONFLICT, f"runtime copy {ns}/{name} was deleted or replaced during Start")
+            copy_read = reread
+
+    async def _wait_for_workload(self, namespace: str, uid: str) -> list[str]:
+        """Kueue mode: the Workload with the gate and dispatch's check, within timeouts.workload; and one
+        that Kueue will not admit past that check."""
+        deadline = time.monotonic() + self.settings.workload_timeout
+        checks = d.our_checks(await self._admission_checks())
+        while True:
+            workload = await self._workload(namespace, uid)
+            problems = workload_problems(workload, checks)
+            if not problems or time.monotonic() >= deadline:
+                unchecked = d.unchecked(workload)
+                return problems + ([f"{NOT_MANAGED}: {unchecked}"] if unchecked else [])
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def _discard(self, namespace: str, name: str, uid: str, copy_read: Mapping[str, Any]) -> None:
+        """Stop a TrainJob Start refuses, and its copy (which may not be owned yet). Shielded: a caller that
+        goes away must not leave it behind."""
+
+        async def discard() -> None:
+            try:
+                await self.kube.delete(TRAINJOBS.path(namespace, name), uid=uid, propagation=DISCARD_PROPAGATION)
+                copy_uid = dig(copy_read, "metadata", "uid")
+                if copy_uid:
+                    await self.kube.delete(
+                        TRAINING_RUNTIMES.path(namespace, name), uid=copy_uid, propagation=DISCARD_PROPAGATION
+                    )
+            except KubeError as exc:
+                log.error("could not stop the refused TrainJob %s/%s (uid %s): %s", namespace, name, uid, exc)
+
+        await asyncio.shield(discard())
+
+    # -- Open, Hold, Release -------------------------------------------------------------------------
+
+    async def _apply(self, plan: Plan, trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> bool:
+        """Send the plan's patch; False when the object changed since it was read (409: re-read, re-plan)."""
+        if not plan.patch:
+            return True
+        target = trainjob if plan.target is Target.TRAINJOB else workload
+        assert target is not None  # the core plans a Workload write only with a Workload
+        resource = TRAINJOBS if plan.target is Target.TRAINJOB else WORKLOADS
+        ns, name = dig(target, "metadata", "namespace"), dig(target, "metadata", "name")
+        try:
+            await self.kube.json_patch(resource.path(ns, name), plan.patch)
+        except KubeError as exc:
+            if exc.status == 409 and not exc.webhook_denial:
+                return False
+            raise d.write_failed(exc, f"{plan.target.value} {ns}/{name}") from None
+        return True
+
+    async def _plan_and_apply(self, ref: ObjectRef, planner: Planner, *, workload_too: bool) -> Plan:
+        """Read, plan with the core, write; on a resourceVersion conflict, all of it again from a fresh read.
+
+        Why retry here rather than answer conflict: Trainer and Kueue write the TrainJob and the Workload
+        (status, conditions) all the time, so a write preconditioned on a read a moment old often loses the
+        race right after Start or an admission. Re-planning from a new read is exactly what the supervisor
+        would do on a conflict, and the precondition still guarantees that nothing is written from a stale
+        read. A different UID is never retried: the read refuses it.
+        """
+        for _ in range(CONFLICT_ATTEMPTS):
+            trainjob = await self._own(ref)
+            kueue = workload_too and is_kueue_mode(trainjob)
+            workload = await self._workload(ref.namespace, ref.uid) if kueue else None
+            try:
+                plan = planner(trainjob, workload)
+            except Refused as exc:
+                raise d.refused(exc) from None
+            if await self._apply(plan, trainjob, workload):
+                return plan
+        raise ApiError(
+            ErrorKind.CONFLICT,
+            f"TrainJob {ref.namespace}/{ref.name} (or its Workload) changed under each of {CONFLICT_ATTEMPTS} writes; "
+            "re-read and retry",
+        )
+
+    async def open(self, ref: ObjectRef) -> OpenResponse:
+        plan = await self._plan_and_apply(ref, lambda tj, _: plan_open(tj), workload_too=False)
+        return OpenResponse(outcome=plan.outcome, held_by=list(plan.held_by), a=plan.new_a)
+
+    async def hold(self, req: HoldRequest) -> OutcomeResponse:
+        hold = d.hold_of(instance=str(ULID()), now=self.now(), who=req.who, reason=req.reason, until=req.until)
+        plan = await self._plan_and_apply(req, lambda tj, wl: plan_hold(tj, wl, hold), workload_too=True)
+        return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
+
+    async def release(self, ref: ObjectRef) -> OutcomeResponse:
+        plan = await self._plan_and_apply(ref, plan_release, workload_too=True)
+        return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
+
+    # -- Stop ----------------------------------------------------------------------------------------
+
+    async def stop(self, ref: ObjectRef) -> OutcomeResponse:
+        """Delete the TrainJob if it is still the one with the UID; gone already is success (idempotent)."""
+        path = TRAINJOBS.path(ref.namespace, ref.name)
+        try:
+            deleted = await self.kube.delete(path, uid=ref.uid, propagation=STOP_PROPAGATION)
+        except KubeError as exc:
+            if exc.status == 409:
+                raise ApiError(
+                    ErrorKind.CONFLICT,
+                    f"TrainJob {ref.namespace}/{ref.name} is a different object of the same name ({exc.message})",
+                ) from None
+            raise d.write_failed(exc, f"TrainJob {ref.namespace}/{ref.name}") from None
+        return OutcomeResponse(outcome="stopping" if deleted else "already gone")
+
+    # -- Status --------------------------------------------------------------------------------------
+
+    async def status(self, ref: ObjectRef) -> StatusResponse:
+        ns, name = ref.namespace, ref.name
+        trainjob = await self._read(TRAINJOBS.path(ns, name), f"TrainJob {ns}/{name}")
+        jobset = await self._read(JOBSETS.path(ns, name), f"JobSet {ns}/{name}")
+        pods = await self._list(PODS.path(ns), {LABEL_JOBSET_NAME: name}, f"the pods of {ns}/{name}")
+        runtime_copy = await self._read(TRAINING_RUNTIMES.path(ns, name), f"runtime copy {ns}/{name}")
+        if trainjob is None or dig(trainjob, "metadata", "uid") != ref.uid:
+            left = orphans(trainjob, namespace=ns, jobset=jobset, pods=pods, runtime_copy=runtime_copy)
+            try:
+                d.own(trainjob, ref)
+            except ApiError as exc:
+                raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left)) from None
+        assert trainjob is not None
+        kueue = is_kueue_mode(trainjob)
+        workload = await self._workload(ns, ref.uid) if kueue else None
+        checks = d.our_checks(await self._admission_checks()) if kueue else []
+        nodes: dict[str, Mapping[str, Any]] = {}
+        for node_name in sorted({dig(p, "spec", "nodeName") for p in pods} - {None}):
+            node = await self._read(NODES.path(name=node_name), f"Node {node_name}")
+            if node is not None:
+                nodes[node_name] = node
+        s = status(
+            trainjob=trainjob,
+            workload=workload,
+            jobset=jobset,
+            pods=pods,
+            nodes=nodes,
+            runtime_copy=runtime_copy,
+            checks=checks,
+            node_loss_taints=self.settings.node_loss_taints,
+        )
+        deleting = dig(trainjob, "metadata", "deletionTimestamp")
+        return StatusResponse.of(ref, s).model_copy(update={"deletion_timestamp": deleting})
+
+    # -- Output --------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def output(self, req: OutputRequest) -> AsyncIterator[tuple[str, aiohttp.ClientResponse]]:
+        """Rank 0's log as the API server streams it: (the pod's name, the response to read from)."""
+        trainjob = await self._own(req)
+        job = trainer_job_name(trainjob)
+        if job is None:
+            raise ApiError(ErrorKind.CONFLICT, f"TrainJob {req.namespace}/{req.name} has no dispatch runtime patch")
+        selector = {LABEL_JOBSET_NAME: req.name, LABEL_REPLICATED_JOB_NAME: job, LABEL_JOB_COMPLETION_INDEX: "0"}
+        pod = d.rank0(await self._list(PODS.path(req.namespace), selector, f"the pods of {req.namespace}/{req.name}"))
+        if pod is None:
+            raise ApiError(ErrorKind.NOT_FOUND, f"rank 0 of TrainJob {req.namespace}/{req.name} has no pod (yet)")
+        pod_name = str(dig(pod, "metadata", "name"))
+        query = [("container", TRAINER_CONTAINER)]
+        if req.follow:
+            query.append(("follow", "true"))
+        if req.tail_lines is not None:
+            query.append(("tailLines", str(req.tail_lines)))
+        try:
+            async with self.kube.stream(PODS.path(req.namespace, pod_name, "log"), query) as response:
+                yield pod_name, response
+        except KubeError as exc:
+            if exc.status == 400:  # the container is not running yet, or has no log to show
+                raise ApiError(ErrorKind.CONFLICT, f"rank 0's pod {pod_name}: {exc.message}") from None
+            if exc.status == 404:
+                raise ApiError(ErrorKind.NOT_FOUND, f"rank 0's pod {pod_name} is gone") from None
+            raise ApiError(ErrorKind.UNAVAILABLE, f"cannot read the log of {pod_name}: {exc.describe()}") from None
+
+    # -- Preflight -----------------------------------------------------------------------------------
+
+    async def capabilities(self) -> Capabilities:
+        return self.state.capabilities
+
+    async def preflight(self, req: PreflightRequest) -> Capabilities:
+        kueue = req.kueue is not None
+        try:
+            versions = d.api_versions(await self.kube.discovery())
+        except KubeError as exc:
+            raise d.read_failed(exc, "the API groups") from None
+        source = await self._source_runtime(req.runtime, req.namespace)
+        admission_checks = await self._admission_checks() if kueue else []
+        checks = d.our_checks(admission_checks)
+        probe = await self._probe(req, source, checks)
+        where = f"{self.settings.lease_namespace}/{self.settings.lease_name}"
+        lease = await self._read(LEASES.path(self.settings.lease_namespace, self.settings.lease_name), f"Lease {where}")
+        report = d.capabilities(
+            kueue=kueue,
+            probe=probe,
+            lease=d.lease_state(lease, self.now(), where),
+            versions=versions,
+            checks=checks,
+            active_checks=d.active(admission_checks, checks),
+        )
+        self.state = State(report)
+        if report.observe_only:
+            log.warning("Preflight failed, observe-only: %s", report.observe_only_reason)
+        return report
+
+    async def _probe(self, req: PreflightRequest, source: Mapping[str, Any], checks: list[str]) -> d.ProbeResult:
+        sub = Submission(
+            job_id=str(ULID()),
+            n=0,
+            g=0,
+            attempt=0,
+            namespace=req.namespace,
+            image=PROBE_IMAGE,
+            command=["dispatch-preflight-probe"],
+            queue=req.kueue.local_queue if req.kueue else None,
+            priority_class=req.kueue.priority_class if req.kueue else None,
+            site_labels=self.settings.site_labels,
+            site_annotations=self.settings.site_annotations,
+        )
+        seconds = self.settings.probe_seconds
+        probe = d.contract(d.probe_trainjob, sub, source["spec"])
+        copy_built = d.contract(build_runtime_copy, sub, source)
+        copy_read: Mapping[str, Any] | None = None
+        trainjob: Mapping[str, Any] | None = None
+        try:
+            try:
+                copy_read = await self.kube.create(TRAINING_RUNTIMES.path(req.namespace), copy_built)
+                trainjob = await self.kube.create(TRAINJOBS.path(req.namespace), probe)
+            except KubeError as exc:
+                raise d.create_failed(exc, "the probe", req.namespace) from None
+            await self._own_copy(copy_read, trainjob)
+            return await self._watch_probe(req.namespace, trainjob, checks, seconds)
+        except ApiError as exc:
+            if exc.kind is ErrorKind.INVALID:
+                raise
+            return d.ProbeResult(seconds, error=exc.message)
+        finally:
+            await asyncio.shield(self._remove_probe(req.namespace, sub.name, trainjob, copy_read))
+
+    async def _watch_probe(
+        self, namespace: str, trainjob: Mapping[str, Any], checks: list[str], seconds: float
+    ) -> d.ProbeResult:
+        """Watch the closed probe: no pod may appear, it may not be unsuspended, its Workload not admitted.
+
+        Polled, not watched: what is looked for (a pod, a condition) stays once it is there, and the last
+        look is taken at the deadline."""
+        name, uid = str(dig(trainjob, "metadata", "name")), str(dig(trainjob, "metadata", "uid"))
+        kueue = is_kueue_mode(trainjob)
+        deadline = time.monotonic() + seconds
+        while True:
+            current = await self._read(TRAINJOBS.path(namespace, name), f"the probe {name}")
+            if current is None or dig(current, "metadata", "uid") != uid:
+                return d.ProbeResult(seconds, error=f"the probe {namespace}/{name} was deleted while watched")
+            pods = await self._list(PODS.path(namespace), {LABEL_JOBSET_NAME: name}, "the probe's pods")
+            workload = await self._workload(namespace, uid) if kueue else None
+            leaks = d.probe_leaks(current, workload, pods)
+            if leaks:
+                return d.ProbeResult(seconds, leaks=tuple(leaks))
+            if time.monotonic() >= deadline:
+                problems = workload_problems(workload, checks) if kueue else []
+                unchecked = d.unchecked(workload) if kueue else None
+                if unchecked:
+                    problems.append(f"for jobs of this runtime, {unchecked}")
+                return d.ProbeResult(seconds, workload_problems=tuple(problems))
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def _remove_probe(
+        self,
+        namespace: str,
+        name: str,
+        trainjob: Mapping[str, Any] | None,
+        copy_read: Mapping[str, Any] | None,
+    ) -> None:
+        for resource, obj in ((TRAINJOBS, trainjob), (TRAINING_RUNTIMES, copy_read)):
+            uid = dig(obj, "metadata", "uid")
+            if not uid:
+                continue
+            try:
+                await self.kube.delete(resource.path(namespace, name), uid=uid, propagation=DISCARD_PROPAGATION)
+            except KubeError as exc:
+                log.error("could not remove the Preflight probe's %s %s/%s: %s", resource.plural, namespace, name, exc)

@@ -1,0 +1,63 @@
+"""The API's settings: the site's keys, timeouts, the readmission controller's Lease, who may call.
+
+Meant to be one section (``api:``) of the agent's configuration file; every field has a default, so an
+empty section is a working plain-mode setup.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from contract.errors import ContractError
+from contract.keys import LEASE_NAME, LEASE_NAMESPACE
+from contract.site import check_site_keys
+
+DEFAULT_PORT: Final = 8443
+DEFAULT_WORKLOAD_TIMEOUT: Final = 30.0
+DEFAULT_PROBE_SECONDS: Final = 10.0
+"""The spec's ten seconds of watching the Preflight probe."""
+DEFAULT_TOKEN_CACHE_SECONDS: Final = 10.0
+
+
+class ApiSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    """HTTPS port of the API (the agent's ``serve`` binds it; the API itself does not)."""
+    site_labels: dict[str, str] = Field(default_factory=dict, alias="labels")
+    """The site's labels, on every TrainJob Start creates."""
+    site_annotations: dict[str, str] = Field(default_factory=dict, alias="annotations")
+    """The site's annotations, on every TrainJob Start creates."""
+    allow_rank_restart: bool = Field(False, alias="allowRankRestart")
+    """Accept runtimes that let a failed rank be replaced (as the webhook's option of the same name)."""
+    workload_timeout: float = Field(DEFAULT_WORKLOAD_TIMEOUT, alias="workloadTimeout", gt=0, le=600)
+    """Seconds Start waits in Kueue mode for the Workload with the gate and dispatch's check (timeouts.workload)."""
+    probe_seconds: float = Field(DEFAULT_PROBE_SECONDS, alias="probeSeconds", gt=0, le=600)
+    """Seconds Preflight watches its probe."""
+    node_loss_taints: tuple[str, ...] = Field((), alias="nodeLossTaints")
+    """The site's taint keys that also mean node loss (the agent's own setting of the same name)."""
+    lease_namespace: str = Field(LEASE_NAMESPACE, alias="leaseNamespace")
+    lease_name: str = Field(LEASE_NAME, alias="leaseName")
+    """The readmission controller's Lease, whose heartbeat Preflight checks in Kueue mode."""
+    token_audiences: tuple[str, ...] = Field((), alias="tokenAudiences")
+    """Audiences a caller's token must be bound to (TokenReview ``spec.audiences``). Empty: the API server's
+    own, so any token the API server accepts. A dedicated audience keeps the agent from ever holding a token
+    that the API server itself would honour."""
+    token_cache_seconds: float = Field(DEFAULT_TOKEN_CACHE_SECONDS, alias="tokenCacheSeconds", ge=0, le=300)
+    """Seconds a TokenReview answer is reused (0: never)."""
+    require_preflight: bool = Field(False, alias="requirePreflight")
+    """Start observe-only, until a Preflight passes (otherwise only a failed Preflight makes it so)."""
+    request_timeout: float = Field(30.0, alias="requestTimeout", gt=0, le=300)
+    """Seconds one request to the API server may take (a log stream is not limited by it)."""
+
+    @field_validator("site_labels", "site_annotations")
+    @classmethod
+    def _site_keys(cls, value: dict[str, str], info: object) -> dict[str, str]:
+        kind = "labels" if getattr(info, "field_name", "") == "site_labels" else "annotations"
+        try:
+            check_site_keys(kind, value)
+        except ContractError as exc:
+            raise ValueError(str(exc)) from None
+        return value

@@ -1,0 +1,147 @@
+"""Stand-ins for the controllers around a dispatch TrainJob, as hooks of the fake API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.api.kube import ADMISSION_CHECKS, JOBSETS, NODES, PODS, TRAINJOBS, WORKLOADS
+from contract.keys import ADMISSION_CHECK_CONTROLLER, ANNOTATION_ADMISSION_GATED_BY, LABEL_QUEUE_NAME
+from tests.api.fake_kube import FakeKube
+
+CHECK = "dispatch-admission"
+
+
+def admission_check(fake: FakeKube, *, active: bool = True, name: str = CHECK) -> None:
+    status = {"conditions": [{"type": "Active", "status": "True" if active else "False"}]}
+    fake.put(
+        ADMISSION_CHECKS.path(),
+        {"metadata": {"name": name}, "spec": {"controllerName": ADMISSION_CHECK_CONTROLLER}, "status": status},
+    )
+
+
+def kueue(*, checks: tuple[str, ...] = (CHECK,), requests: dict[str, str] | None = None) -> Any:
+    """Kueue's job reconciler, as far as Start sees it: a Workload for each TrainJob with a queue name,
+    carrying the TrainJob's gate and listing the ClusterQueue's checks; its pod set requests ``requests``."""
+    resources = {"requests": {"cpu": "1"} if requests is None else requests}
+
+    def hook(fake: FakeKube, collection: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if not collection.endswith("/trainjobs") or not (meta.get("labels") or {}).get(LABEL_QUEUE_NAME):
+            return
+        ns = meta["namespace"]
+        if any(
+            w["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == meta["uid"] for w in fake.items(WORKLOADS.path(ns))
+        ):
+            return
+        gate = (meta.get("annotations") or {}).get(ANNOTATION_ADMISSION_GATED_BY)
+        fake.put(
+            WORKLOADS.path(ns),
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Workload",
+                "metadata": {
+                    "name": f"trainjob-{meta['name']}-1a2b3",
+                    "namespace": ns,
+                    "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
+                    "annotations": {ANNOTATION_ADMISSION_GATED_BY: gate} if gate else {},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                            "kind": "TrainJob",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "active": True,
+                    "queueName": meta["labels"][LABEL_QUEUE_NAME],
+                    "podSets": [
+                        {
+                            "name": "node",
+                            "count": 1,
+                            "template": {"spec": {"containers": [{"name": "node", "resources": resources}]}},
+                        }
+                    ],
+                },
+                "status": {"admissionChecks": [{"name": c, "state": "Pending"} for c in checks]},
+            },
+        )
+
+    return hook
+
+
+def tamper(change: Any) -> Any:
+    """Someone who rewrites each TrainJob right after it is created."""
+
+    done: set[str] = set()
+
+    def hook(fake: FakeKube, collection: str, obj: dict[str, Any]) -> None:
+        if collection.endswith("/trainjobs") and obj["metadata"]["uid"] not in done:
+            done.add(obj["metadata"]["uid"])
+            change(obj)
+
+    return hook
+
+
+def unsuspend_everything(fake: FakeKube, collection: str, obj: dict[str, Any]) -> None:
+    """A leaking gate: something starts every TrainJob at once, and its pod appears."""
+    if not collection.endswith("/trainjobs"):
+        return
+    obj["spec"]["suspend"] = False
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    fake.put(PODS.path(ns), pod(name, f"{name}-node-0-0-abcde", node=None))
+
+
+def pod(jobset: str, name: str, *, node: str | None = "node-1", index: str = "0", a: str = "1", j: str = "0",
+        phase: str = "Running", job: str = "node") -> dict[str, Any]:  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "jobset.sigs.k8s.io/jobset-name": jobset,
+                "jobset.sigs.k8s.io/replicatedjob-name": job,
+                "jobset.sigs.k8s.io/restart-attempt": j,
+                "batch.kubernetes.io/job-completion-index": index,
+            },
+            "annotations": {"dispatch.phpboyscout.uk/admission": a},
+            "creationTimestamp": "2026-11-29T10:00:00Z",
+        },
+        "spec": {"containers": [{"name": "node"}], **({"nodeName": node} if node else {})},
+        "status": {
+            "phase": phase,
+            "conditions": [],
+            "containerStatuses": [{"name": "node", "state": {"running": {}}}],
+            "initContainerStatuses": [],
+            "ephemeralContainerStatuses": [],
+        },
+    }
+
+
+def ready_node(fake: FakeKube, name: str = "node-1") -> None:
+    fake.put(
+        NODES.path(),
+        {
+            "metadata": {"name": name},
+            "spec": {"taints": []},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+
+
+def jobset(fake: FakeKube, namespace: str, name: str, owner_uid: str, restarts: int = 0) -> dict[str, Any]:
+    return fake.put(
+        JOBSETS.path(namespace),
+        {
+            "metadata": {"name": name, "namespace": namespace,
+                         "ownerReferences": [{"kind": "TrainJob", "name": name, "uid": owner_uid}]},
+            "status": {"restarts": restarts},
+        },
+    )  # fmt: skip
+
+
+def trainjob_path(namespace: str, name: str) -> str:
+    return TRAINJOBS.path(namespace, name)

@@ -1,0 +1,338 @@
+"""Every operation through the API (real sockets, real TLS) over the fake API server: what is written,
+with which preconditions, and the fences."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.api.client import AgentError
+from agent.api.errors import ErrorKind
+from agent.api.kube import TRAINING_RUNTIMES, TRAINJOBS, WORKLOADS
+from agent.api.models import HoldRequest, ObjectRef, OutputRequest, StartResponse
+from contract.admission import admission_count, admission_floor
+from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_HOLD_INSTANCE, ANNOTATION_OPENED
+from tests.api import controllers as c
+from tests.api.conftest import NAMESPACE, Agent
+from tests.api.requests import start_request
+from tests.unit.fixtures import runtime
+
+pytestmark = pytest.mark.asyncio
+TJS = TRAINJOBS.path(NAMESPACE)
+COPIES = TRAINING_RUNTIMES.path(NAMESPACE)
+KUEUE = {"kueue": {"localQueue": "user-queue"}}
+
+
+def ref(started: StartResponse) -> ObjectRef:
+    return ObjectRef(namespace=started.namespace, name=started.name, uid=started.uid)
+
+
+# -- Start ----------------------------------------------------------------------------------------
+
+
+async def test_start_in_plain_mode_creates_the_copy_and_the_trainjob_closed(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+    assert started.name == "dj-01arz3ndektsv4rrffq69g5fav-s3"
+    tj = agent.fake.get(TJS, started.name)
+    assert tj["metadata"]["uid"] == started.uid
+    assert tj["spec"]["suspend"] is True
+    assert tj["metadata"]["labels"]["site"] == "test"  # the site's labels from the settings
+    copy = agent.fake.get(COPIES, started.name)
+    assert copy["metadata"]["ownerReferences"] == [
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": started.name,
+         "uid": started.uid, "controller": False, "blockOwnerDeletion": False}
+    ]  # fmt: skip
+    assert copy["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime-source"].startswith(
+        "ClusterTrainingRuntime/torch-distributed@"
+    )
+    assert agent.fake.writes
+    assert all(w.endswith("?fieldManager=dispatch.phpboyscout.uk/adapter") for w in agent.fake.writes)
+
+
+async def test_start_copies_a_training_runtime_of_the_namespace(agent: Agent):
+    source = runtime("TrainingRuntime")
+    source["metadata"] = {"name": "team-runtime", "namespace": NAMESPACE}
+    agent.fake.put(COPIES, source)
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE, runtime={"kind": "TrainingRuntime", "name": "team-runtime"}))
+    copy = agent.fake.get(COPIES, started.name)
+    assert copy["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime-source"].startswith(
+        "TrainingRuntime/team-runtime@"
+    )
+    assert copy["spec"] == source["spec"]
+
+
+async def test_start_is_idempotent_for_the_same_request_and_a_conflict_otherwise(agent: Agent):
+    async with agent.client() as api:
+        first = await api.start(start_request(NAMESPACE))
+        again = await api.start(start_request(NAMESPACE))
+        assert again == first
+        with pytest.raises(AgentError) as other:
+            await api.start(start_request(NAMESPACE, attempt=5))
+        assert other.value.kind is ErrorKind.CONFLICT
+        assert "not the one this request creates" in other.value.message
+        await api.open(ref(first))
+        with pytest.raises(AgentError) as opened:
+            await api.start(start_request(NAMESPACE))
+        assert opened.value.kind is ErrorKind.CONFLICT
+    assert len(agent.fake.items(TJS)) == 1
+
+
+async def test_start_takes_up_a_copy_an_interrupted_start_left(agent: Agent):
+    req = start_request(NAMESPACE)
+    async with agent.client() as api:
+        started = await api.start(req)
+    left = agent.fake.get(COPIES, started.name)
+    del agent.fake.objects[TJS][started.name]
+    del left["metadata"]["ownerReferences"]
+    async with agent.client() as api:
+        again = await api.start(req)
+    assert again.uid != started.uid
+    assert agent.fake.get(COPIES, started.name)["metadata"]["ownerReferences"][0]["uid"] == again.uid
+
+
+async def test_a_runtime_that_could_restart_in_place_is_refused_before_anything_is_written(agent: Agent):
+    source = agent.fake.get("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", "torch-distributed")
+    del source["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["backoffLimit"]
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE))
+    assert (err.value.kind, err.value.field) == (ErrorKind.INVALID, "runtime")
+    assert "backoffLimit" in err.value.message
+    assert agent.fake.writes == []
+
+
+async def test_a_missing_namespace_is_invalid(agent: Agent):
+    agent.fake.namespaces.discard(NAMESPACE)
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE))
+    assert (err.value.kind, err.value.field) == (ErrorKind.INVALID, "namespace")
+
+
+async def test_a_trainjob_changed_after_creation_is_stopped_and_refused(agent: Agent):
+    agent.fake.after_write.append(c.tamper(lambda tj: tj["spec"]["trainer"].update(image="evil:1")))
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE))
+    assert err.value.kind is ErrorKind.CONFLICT
+    assert "changed after creation" in err.value.message
+    assert "spec.trainer" in err.value.message
+    assert agent.fake.items(TJS) == []
+    assert agent.fake.items(COPIES) == []
+
+
+async def test_kueue_mode_without_a_workload_in_time_is_stopped_and_refused(agent: Agent):
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE, **KUEUE))
+    assert err.value.kind is ErrorKind.REJECTED
+    assert "Kueue is not managing this TrainJob: no Workload appeared" in err.value.message
+    assert agent.fake.items(TJS) == []
+    assert agent.fake.items(COPIES) == []
+
+
+async def test_kueue_mode_without_our_check_is_refused(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue(checks=("someone-elses",)))
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE, **KUEUE))
+    assert "does not list dispatch's AdmissionCheck" in err.value.message
+
+
+async def test_kueue_mode_refuses_pods_that_request_nothing(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue(requests={}))
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE, **KUEUE))
+    assert err.value.kind is ErrorKind.REJECTED
+    assert "would admit it without dispatch's AdmissionCheck" in err.value.message
+    assert agent.fake.items(TJS) == []
+
+
+async def test_kueue_mode_start_open_hold_release(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE, **KUEUE))
+        tj = agent.fake.get(TJS, started.name)
+        assert tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] == "dispatch.phpboyscout.uk/gate"
+
+        opened = await api.open(ref(started))
+        assert (opened.outcome, opened.held_by) == ("gate removed", [])
+        assert ANNOTATION_ADMISSION_GATED_BY not in agent.fake.get(TJS, started.name)["metadata"]["annotations"]
+
+        held = await api.hold(HoldRequest(**ref(started).model_dump(), who="alice", reason="maintenance"))
+        assert held.outcome == "held: Workload deactivated"
+        (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
+        assert workload["spec"]["active"] is False
+        assert workload["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] == "alice"
+        assert len(workload["metadata"]["annotations"][ANNOTATION_HOLD_INSTANCE]) == 26  # a ULID
+
+        released = await api.release(ref(started))
+        assert released.outcome == "released: Workload reactivated"
+        (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
+        assert workload["spec"]["active"] is True
+        assert ANNOTATION_HOLD_INSTANCE not in workload["metadata"]["annotations"]
+
+
+async def test_open_reports_another_partys_gate(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE, **KUEUE))
+        tj = agent.fake.get(TJS, started.name)
+        tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] = "dispatch.phpboyscout.uk/gate,admin.example/hold"
+        opened = await api.open(ref(started))
+    assert opened.held_by == ["admin.example/hold"]
+    assert agent.fake.get(TJS, started.name)["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] == (
+        "admin.example/hold"
+    )
+
+
+# -- Open, Hold, Release in plain mode --------------------------------------------------------------
+
+
+async def test_plain_mode_open_hold_release_raise_a(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        opened = await api.open(ref(started))
+        assert (opened.outcome, opened.a) == ("opened", 1)
+        tj = agent.fake.get(TJS, started.name)
+        assert tj["spec"]["suspend"] is False
+        assert tj["metadata"]["annotations"][ANNOTATION_OPENED] == "true"
+        assert (admission_count(tj), admission_floor(tj)) == (1, 1)
+        assert (await api.open(ref(started))).outcome == "already past its gate"
+
+        held = await api.hold(
+            HoldRequest(**ref(started).model_dump(), who="bob", reason="r", until="2026-12-01T00:00:00Z")
+        )
+        assert held.outcome == "held: TrainJob suspended"
+        tj = agent.fake.get(TJS, started.name)
+        assert tj["spec"]["suspend"] is True
+        assert tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-until"] == "2026-12-01T00:00:00Z"
+
+        released = await api.release(ref(started))
+        assert (released.outcome, released.a) == ("released: TrainJob unsuspended", 2)
+        assert admission_count(agent.fake.get(TJS, started.name)) == 2
+        assert (await api.release(ref(started))).outcome == "not held"
+
+
+async def test_a_different_object_of_the_same_name_is_refused(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        other = ref(started).model_copy(update={"uid": "an-older-uid"})
+        for call in (api.open, api.release, api.stop, api.status):
+            with pytest.raises(AgentError) as err:
+                await call(other)
+            if call == api.status:
+                assert err.value.kind is ErrorKind.NOT_FOUND
+            else:
+                assert err.value.kind is ErrorKind.CONFLICT, call
+                assert "a different object of the same name" in err.value.message
+
+
+async def test_open_after_the_end_is_a_fence(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        agent.fake.get(TJS, started.name)["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+        with pytest.raises(AgentError) as err:
+            await api.open(ref(started))
+    assert err.value.kind is ErrorKind.REJECTED
+    assert "without ever being opened" in err.value.message
+
+
+async def test_a_concurrent_write_is_a_conflict(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        path = TRAINJOBS.path(NAMESPACE, started.name)
+        agent.fake.stale[path] = 3  # someone writes after each of the agent's reads
+        with pytest.raises(AgentError) as err:
+            await api.open(ref(started))
+        assert err.value.kind is ErrorKind.CONFLICT
+        assert "re-read and retry" in err.value.message
+        assert agent.fake.get(TJS, started.name)["spec"]["suspend"] is True
+
+        agent.fake.stale[path] = 2  # twice: the third read and write go through
+        assert (await api.open(ref(started))).a == 1
+    patches = [w for w in agent.fake.writes if w.startswith("PATCH") and "/trainjobs/" in w]
+    assert len(patches) == 3 + 3
+
+
+# -- Stop -----------------------------------------------------------------------------------------
+
+
+async def test_stop_deletes_in_the_foreground_with_the_uid_and_is_idempotent(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        assert (await api.stop(ref(started))).outcome == "stopping"
+        assert agent.fake.deletes[-1] == (TRAINJOBS.path(NAMESPACE, started.name), "Foreground")
+        assert (await api.stop(ref(started))).outcome == "already gone"
+
+
+# -- Status ---------------------------------------------------------------------------------------
+
+
+async def test_status_reads_the_pods_and_their_nodes(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        await api.open(ref(started))
+        c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
+        c.ready_node(agent.fake)
+        agent.fake.put("/api/v1/namespaces/team-a/pods", c.pod(started.name, f"{started.name}-node-0-0-x"))
+        s = await api.status(ref(started))
+    assert (s.phase, s.mode, s.gate, s.a, s.j, s.r) == ("Running", "plain", "open", 1, 0, 1)
+    (pod,) = s.pods
+    assert (pod.node, pod.verdict, pod.may_still_run) == ("node-1", "Running", True)
+    (execution,) = s.executions
+    assert (execution.epoch, execution.attempt) == (1_000_003_000_001, "01ARZ3NDEKTSV4RRFFQ69G5FAV.3.2.1.0")
+    assert s.ceased is False
+    assert s.orphans == []
+    assert s.deletion_timestamp is None
+
+
+async def test_status_of_a_gone_trainjob_is_not_found_with_its_orphans(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
+        agent.fake.put("/api/v1/namespaces/team-a/pods", c.pod(started.name, "p-0"))
+        await api.stop(ref(started))
+        with pytest.raises(AgentError) as err:
+            await api.status(ref(started))
+    assert err.value.kind is ErrorKind.NOT_FOUND
+    assert err.value.orphans == [
+        f"{NAMESPACE}/jobset/{started.name}",
+        f"{NAMESPACE}/pod/p-0",
+        f"{NAMESPACE}/trainingruntime/{started.name}",
+    ]
+
+
+# -- Output ---------------------------------------------------------------------------------------
+
+
+async def test_output_streams_rank_0s_log(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        out = OutputRequest(**ref(started).model_dump())
+        with pytest.raises(AgentError) as none:
+            [chunk async for chunk in api.output(out)]
+        assert none.value.kind is ErrorKind.NOT_FOUND
+
+        pods = "/api/v1/namespaces/team-a/pods"
+        agent.fake.put(pods, c.pod(started.name, "rank1", index="1"))
+        agent.fake.put(pods, c.pod(started.name, "old-rank0", j="0"))
+        agent.fake.put(pods, c.pod(started.name, "rank0", j="1"))
+        with pytest.raises(AgentError) as waiting:
+            [chunk async for chunk in api.output(out)]
+        assert waiting.value.kind is ErrorKind.CONFLICT
+        assert "waiting to start" in waiting.value.message
+
+        agent.fake.logs[(NAMESPACE, "rank0")] = [b"epoch 1\n", b"epoch 2\n", b"done\n"]
+        agent.fake.logs[(NAMESPACE, "old-rank0")] = [b"old\n"]
+        assert b"".join([chunk async for chunk in api.output(out)]) == b"epoch 1\nepoch 2\ndone\n"
+        chunks = [chunk async for chunk in api.output(out.model_copy(update={"follow": True}))]
+    assert b"".join(chunks) == b"epoch 1\nepoch 2\ndone\n"
+    assert len(chunks) == 3  # arrived as written: streamed, not buffered
+    assert ("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/rank0/log") in agent.fake.calls
