@@ -77,6 +77,11 @@ class TierB:
     training_runtime: str = TRAINING_RUNTIME
 
     @property
+    def container_log(self) -> Path:
+        """What kwok serves as every container's log (CRI format: ``<RFC 3339> stdout F <line>``)."""
+        return self.control_plane.run_dir / "kwok" / "container.log"
+
+    @property
     def admin(self) -> KubeHttp:
         return self.control_plane.admin
 
@@ -306,7 +311,18 @@ def _start_kube_components(tb: TierB) -> None:
 
 def _start_kwok(tb: TierB) -> None:
     cp = tb.control_plane
-    config = _write_yaml(cp.run_dir / "kwok" / "kwok.yaml", kwok_stages(cp.artifacts.manifests_dir / "kwok" / "stages"))
+    tb.container_log.parent.mkdir(parents=True, exist_ok=True)
+    tb.container_log.touch()
+    # kwok serves the kubelet's log endpoint: every container's log is this file (CRI format), and the
+    # nodes advertise kwok's port, so `pods/log` through the API server reaches it as it would a kubelet.
+    logs = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "ClusterLogs",
+        "metadata": {"name": "all-containers"},
+        "spec": {"logs": [{"logsFile": str(tb.container_log), "follow": True}]},
+    }
+    stages = kwok_stages(cp.artifacts.manifests_dir / "kwok" / "stages")
+    config = _write_yaml(cp.run_dir / "kwok" / "kwok.yaml", [*stages, logs])
     port = free_port()
     cp.supervisor.start(
         "kwok",
@@ -318,6 +334,7 @@ def _start_kwok(tb: TierB) -> None:
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             f"--node-ip={LOOPBACK}",
             f"--server-address={LOOPBACK}:{port}",
+            f"--node-port={port}",
             f"--tls-cert-file={cp.pki.path('apiserver.crt')}",
             f"--tls-private-key-file={cp.pki.path('apiserver.key')}",
         ],

@@ -5,10 +5,11 @@ healthy and failing, Output of rank 0 through the API server's pods/log."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import datetime as dt
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +17,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp import web
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
 from agent.api.settings import ApiSettings
-from certs import pki
 from harness.cluster import ControlPlane
 from harness.tier_b import TierB, training_runtime
 from tests.api.cluster import RunningAgent, Supervisors, allowed, apply, running_agent, supervisors
@@ -297,52 +296,17 @@ async def test_plain_mode_runs_on_open_and_stops(e2e: E2E):
 # -- Output ---------------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def fake_kubelet(tmp: Path, lines: list[bytes]) -> AsyncIterator[int]:
-    """There is no kubelet on tier B: this serves the kubelet's containerLogs endpoint on loopback."""
-    ca = pki.make_ca("fake-kubelet")
-    pair = pki.make_serving_cert(ca, "kubelet", ip_addresses=["127.0.0.1"])
-    (tmp / "k.crt").write_bytes(pair.cert_pem)
-    (tmp / "k.key").write_bytes(pair.key_pem)
-    import ssl
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp / "k.crt", tmp / "k.key")
-    seen: list[str] = []
-
-    async def logs(request: web.Request) -> web.StreamResponse:
-        seen.append(request.path_qs)
-        response = web.StreamResponse()
-        response.content_type = "text/plain"
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        for line in lines:
-            await response.write(line)
-            await asyncio.sleep(0.1)
-        return response
-
-    app = web.Application()
-    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+def cri_line(text: str) -> str:
+    """A line as the container runtime writes a log and kwok serves it."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{now} stdout F {text}\n"
 
 
-def kubelet_port(cp: ControlPlane, node: str, port: int) -> None:
-    cp.admin.request(
-        "PATCH",
-        f"/api/v1/nodes/{node}/status",
-        {"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}},
-        content_type="application/merge-patch+json",
-    )
-
-
-async def test_output_streams_rank_0s_log_through_the_api_server(e2e: E2E, tmp_path: Path):
+async def test_output_streams_rank_0s_log_through_the_api_server(e2e: E2E, tier_b: TierB):
+    """kwok stands where the kubelet would: the nodes advertise its port and it serves every container's
+    log from one file (harness/tier_b.py), so pods/log goes through the API server to it for real."""
+    marker = uuid.uuid4().hex[:8]
+    lines = [f"{marker} step 1 loss 0.9", f"{marker} step 2 loss 0.5", f"{marker} done"]
     async with e2e.client() as api:
         started = await api.start(start_request(e2e.ns, jobId=fresh_job_id(), runtime={"name": RUNTIME}))
         await api.open(ref(started))
@@ -352,23 +316,25 @@ async def test_output_streams_rank_0s_log_through_the_api_server(e2e: E2E, tmp_p
             assert [p["status"].get("phase") for p in pods] == ["Running"], pods
             return pods[0]
 
-        pod = await eventually(scheduled, 90, "rank 0 running")
-        node = pod["spec"]["nodeName"]
-        out = OutputRequest(**ref(started).model_dump(), follow=True)
-        with pytest.raises(AgentError) as no_kubelet:  # kwok serves no logs as configured by the harness
-            [chunk async for chunk in api.output(out)]
-        assert no_kubelet.value.kind is ErrorKind.UNAVAILABLE
+        await eventually(scheduled, 90, "rank 0 running")
 
-        lines = [b"step 1 loss 0.9\n", b"step 2 loss 0.5\n", b"done\n"]
-        async with fake_kubelet(tmp_path, lines) as port:
-            kubelet_port(e2e.cp, node, port)
-            try:
-                chunks = [chunk async for chunk in api.output(out)]
-            finally:
-                kubelet_port(e2e.cp, node, 0)
+        async def write() -> None:
+            for line in lines:
+                with tier_b.container_log.open("a") as log:
+                    log.write(cri_line(line))
+                await asyncio.sleep(0.5)
+
+        writer = asyncio.create_task(write())
+        received = b""
+        async with asyncio.timeout(60):
+            async for chunk in api.output(OutputRequest(**ref(started).model_dump(), follow=True)):
+                received += chunk
+                if f"{marker} done".encode() in received:
+                    break
+        await writer
         await api.stop(ref(started))
-    assert b"".join(chunks) == b"".join(lines)
-    assert len(chunks) >= 2  # streamed as it was written
+    ours = [line for line in received.decode().splitlines() if line.startswith(marker)]
+    assert ours == lines
 
 
 # -- Preflight --------------------------------------------------------------------------------------
