@@ -2,11 +2,14 @@
 
     dispatch-certs generate --out DIR --dns NAME... [--ip ADDR...] [--validity DAYS]
     dispatch-certs run --out DIR [--namespace NS] [--secret NAME] [--service NAME] [--once] ...
+    dispatch-certs uninstall [--webhook-configuration NAME]...
 
 ``generate`` writes ca.crt, tls.crt and tls.key (the key 0600); the CA's key is not kept, so nothing
 else can ever be signed with it. ``run`` is the controller the chart runs in each pod beside the webhook
 and the agent (see docs/certs.md): it fills the Secret, rotates, injects the caBundle, writes the served
-files to ``--out`` and answers /readyz and /healthz on a plain HTTP port.
+files to ``--out`` and answers /readyz and /healthz on a plain HTTP port. ``uninstall`` is the chart's
+pre-delete hook: it deletes our Validating and Mutating webhook configurations, so an uninstall never leaves
+the cluster failing closed on a webhook that is gone.
 """
 
 from __future__ import annotations
@@ -23,12 +26,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import aiohttp
 from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from certs import lifecycle, pki
 from certs.controller import CertController, Target
 from certs.files import write_plain
-from serving.kube import KubeConfigError, api_client
+from certs.injection import LABEL, LABEL_VALUE, is_ours
+from serving.kube import KubeConfigError, api_client, describe_api_error
 from webhook.configurations import NAME
 
 PROG: Final = "dispatch-certs"
@@ -126,6 +133,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="the previous CA stays trusted this long after the switch (default 24h)",
     )
+    uninstall = commands.add_parser(
+        "uninstall", help="delete our webhook configurations (the chart's pre-delete hook); one already gone is fine"
+    )
+    uninstall.add_argument(
+        "--webhook-configuration",
+        dest="configurations",
+        action="append",
+        metavar="NAME",
+        help=f"the Validating and the Mutating WebhookConfiguration of this name (repeatable; default {NAME}); "
+        f"deleted only if it carries the label {LABEL}={LABEL_VALUE}",
+    )
+    uninstall.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
     return parser
 
 
@@ -135,8 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "generate":
             return generate(args.out, dns=args.dns, ips=args.ip, validity=args.validity)
+        if args.command == "uninstall":
+            return asyncio.run(_uninstall(args))
         return asyncio.run(_run(args))
-    except (ValueError, KubeConfigError, OSError) as exc:
+    except (ValueError, KubeConfigError, OSError, UninstallError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
 
@@ -235,3 +256,87 @@ async def _health(controller: CertController, host: str, port: int) -> web.AppRu
     await web.TCPSite(runner, host, port).start()
     log.info("health on http://%s:%d/readyz", host, port)
     return runner
+
+
+# -- uninstall ----------------------------------------------------------------------------------------
+
+UNINSTALL_ATTEMPTS: Final = 6
+"""Reads and deletes per configuration before giving up (a 409, a 429, a 5xx or a lost connection retries)."""
+
+
+class UninstallError(RuntimeError):
+    pass
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status == 429 or exc.status >= 500
+    return isinstance(exc, aiohttp.ClientError | TimeoutError | OSError)
+
+
+async def delete_configuration(
+    api: client.ApiClient, kind: str, name: str, *, attempts: int = UNINSTALL_ATTEMPTS, pause: float = 0.5
+) -> str:
+    """Delete our ``kind`` named ``name`` if it is ours (our label), preconditioned on the uid read.
+
+    Returns what happened: ``deleted``, ``absent`` (404 on the read or the delete) or ``not ours``.
+    A 409 means the object was replaced between the read and the delete: the new one is read and judged
+    again. Transient failures are retried; anything else raises UninstallError naming the object.
+    """
+    admission = client.AdmissionregistrationV1Api(api)
+    read, delete = {
+        "ValidatingWebhookConfiguration": (
+            admission.read_validating_webhook_configuration,
+            admission.delete_validating_webhook_configuration,
+        ),
+        "MutatingWebhookConfiguration": (
+            admission.read_mutating_webhook_configuration,
+            admission.delete_mutating_webhook_configuration,
+        ),
+    }[kind]
+    last = "no attempt"
+    for attempt in range(attempts):
+        if attempt:
+            await asyncio.sleep(pause * 2 ** (attempt - 1))
+        try:
+            obj = api.sanitize_for_serialization(await read(name))
+        except Exception as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return "absent"
+            if not _transient(exc):
+                raise UninstallError(f"{kind} {name}: {_describe(exc)}") from None
+            last = _describe(exc)
+            continue
+        if not is_ours(obj, (name,)):
+            log.warning("%s %s does not carry the label %s=%s: not ours, left alone", kind, name, LABEL, LABEL_VALUE)
+            return "not ours"
+        uid = obj["metadata"]["uid"]
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await delete(name, body=options)
+        except Exception as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return "absent"
+            if isinstance(exc, ApiException) and exc.status == 409:
+                last = f"replaced since it was read (uid {uid})"
+                continue
+            if not _transient(exc):
+                raise UninstallError(f"{kind} {name}: {_describe(exc)}") from None
+            last = _describe(exc)
+            continue
+        log.info("deleted %s %s (uid %s)", kind, name, uid)
+        return "deleted"
+    raise UninstallError(f"{kind} {name}: not deleted after {attempts} attempts: {last}")
+
+
+def _describe(exc: BaseException) -> str:
+    return describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+
+
+async def _uninstall(args: argparse.Namespace) -> int:
+    names = tuple(dict.fromkeys(args.configurations or (NAME,)))
+    async with await api_client(args.kubeconfig) as api:
+        for name in names:
+            for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+                print(f"{kind} {name}: {await delete_configuration(api, kind, name)}")
+    return 0

@@ -1,0 +1,108 @@
+{{/*
+The chart's name label. Fixed: the certificate controller injects its CA only into webhook configurations
+labelled app.kubernetes.io/name=dispatch-k8s (certs/injection.py), so no nameOverride may change it.
+*/}}
+{{- define "dispatch-k8s.name" -}}
+dispatch-k8s
+{{- end }}
+
+{{/*
+Name of every object: fullnameOverride, else the release name if it contains the chart's name, else
+<release>-dispatch-k8s; at most 63 characters (it is also the Service's name).
+*/}}
+{{- define "dispatch-k8s.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains "dispatch-k8s" .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-dispatch-k8s" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "dispatch-k8s.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "dispatch-k8s.tag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Helm's recommended labels (helm.sh/docs/chart_best_practices/labels). */}}
+{{- define "dispatch-k8s.labels" -}}
+helm.sh/chart: {{ include "dispatch-k8s.chart" . }}
+{{ include "dispatch-k8s.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "dispatch-k8s.tag" . | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dispatch
+{{- end }}
+
+{{/* The Deployment's selector: name and instance only (a selector cannot change after creation). */}}
+{{- define "dispatch-k8s.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dispatch-k8s.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "dispatch-k8s.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "dispatch-k8s.fullname" .) }}
+{{- end }}
+
+{{- define "dispatch-k8s.certsSecret" -}}
+{{- printf "%s-certs" (include "dispatch-k8s.fullname" .) }}
+{{- end }}
+
+{{- define "dispatch-k8s.leaseNamespace" -}}
+{{- .Values.agent.lease.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* repository:tag, and @digest when one is given: the digest is what is pulled. */}}
+{{- define "dispatch-k8s.image" -}}
+{{- $image := printf "%s:%s" .Values.image.repository (include "dispatch-k8s.tag" .) }}
+{{- with .Values.image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end }}
+{{- $image }}
+{{- end }}
+
+{{/* dispatch's usernames as a JSON list: the chart's ServiceAccount first, then webhook.dispatch.extraUsernames. */}}
+{{- define "dispatch-k8s.dispatchUsernames" -}}
+{{- $sa := printf "system:serviceaccount:%s:%s" .Release.Namespace (include "dispatch-k8s.serviceAccountName" .) }}
+{{- prepend (without .Values.webhook.dispatch.extraUsernames $sa) $sa | toJson }}
+{{- end }}
+
+{{- define "dispatch-k8s.dispatchGroups" -}}
+{{- .Values.webhook.dispatch.groups | toJson }}
+{{- end }}
+
+{{/*
+A list of strings as a CEL list literal, written as Python's json.dumps writes it (the generators' form):
+each string JSON-quoted (valid CEL escaping), ", " between them.
+*/}}
+{{- define "dispatch-k8s.celList" -}}
+[{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ toJson $s }}{{ end }}]
+{{- end }}
+
+{{/* The directory the certificate controller writes tls.crt, tls.key and ca.crt to (a memory emptyDir). */}}
+{{- define "dispatch-k8s.tlsDir" -}}
+/run/dispatch/tls
+{{- end }}
+
+{{/* The restricted Pod Security Standard, for every container the chart runs. */}}
+{{- define "dispatch-k8s.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: {{ .Values.securityContext.runAsUser }}
+runAsGroup: {{ .Values.securityContext.runAsGroup }}
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "dispatch-k8s.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.securityContext.runAsUser }}
+runAsGroup: {{ .Values.securityContext.runAsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}

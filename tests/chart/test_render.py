@@ -1,0 +1,661 @@
+"""The chart as the real helm renders it: lint, and what every value set must render.
+
+The rendered objects are checked against the code they configure: container arguments are parsed by the
+commands' own argument parsers, the config files by the servers' own loaders, the webhook configurations
+and policies compared with the Python generators' output, the names with contract/keys.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent import cli as agent_cli
+from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
+from agent.config import load_config as load_agent_config
+from certs import cli as certs_cli
+from certs import lifecycle
+from certs.injection import LABEL, LABEL_VALUE
+from contract.keys import ADMISSION_CHECK_CONTROLLER, ADMISSION_CHECK_NAME, LEASE_NAME
+from tests.chart.helm import CHART, ROOT, Rendered, run_helm, template, template_error
+from tests.chart.sets import VALUE_SETS, VALUES_DIR, rendered, value_set
+from webhook import cli as webhook_cli
+from webhook.config import Config, Principals
+from webhook.config import load_config as load_webhook_config
+from webhook.configurations import webhook_configurations
+from webhook.policies import admission_policies
+
+PARSERS = {
+    "dispatch-webhook": webhook_cli._parser,
+    "dispatch-agent": agent_cli._parser,
+    "dispatch-certs": certs_cli._parser,
+}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "AdmissionCheck",
+}
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def fullname(r: Rendered) -> str:
+    return r.one("Deployment")["metadata"]["name"]
+
+
+def pod_spec(r: Rendered) -> dict[str, Any]:
+    return r.one("Deployment")["spec"]["template"]["spec"]
+
+
+def containers(r: Rendered) -> dict[str, dict[str, Any]]:
+    spec = pod_spec(r)
+    return {c["name"]: c for c in spec.get("initContainers", []) + spec["containers"]}
+
+
+def parse_args(container: dict[str, Any]) -> argparse.Namespace:
+    """The container's arguments as its own command parses them (an unknown flag fails the test)."""
+    (command,) = container["command"]
+    try:
+        return PARSERS[command]().parse_args(container["args"])
+    except SystemExit:
+        pytest.fail(f"{command} refuses the chart's arguments {container['args']}")
+
+
+def port(container: dict[str, Any], name: str) -> int:
+    (found,) = [p["containerPort"] for p in container.get("ports", []) if p["name"] == name]
+    return found
+
+
+def mount_of(container: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volume mount that holds ``path``."""
+    mounts = [m for m in container.get("volumeMounts", []) if Path(path).is_relative_to(m["mountPath"])]
+    assert len(mounts) == 1, f"{container['name']}: {path} is not on exactly one mount"
+    return mounts[0]
+
+
+def volume(r: Rendered, name: str) -> dict[str, Any]:
+    (found,) = [v for v in pod_spec(r)["volumes"] if v["name"] == name]
+    return found
+
+
+def config_file(r: Rendered, container: dict[str, Any], path: str) -> str:
+    """The text of a config file as the container sees it: through its mount, from the ConfigMap."""
+    mount = mount_of(container, path)
+    configmap = volume(r, mount["name"])["configMap"]["name"]
+    key = str(Path(path).relative_to(mount["mountPath"]))
+    return r.one("ConfigMap", configmap)["data"][key]
+
+
+def load(tmp_path: Path, text: str, loader: Any) -> Any:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return loader(path)
+
+
+def without_labels(doc: Any) -> Any:
+    """The object without its labels, and with every selector's values sorted (the generators sort the
+    namespaces they exclude, and "{{ .Release.Namespace }}" sorts after "kube-system")."""
+    if isinstance(doc, list):
+        return [without_labels(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {k: without_labels(v) for k, v in doc.items() if k != "labels" or not isinstance(v, dict)}
+    if "operator" in out and isinstance(out.get("values"), list):
+        out["values"] = sorted(out["values"])
+    return out
+
+
+def sa_username(r: Rendered) -> str:
+    return f"system:serviceaccount:{r.namespace}:{pod_spec(r)['serviceAccountName']}"
+
+
+# --- helm lint and the value sets ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_helm_lint_is_clean(name):
+    args = ["lint", "--strict", str(CHART), "--namespace", "dispatch-system"]
+    if name != "defaults":
+        args += ["--values", str(VALUES_DIR / f"{name}.yaml")]
+    out = run_helm(*args).stdout
+    assert "0 chart(s) failed" in out
+    assert "[WARNING]" not in out, out
+    assert "[ERROR]" not in out, out
+
+
+def test_the_value_sets_render_what_they_turn_on_and_off():
+    expected = {
+        "Deployment", "Service", "ServiceAccount", "Secret", "ConfigMap", "ClusterRole", "ClusterRoleBinding",
+        "Role", "RoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+    }  # fmt: skip
+    defaults = rendered("defaults").kinds()
+    assert defaults == expected | {
+        "PodDisruptionBudget",
+        "AdmissionCheck",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "Job",
+    }
+    assert rendered("observability").kinds() == defaults | {"NetworkPolicy", "ServiceMonitor"}
+    assert rendered("minimal").kinds() == expected
+    assert not [d for d in rendered("minimal").of("ClusterRole") if d["metadata"]["name"].endswith("-api")]
+
+
+# --- labels, names, namespaces -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_every_object_has_the_recommended_labels_and_its_namespace(name):
+    r = rendered(name)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for doc in r.docs:
+        what = f"{doc['kind']} {doc['metadata']['name']}"
+        labels = doc["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == f"{chart['name']}-{chart['version']}", what
+        # The certificate controller injects only into configurations with this label.
+        assert labels[LABEL] == LABEL_VALUE == "dispatch-k8s", what
+        assert labels["app.kubernetes.io/instance"] == r.release, what
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", what
+        assert labels["app.kubernetes.io/part-of"] == "dispatch", what
+        assert labels["app.kubernetes.io/version"], what
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], what
+        else:
+            assert doc["metadata"].get("namespace"), f"{what} has no namespace"
+
+
+def test_names_follow_the_release():
+    assert fullname(rendered("defaults")) == "dispatch-k8s"
+    assert fullname(rendered("custom")) == "gate"
+    assert fullname(template(release="dispatch")) == "dispatch-dispatch-k8s"
+    r = template(release="prod-dispatch-k8s")
+    assert fullname(r) == "prod-dispatch-k8s"
+    assert r.one("Secret")["metadata"]["name"] == "prod-dispatch-k8s-certs"
+
+
+# --- the Secret, the webhook configurations and the policies --------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_the_secret_is_rendered_empty_and_no_ca_bundle_anywhere(name):
+    r = rendered(name)
+    secret = r.one("Secret")
+    assert secret["metadata"]["name"] == f"{fullname(r)}-certs"
+    assert secret["type"] == "Opaque"
+    assert not {"data", "stringData"} & set(secret), "an upgrade would overwrite the controller's keys"
+    assert "helm.sh/resource-policy" not in (secret["metadata"].get("annotations") or {})
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for hook in r.one(kind)["webhooks"]:
+            assert "caBundle" not in hook["clientConfig"], f"{kind} {hook['name']}"
+    assert "caBundle" not in yaml.safe_dump_all(r.docs)
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_the_webhook_configurations_are_the_generators_and_reach_the_webhook_through_the_service(name):
+    r = rendered(name)
+    name_ = fullname(r)
+    expected = webhook_configurations(namespace=r.namespace, service=name_, port=443, name=name_)
+    got = [r.one("ValidatingWebhookConfiguration"), r.one("MutatingWebhookConfiguration")]
+    assert [without_labels(d) for d in got] == [without_labels(d) for d in expected]
+
+    service = r.one("Service")
+    assert service["metadata"]["name"] == name_
+    (webhook_port,) = [p for p in service["spec"]["ports"] if p["port"] == 443]
+    assert webhook_port["targetPort"] == "webhook"
+    webhook = containers(r)["webhook"]
+    assert port(webhook, "webhook") == parse_args(webhook).port
+    for doc in got:
+        for hook in doc["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == name_
+            assert hook["clientConfig"]["service"]["namespace"] == r.namespace
+            assert hook["clientConfig"]["service"]["path"] in ("/validate", "/mutate")
+            # The webhook's own namespace is never sent to it.
+            assert r.namespace in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+
+
+@pytest.mark.parametrize("name", ["defaults", "custom"])
+def test_the_policies_are_the_generators_with_the_same_principals_as_the_webhook(name, tmp_path):
+    r = rendered(name)
+    webhook = containers(r)["webhook"]
+    config = load(tmp_path, config_file(r, webhook, parse_args(webhook).config), load_webhook_config)
+    assert config.dispatch.usernames[0] == sa_username(r), "the chart's ServiceAccount is dispatch"
+    expected = admission_policies(Config(dispatch=config.dispatch), namespace=r.namespace)
+    for doc in expected:
+        doc["metadata"]["name"] = doc["metadata"]["name"].replace("dispatch-k8s", fullname(r), 1)
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = doc["spec"]["policyName"].replace("dispatch-k8s", fullname(r), 1)
+    got = r.of("ValidatingAdmissionPolicy") + r.of("ValidatingAdmissionPolicyBinding")
+    by_name = {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in got}
+    assert by_name == {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in expected}
+
+
+def test_extra_principals_reach_the_webhook_config_and_the_policies(tmp_path):
+    r = rendered("custom")
+    webhook = containers(r)["webhook"]
+    config = load(tmp_path, config_file(r, webhook, parse_args(webhook).config), load_webhook_config)
+    assert config.dispatch == Principals(
+        usernames=(sa_username(r), "system:serviceaccount:dispatch-system:dispatch-supervisor"),
+        groups=("dispatch:admins",),
+    )
+    text = yaml.safe_dump_all(r.of("ValidatingAdmissionPolicy"), width=10_000)
+    assert "dispatch-supervisor" in text
+    assert "dispatch:admins" in text
+
+
+def test_principals_with_quotes_stay_one_cel_string():
+    r = template({"webhook": {"dispatch": {"extraUsernames": ['we"ird: #user'], "groups": ["g\\1"]}}})
+    (policy,) = [p for p in r.of("ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("reserved-keys")]
+    (variable,) = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
+    users = [sa_username(r), 'we"ird: #user']
+    assert (
+        variable["expression"]
+        == admission_policies(
+            Config(dispatch=Principals(usernames=tuple(users), groups=("g\\1",))), namespace=r.namespace
+        )[0]["spec"]["variables"][0]["expression"]
+    )
+
+
+# --- the pod --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_every_container_runs_a_console_script_of_the_image_with_arguments_it_accepts(name):
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    r = rendered(name)
+    pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")]
+    for spec in pods:
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            (command,) = container["command"]
+            assert command in scripts, f"{container['name']}: {command} is not a console script of the image"
+            parse_args(container)
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_the_certificate_controller_is_a_native_sidecar_serving_the_servers_through_a_memory_volume(name):
+    r = rendered(name)
+    spec = pod_spec(r)
+    (certs,) = spec["initContainers"]
+    assert certs["name"] == "certs"
+    assert certs["restartPolicy"] == "Always", "a native sidecar: it starts first and runs for the pod's life"
+    args = parse_args(certs)
+    assert args.command == "run"
+    assert not args.once
+    assert args.secret == r.one("Secret")["metadata"]["name"]
+    assert args.service == r.one("Service")["metadata"]["name"]
+    assert args.configurations == [fullname(r)]
+    assert args.configurations == [r.one("ValidatingWebhookConfiguration")["metadata"]["name"]]
+    assert args.configurations == [r.one("MutatingWebhookConfiguration")["metadata"]["name"]]
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in certs["env"]} == {
+        "POD_NAMESPACE": "metadata.namespace"
+    }
+    tls = mount_of(certs, str(args.out))
+    assert str(args.out) == tls["mountPath"]
+    assert not tls.get("readOnly")
+    assert volume(r, tls["name"])["emptyDir"]["medium"] == "Memory", "the key never touches the node's disk"
+    c = containers(r)
+    for server in ("webhook", "agent"):
+        mount = mount_of(c[server], str(args.out) + "/tls.crt")
+        assert mount["name"] == tls["name"]
+        assert mount["readOnly"] is True
+    webhook = parse_args(c["webhook"])
+    assert (webhook.tls_cert_file, webhook.tls_private_key_file) == (f"{args.out}/tls.crt", f"{args.out}/tls.key")
+    # Its probes: startup gates the servers' start, readiness the pod's, liveness on /healthz.
+    health = port(certs, "certs-health")
+    assert args.health_port == health
+    assert certs["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "certs-health"}
+    assert certs["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "certs-health"}
+    assert certs["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "certs-health"}
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_ports_probes_and_configs_agree(name, tmp_path):
+    r = rendered(name)
+    c = containers(r)
+    every = [p["containerPort"] for container in c.values() for p in container.get("ports", [])]
+    assert len(every) == len(set(every)), f"two containers of one pod listen on one port: {every}"
+
+    webhook = parse_args(c["webhook"])
+    assert webhook.port == port(c["webhook"], "webhook")
+    for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert c["webhook"][probe]["httpGet"] == {"scheme": "HTTPS", "path": path, "port": "webhook"}
+    load(tmp_path, config_file(r, c["webhook"], webhook.config), load_webhook_config)
+
+    agent = parse_args(c["agent"])
+    config = load(tmp_path, config_file(r, c["agent"], agent.config), load_agent_config)
+    assert agent.health_port is None
+    assert config.health_port == port(c["agent"], "health")
+    for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert c["agent"][probe]["httpGet"] == {"path": path, "port": "health"}
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["agent"]["env"]} == {
+        "POD_NAME": "metadata.name"
+    }, "the Lease holder identity is the pod's name"
+
+    # After SIGTERM the webhook serves on for the delay; the kubelet must not kill it before it closes.
+    grace = pod_spec(r)["terminationGracePeriodSeconds"]
+    assert grace >= webhook.shutdown_delay_duration + 10
+
+
+@pytest.mark.parametrize("name", ["defaults", "custom"])
+def test_the_agent_config_names_the_lease_and_serves_the_api(name, tmp_path):
+    r = rendered(name)
+    agent = containers(r)["agent"]
+    args = parse_args(agent)
+    config = load(tmp_path, config_file(r, agent, args.config), load_agent_config)
+    values = value_set(name)
+    lease = values.get("agent", {}).get("lease", {})
+    assert config.lease_namespace == (lease.get("namespace") or r.namespace)
+    assert config.lease_name == lease.get("name", LEASE_NAME)
+    assert config.workers == values.get("agent", {}).get("workers", 2)
+    assert list(config.node_loss_taints) == values.get("site", {}).get("nodeLossTaints", [])
+
+    # The API is served (agent/cli.py serves it only with both TLS files) on api.port, the Service's `api`.
+    certs = parse_args(containers(r)["certs"])
+    assert (args.tls_cert_file, args.tls_private_key_file) == (f"{certs.out}/tls.crt", f"{certs.out}/tls.key")
+    assert args.api_port is None
+    assert config.api.port == port(agent, "api") == values.get("api", {}).get("port", 8443)
+    (service_port,) = [p for p in r.one("Service")["spec"]["ports"] if p["name"] == "api"]
+    assert service_port == {"name": "api", "port": config.api.port, "targetPort": "api", "protocol": "TCP"}
+    api = values.get("api", {})
+    assert config.api.token_audiences == tuple(api.get("tokenAudiences", ()))
+    assert config.api.require_preflight is api.get("requirePreflight", False)
+    assert config.api.site_labels == api.get("labels", {})
+    assert config.api.allow_rank_restart is values.get("site", {}).get("allowRankRestart", False)
+
+
+def test_without_the_api_the_agent_serves_none(tmp_path):
+    r = rendered("minimal")
+    agent = containers(r)["agent"]
+    args = parse_args(agent)
+    assert (args.tls_cert_file, args.tls_private_key_file) == (None, None), "no TLS files: no API"
+    assert "api" not in yaml.safe_load(config_file(r, agent, args.config))
+    assert "api" not in {p["name"] for p in agent["ports"]}
+    assert "api" not in {p["name"] for p in r.one("Service")["spec"]["ports"]}
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_every_container_is_restricted_and_bounded(name):
+    r = rendered(name)
+    pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")]
+    for spec in pods:
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            sc = container["securityContext"]
+            what = container["name"]
+            assert sc["runAsNonRoot"] is True, what
+            assert (sc["runAsUser"], sc["runAsGroup"]) == (65532, 65532), f"{what}: the image's USER"
+            assert sc["readOnlyRootFilesystem"] is True, what
+            assert sc["allowPrivilegeEscalation"] is False, what
+            assert sc["capabilities"] == {"drop": ["ALL"]}, what
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, what
+            for kind in ("requests", "limits"):
+                assert set(container["resources"][kind]) >= {"cpu", "memory"}, f"{what} {kind}"
+            assert container["image"] == r.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_the_image_is_pinned_by_tag_and_digest():
+    assert containers(rendered("defaults"))["webhook"]["image"] == "ghcr.io/phpboyscout/dispatch-k8s:0.1.0"
+    digest = "sha256:" + "0123456789abcdef" * 4
+    assert containers(rendered("custom"))["webhook"]["image"] == (
+        f"registry.example/dispatch/dispatch-k8s:0.1.0-rc.1@{digest}"
+    )
+
+
+def test_replicas_spread_and_disruption_budget():
+    r = rendered("defaults")
+    deployment = r.one("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "dispatch-k8s", "app.kubernetes.io/instance": r.release}
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (term,) = pod_spec(r)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    pdb = r.one("PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    assert r.one("Service")["spec"]["selector"] == selector
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution" in pod_spec(rendered("custom"))["affinity"]["podAntiAffinity"]
+    )
+    assert "affinity" not in pod_spec(rendered("minimal"))
+
+
+def test_a_changed_config_rolls_the_pods():
+    def checksum(values: dict[str, Any]) -> str:
+        return template(values).one("Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum({}) != checksum({"agent": {"workers": 3}})
+    assert checksum({}) == checksum({"replicas": 3})
+
+
+def test_a_grace_period_shorter_than_the_shutdown_delay_is_refused():
+    error = template_error({"terminationGracePeriodSeconds": 12, "webhook": {"shutdownDelaySeconds": 5}})
+    assert "terminationGracePeriodSeconds (12) must be at least webhook.shutdownDelaySeconds + 10 (15)" in error
+
+
+# --- the AdmissionCheck ---------------------------------------------------------------------------------
+
+
+def test_the_admission_check_names_dispatchs_controller():
+    check = rendered("defaults").one("AdmissionCheck")
+    assert check["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert check["metadata"]["name"] == ADMISSION_CHECK_NAME
+    assert check["spec"] == {"controllerName": ADMISSION_CHECK_CONTROLLER}
+    assert rendered("custom").one("AdmissionCheck")["metadata"]["name"] == "dispatch-gate"
+
+
+# --- RBAC -----------------------------------------------------------------------------------------------
+
+
+def _role(r: Rendered, kind: str, name: str) -> dict[str, Any]:
+    return r.one(kind, name)
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_every_binding_grants_a_rendered_role_to_the_pods_service_account(name):
+    r = rendered(name)
+    sa = pod_spec(r)["serviceAccountName"]
+    assert r.one("ServiceAccount", sa)["metadata"]["namespace"] == r.namespace
+    for binding in r.regular():
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": r.namespace}]
+        role = _role(r, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        assert role["metadata"].get("namespace") == binding["metadata"].get("namespace")
+
+
+@pytest.mark.parametrize("name", ["defaults", "custom"])
+def test_the_namespaced_rights_are_narrowed_to_the_lease_and_the_secret(name):
+    r = rendered(name)
+    full = fullname(r)
+    agent = containers(r)["agent"]
+    with_lease = yaml.safe_load(config_file(r, agent, "/etc/dispatch/agent/config.yaml"))
+    lease = r.one("Role", f"{full}-lease")
+    assert lease["metadata"]["namespace"] == with_lease["leaseNamespace"]
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [with_lease["leaseName"]],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]  # fmt: skip
+    certs = r.one("Role", f"{full}-certs")
+    assert certs["metadata"]["namespace"] == r.namespace
+    assert certs["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{full}-certs"],
+         "verbs": ["get", "list", "watch", "patch"]}
+    ]  # fmt: skip
+    (rule,) = r.one("ClusterRole", f"{full}-certs")["rules"]
+    assert rule["resourceNames"] == [full]
+    assert rule["verbs"] == ["get", "list", "watch", "patch"]
+
+
+def test_the_api_rights_are_agent_api_rbac_py():
+    r = rendered("defaults")
+    leases = [x for x in AGENT_RULES if x["resources"] == ["leases"]]
+    assert all(x["verbs"] == ["get"] for x in leases), "covered by the agent's Role on the one Lease"
+    assert r.one("ClusterRole", "dispatch-k8s-api")["rules"] == [x for x in AGENT_RULES if x not in leases]
+    assert r.one("ClusterRole", "dispatch-k8s-supervisor")["rules"] == SUPERVISOR_RULES
+    assert r.one("ClusterRole", "dispatch-k8s-preflight")["rules"] == PREFLIGHT_RULES
+    bound = {b["roleRef"]["name"] for b in r.of("ClusterRoleBinding")}
+    assert not {"dispatch-k8s-supervisor", "dispatch-k8s-preflight"} & bound, "the admin binds these"
+
+
+# --- the pre-delete hook ----------------------------------------------------------------------------------
+
+
+def test_the_pre_delete_hook_deletes_our_configurations_with_its_own_narrow_rights():
+    r = rendered("custom")
+    full = fullname(r)
+    hooks = {(d["kind"], d["metadata"]["name"]): d for d in r.hooks()}
+    assert set(hooks) == {
+        ("ServiceAccount", f"{full}-uninstall"),
+        ("ClusterRole", f"{full}-uninstall"),
+        ("ClusterRoleBinding", f"{full}-uninstall"),
+        ("Job", f"{full}-uninstall"),
+    }
+    for doc in hooks.values():
+        annotations = doc["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    job = hooks[("Job", f"{full}-uninstall")]
+    weights = {k: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for k, d in hooks.items()}
+    assert all(w < weights[("Job", f"{full}-uninstall")] for k, w in weights.items() if k[0] != "Job"), weights
+    spec = job["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == f"{full}-uninstall"
+    assert spec["restartPolicy"] == "Never"
+    (container,) = spec["containers"]
+    args = parse_args(container)
+    assert args.command == "uninstall"
+    assert args.configurations == [full]
+    (rule,) = hooks[("ClusterRole", f"{full}-uninstall")]["rules"]
+    assert rule == {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+        "resourceNames": [full],
+        "verbs": ["get", "delete"],
+    }
+    assert hooks[("ClusterRoleBinding", f"{full}-uninstall")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{full}-uninstall", "namespace": r.namespace}
+    ]
+
+
+# --- NetworkPolicy and ServiceMonitor -------------------------------------------------------------------------
+
+
+def test_the_network_policy_opens_the_webhook_and_api_ports_and_metrics_to_monitoring_only():
+    r = rendered("observability")
+    policy = r.one("NetworkPolicy")["spec"]
+    names = {p["name"] for c in containers(r).values() for p in c.get("ports", [])}
+    assert policy["podSelector"]["matchLabels"] == r.one("Deployment")["spec"]["selector"]["matchLabels"]
+    open_, metrics = policy["ingress"]
+    assert "from" not in open_, "the API server's address is no pod's: any source"
+    assert {p["port"] for p in open_["ports"]} == {"webhook", "api"} <= names
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert [p["port"] for p in metrics["ports"]] == ["health"]
+    (egress,) = policy["egress"]
+    assert {p["port"] for p in egress["ports"]} == {443, 6443}
+    assert egress["to"] == [{"ipBlock": {"cidr": "10.0.0.0/8"}}, {"ipBlock": {"cidr": "192.168.0.0/16"}}]
+
+
+def test_the_service_monitor_scrapes_both_servers_verifying_the_webhooks_certificate():
+    r = rendered("observability")
+    monitor = r.one("ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    service_ports = {p["name"] for p in r.one("Service")["spec"]["ports"]}
+    webhook, agent = monitor["spec"]["endpoints"]
+    assert {webhook["port"], agent["port"]} <= service_ports
+    assert webhook["scheme"] == "https"
+    assert agent["scheme"] == "http"
+    assert webhook["tlsConfig"]["ca"]["secret"] == {"name": f"{fullname(r)}-certs", "key": "ca.crt"}
+    names = lifecycle.service_dns_names(fullname(r), r.namespace)
+    assert webhook["tlsConfig"]["serverName"] in names, "a name the serving certificate carries"
+
+
+# --- values.schema.json --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"replica": 3}, "replica"),
+        ({"webhook": {"prot": 9443}}, "prot"),
+        ({"image": {"tags": "x"}}, "tags"),
+        ({"networkPolicy": {"apiServer": {"cidr": []}}}, "cidr"),
+        ({"certs": {"resources": {"limits": {"gpu": 1}}}}, "gpu"),
+    ],
+)
+def test_the_schema_refuses_an_unknown_key_naming_it(values, named):
+    error = template_error(values)
+    assert "additional properties" in error.lower(), error
+    assert f"'{named}'" in error, error
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"replicas": "two"}, "/replicas"),
+        ({"replicas": 0}, "/replicas"),
+        ({"webhook": {"allowSpecPrologue": "yes"}}, "/webhook/allowSpecPrologue"),
+        ({"agent": {"workers": 65}}, "/agent/workers"),
+        ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
+        ({"certs": {"overlap": "one day"}}, "/certs/overlap"),
+        ({"podAntiAffinity": "sometimes"}, "/podAntiAffinity"),
+        ({"site": {"nodeLossTaints": "example.com/lost"}}, "/site/nodeLossTaints"),
+    ],
+)
+def test_the_schema_refuses_a_wrong_type_or_value_naming_it(values, named):
+    error = template_error(values)
+    assert named in error, error
+
+
+def test_a_set_flag_with_a_typo_is_refused_too():
+    error = template_error(extra=["--set", "serviceMonitor.enable=true"])
+    assert "'enable'" in error, error
+
+
+def _leaves(values: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of values.yaml's keys, stopping at maps whose keys are the user's (labels and such)."""
+    if isinstance(values, dict) and values and prefix.split(".")[-1] not in FREE_MAPS:
+        return [p for k, v in values.items() for p in _leaves(v, f"{prefix}.{k}" if prefix else k)]
+    return [prefix]
+
+
+FREE_MAPS = {"nodeSelector", "podLabels", "podAnnotations", "annotations", "labels", "matchLabels",
+             "metricsNamespaceSelector", "requests", "limits"}  # fmt: skip
+
+
+def _schema_leaves(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> list[str]:
+    if "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+    props = schema.get("properties")
+    if schema.get("type") == "object" and props and prefix.split(".")[-1] not in FREE_MAPS:
+        assert schema.get("additionalProperties") is False, f"{prefix or 'the top level'} accepts unknown keys"
+        return [p for k, v in props.items() for p in _schema_leaves(v, defs, f"{prefix}.{k}" if prefix else k)]
+    assert "type" in schema or "oneOf" in schema or "$ref" in schema, f"{prefix} is not typed"
+    return [prefix]
+
+
+def test_the_schema_types_every_value_and_docs_install_lists_them():
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    in_values = set(_leaves(values))
+    in_schema = set(_schema_leaves(schema, schema["definitions"])) - {"global"}
+    assert in_values == in_schema
+    docs = (ROOT / "docs" / "install.md").read_text()
+    missing = [v for v in sorted(in_values) if f"`{v}`" not in docs]
+    assert not missing, f"docs/install.md does not list: {missing}"
