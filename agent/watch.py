@@ -103,6 +103,18 @@ async def run(
             # Ended at once without an error: do not hammer the API server with reconnects.
             why, text = "closed", "the server ended the watch at once"
         except ApiException as exc:
+            if exc.status == 404 and not position:
+                # The API server does not serve the resource: its CRD (Kueue's) is not installed. An absent
+                # collection is an empty one — nothing to gate, plain mode only — so the agent is ready and
+                # the webhook beside it in the pod serves; the LIST is tried again to notice an install.
+                if not synced.is_set():
+                    handler.replace([])
+                    synced.set()
+                    log.warning("%s: not served by the API server (CRD not installed?): watching nothing", name)
+                why, text = "absent", describe_api_error(exc)
+                _restarted(on_restart, why)
+                await asyncio.sleep(backoff.next())
+                continue
             if exc.status == 410:
                 log.info("%s: resourceVersion %s expired: listing again", name, position[0] if position else "")
                 position = []

@@ -113,3 +113,35 @@ async def test_resume_relist_and_bookmarks():
     assert api.watched_from == ["10", "12", "20", "25"]
     assert handler.seen == [("replace", "a"), ("ADDED", "b"), ("MODIFIED", "b"), ("replace", "b")]
     assert restarts == ["error", "gone", "closed"]
+
+
+async def test_a_resource_that_is_not_served_is_an_empty_synced_collection(monkeypatch):
+    """Kueue not installed: the LIST is a 404. The agent must still be ready (the webhook shares its pod, and
+    plain mode needs no Kueue), and must notice when the CRD appears."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    monkeypatch.setattr(watch.Backoff, "next", lambda self: 0.01)
+    forever = asyncio.Event()
+    api = Api(
+        lists=[{"metadata": {"resourceVersion": "30"}, "items": [obj("late", "29")]}], watches=[Response([], forever)]
+    )
+    failures = [ApiException(status=404, reason="Not Found"), ApiException(status=404, reason="Not Found")]
+    listed = api.list_page
+
+    async def list_page(call: Any, **kwargs: Any) -> dict[str, Any]:
+        if failures:
+            raise failures.pop(0)
+        return await listed(call, **kwargs)
+
+    api.list_page = list_page  # type: ignore[method-assign]
+    handler, synced, restarts = Recorder(), asyncio.Event(), []
+    task = asyncio.create_task(watch.run("workloads", api, api.call, handler, synced, restarts.append))  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(api.all_watched.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert synced.is_set()
+    assert handler.seen == [("replace",), ("replace", "late")]  # empty once, then what the install brought
+    assert restarts == ["absent", "absent"]
+    assert api.watched_from == ["30"]
