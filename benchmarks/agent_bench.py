@@ -1,0 +1,700 @@
+"""The readmission gate's latency and memory on tier A (etcd + kube-apiserver), this process playing Kueue.
+
+    .venv/bin/python -m benchmarks.agent_bench [--cycles 200] [--burst 1000] [--total 10000] [--workers 2]
+    (from the repository root)
+
+The agent runs as its own process (``python -m agent serve``, admin credentials, default settings but
+``--workers``). This process writes Workload status as Kueue does (server-side apply on workloads/status by
+the field manager ``kueue-admission``, strict on resourceVersion; tests/agent/kueue_double.py) and watches
+the Workloads. Measured:
+
+1. **one Workload, sequential**: ``--cycles`` admission cycles of one dispatch TrainJob's Workload. Each cycle
+   is Kueue's eviction (Evicted, checks reset to Pending), the release of the quota, and the reservation;
+   the time is from the reserving status write (its response: the write is committed) to this process's
+   watch seeing our check Ready. The agent raises A in the TrainJob in between, every cycle.
+2. **the same calls made by a minimal script**: the same cycles on a second Workload whose check has another
+   controllerName (the agent ignores it), with this process doing what one pass of the agent does, in
+   sequence and nothing else: GET Workload, GET TrainJob, LIST pods, GET JobSet, JSON Patch TrainJob
+   (the raise), apply workloads/status (Ready). Timed the same way, so the ratio is the agent's overhead
+   (its watch, work queue, decision and logging).
+3. **a burst**: ``--burst`` dispatch Workloads, admitted once (A = 1), evicted and released, then all
+   reserved again at once (as fast as 32 concurrent writers can); each one's reserved-to-Ready and the total.
+4. **memory**: the agent's RSS (VmRSS; VmHWM is the peak) idle, after the burst, with ``--total`` Workloads in
+   the cluster (the rest are other jobs' Workloads, pending, with no check of ours: what the watch caches
+   cost), and a fresh agent started with all of them there (its initial LIST).
+
+Every loop is bounded in count and time; everything is on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import secrets
+import statistics
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from ulid import ULID
+
+from contract.admission import admission_count, raise_admission
+from contract.keys import (
+    ADMISSION_CHECK_CONTROLLER,
+    FIELD_MANAGER,
+    KUEUE_RUNTIME_PATCH_MANAGER,
+    LABEL_JOBSET_NAME,
+    LABEL_WORKLOAD_JOB_UID,
+)
+from contract.trainjob import build_runtime_copy, build_trainjob
+from harness.async_client import api_client
+from harness.cluster import ControlPlane, free_port, new_run_dir, start_control_plane
+from harness.kube_http import KubeHttp
+from harness.processes import ManagedProcess
+from tests.unit.fixtures import runtime, submission
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+KUEUE_MANAGER = "kueue-admission"
+RAW_CONTROLLER = "bench.invalid/raw"
+APPLY = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
+CONCURRENCY = 32
+WARMUP = 5
+"""Cycles of the sequential runs not counted (connections, caches, the first raise)."""
+WAIT = 60.0
+"""Seconds any single Ready may take before the run is declared broken."""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ms(values: list[float]) -> str:
+    return (
+        f"p50 {percentile(values, 0.5) * 1000:7.1f} ms  p99 {percentile(values, 0.99) * 1000:7.1f} ms  "
+        f"mean {statistics.mean(values) * 1000:7.1f} ms  (n={len(values)})"
+    )
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the API, as plain JSON ----------------------------------------------------------------------------
+
+
+class Api:
+    """kubernetes_asyncio calls with JSON in and out (as the agent makes them: agent/kube.py)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    @staticmethod
+    async def _json(call: Awaitable[Any]) -> Any:
+        response = await call
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        if not 200 <= response.status <= 299:
+            exc = ApiException(status=response.status, reason=response.reason)
+            exc.body = raw.decode("utf-8", "replace")
+            raise exc
+        return json.loads(raw) if raw else None
+
+    async def create(self, gv: tuple[str, str], plural: str, namespace: str, body: Mapping[str, Any]) -> dict:
+        return await self._json(
+            self.custom.create_namespaced_custom_object(*gv, namespace, plural, body, _preload_content=False)
+        )
+
+    async def get(self, gv: tuple[str, str], plural: str, namespace: str, name: str) -> dict | None:
+        try:
+            return await self._json(
+                self.custom.get_namespaced_custom_object(*gv, namespace, plural, name, _preload_content=False)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list_pods(self, namespace: str, jobset: str, *, any_version: bool = False) -> dict:
+        """The JobSet's pods: a consistent LIST, as the agent makes it (or, ``any_version``, from the cache)."""
+        extra = {"resource_version": "0"} if any_version else {}
+        return await self._json(
+            self.core.list_namespaced_pod(
+                namespace, label_selector=f"{LABEL_JOBSET_NAME}={jobset}", _preload_content=False, **extra
+            )
+        )
+
+    async def patch_trainjob(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> dict:
+        return await self._json(
+            self.custom.patch_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", name, ops,
+                field_manager=FIELD_MANAGER, _content_type=JSON_PATCH, _preload_content=False,
+            )
+        )  # fmt: skip
+
+    async def apply_status(self, body: Mapping[str, Any], manager: str) -> dict:
+        meta = body["metadata"]
+        return await self._json(
+            self.custom.patch_namespaced_custom_object_status(
+                *KUEUE, meta["namespace"], "workloads", meta["name"], body,
+                field_manager=manager, force=True, _content_type=APPLY, _preload_content=False,
+            )
+        )  # fmt: skip
+
+
+# -- playing Kueue (as tests/agent/kueue_double.py does) -----------------------------------------------
+
+
+def checks_of(wl: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {
+        c["name"]: (c["state"], c["message"], c["lastTransitionTime"])
+        for c in (wl.get("status") or {}).get("admissionChecks") or []
+    }
+
+
+def kueue_status(
+    wl: Mapping[str, Any], checks: Mapping[str, tuple[str, str]], *, reserved: bool, evicted: bool = False
+) -> dict[str, Any]:
+    """Kueue's status write: every check entry, the conditions, the admission; strict (resourceVersion)."""
+    old = checks_of(wl)
+    stamp = now()
+    entries = [
+        {
+            "name": name,
+            "state": state,
+            "message": message,
+            "lastTransitionTime": old[name][2] if name in old and old[name][0] == state else stamp,
+        }
+        for name, (state, message) in sorted(checks.items())
+    ]
+    conditions = [
+        {
+            "type": "QuotaReserved",
+            "status": "True" if reserved else "False",
+            "reason": "QuotaReserved" if reserved else "Pending",
+            "message": "Quota reserved in ClusterQueue cq" if reserved else "waiting for quota",
+            "lastTransitionTime": stamp,
+        }
+    ]
+    if evicted:
+        conditions.append(
+            {
+                "type": "Evicted",
+                "status": "True",
+                "reason": "Preempted",
+                "message": "Preempted",
+                "lastTransitionTime": stamp,
+            }
+        )
+    status: dict[str, Any] = {"conditions": conditions, "admissionChecks": entries}
+    if reserved:
+        status["admission"] = {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {"name": "node", "count": 1, "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "1"}}
+            ],
+        }
+    meta = wl["metadata"]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
+        "status": status,
+    }
+
+
+def workload_body(owner: Mapping[str, Any], *, filler: bool = False) -> dict[str, Any]:
+    """The owner's Workload as Kueue makes it: a controller ownerReference, the job-uid label, one pod set."""
+    meta = owner["metadata"]
+    env = [{"name": f"VAR_{i}", "value": "x" * 24} for i in range(8)] if filler else []
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"{owner['kind'].lower()}-{meta['name']}-{secrets.token_hex(3)[:5]}",
+            "namespace": meta["namespace"],
+            "labels": {LABEL_WORKLOAD_JOB_UID: meta["uid"]},
+            "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {
+            "queueName": "lq",
+            "podSets": [
+                {
+                    "name": "node",
+                    "count": 1,
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "node", "image": "registry.invalid/train:1", "env": env,
+                         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}},
+                }
+            ],
+        },
+    }  # fmt: skip
+
+
+@dataclass
+class Job:
+    trainjob: dict[str, Any]
+    workload: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.workload["metadata"]["name"]
+
+
+async def create_dispatch_job(api: Api, namespace: str, checks: list[str]) -> Job:
+    """A dispatch TrainJob as Start creates it (with Kueue's runtime patch entry, its webhook's part), its
+    runtime copy, and its Workload with the checks Pending and no quota reserved."""
+    sub = submission(namespace=namespace, job_id=str(ULID()), n=1)
+    await api.create(TRAINER, "trainingruntimes", namespace, build_runtime_copy(sub, runtime()))
+    body = build_trainjob(sub, runtime()["spec"])
+    body["spec"]["runtimePatches"].append(
+        {"manager": KUEUE_RUNTIME_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
+    )
+    tj = await api.create(TRAINER, "trainjobs", namespace, body)
+    wl = await api.create(KUEUE, "workloads", namespace, workload_body(tj))
+    wl = await api.apply_status(kueue_status(wl, {c: ("Pending", "") for c in checks}, reserved=False), KUEUE_MANAGER)
+    return Job(tj, wl)
+
+
+# -- watching for Ready ------------------------------------------------------------------------------------
+
+
+class ReadyWatch:
+    """A watch on the namespace's Workloads in a thread: the latest object of each, and when a check of
+    ``checks`` was first seen Ready in a version newer than the one a waiter armed it with."""
+
+    def __init__(self, admin: KubeHttp, namespace: str, checks: frozenset[str]) -> None:
+        self._admin, self._checks = admin, checks
+        self._path = admin.collection_path("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+        self._rv = admin.request("GET", self._path, query={"limit": "1"})["metadata"]["resourceVersion"]
+        self._lock = threading.Condition()
+        self.latest: dict[str, dict[str, Any]] = {}
+        self._armed: dict[str, int] = {}
+        self.ready_at: dict[str, float] = {}
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="ready-watch", daemon=True).start()
+
+    def arm(self, name: str, after_rv: str) -> None:
+        with self._lock:
+            self.ready_at.pop(name, None)
+            self._armed[name] = int(after_rv)
+
+    def wait(self, names: list[str], timeout: float) -> dict[str, float]:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not all(n in self.ready_at for n in names):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [n for n in names if n not in self.ready_at]
+                    raise TimeoutError(f"{len(missing)} Workload(s) not Ready within {timeout:.0f}s: {missing[:3]}")
+                self._lock.wait(min(left, 1.0))
+            return {n: self.ready_at[n] for n in names}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        creds = self._admin.credentials
+        context = creds.ssl_context()
+        while not self._stop.is_set():
+            query = urllib.parse.urlencode(
+                {"watch": "1", "resourceVersion": self._rv, "allowWatchBookmarks": "true", "timeoutSeconds": "120"}
+            )
+            request = urllib.request.Request(
+                f"{creds.server}{self._path}?{query}", headers={"Accept": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=5) as stream:
+                    for line in stream:
+                        seen = time.perf_counter()
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(f"watch failed: {obj}")
+                        self._rv = obj["metadata"]["resourceVersion"]
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            self._seen(obj, seen)
+            except (TimeoutError, OSError, urllib.error.URLError, ValueError):
+                continue
+
+    def _seen(self, obj: dict[str, Any], seen: float) -> None:
+        name = obj["metadata"]["name"]
+        ready = any(
+            c["name"] in self._checks and c["state"] == "Ready"
+            for c in (obj.get("status") or {}).get("admissionChecks") or []
+        )
+        with self._lock:
+            self.latest[name] = obj
+            armed = self._armed.get(name)
+            if ready and armed is not None and int(obj["metadata"]["resourceVersion"]) > armed:
+                del self._armed[name]
+                self.ready_at[name] = seen
+                self._lock.notify_all()
+
+
+# -- the agent process ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Agent:
+    process: ManagedProcess
+    port: int
+    started: float = field(default_factory=time.monotonic)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except OSError as err:
+            return 0, str(err)
+
+    def proc(self, key: str) -> int:
+        """A /proc/<pid>/status field in KiB (VmRSS, VmHWM)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+        raise KeyError(key)
+
+    def pass_metric(self) -> tuple[float, float]:
+        """(count, sum of seconds) of the agent's passes that raised A and set Ready."""
+        name = "dispatch_agent_reconcile_duration_seconds"
+        return self.metric(f"{name}_count", 'result="raise"'), self.metric(f"{name}_sum", 'result="raise"')
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """The sum of a metric's samples whose labels contain ``labels`` (e.g. 'result="raise"')."""
+        total = 0.0
+        for line in self.get("/metrics")[1].splitlines():
+            if (line.startswith(name + " ") or line.startswith(name + "{")) and labels in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+def start_agent(cp: ControlPlane, namespace: str, workers: int, label: str) -> Agent:
+    config = cp.run_dir / f"agent-{label}.yaml"
+    config.write_text(yaml.safe_dump({"leaseNamespace": namespace, "leaseName": f"bench-{label}"}))
+    port = free_port()
+    argv = [sys.executable, "-m", "agent", "serve", "--kubeconfig", cp.admin_kubeconfig, "--config", config,
+            "--health-port", str(port), "--bind-address", "127.0.0.1", "--identity", f"bench-{label}",
+            "--workers", str(workers)]  # fmt: skip
+    agent = Agent(cp.supervisor.start(f"dispatch-agent-{label}", argv), port)
+    deadline = time.monotonic() + 120
+    while agent.get("/readyz") != (200, "ok (leader)"):
+        if not agent.process.alive() or time.monotonic() > deadline:
+            raise RuntimeError(agent.process.describe_exit())
+        time.sleep(0.05)
+    return agent
+
+
+# -- the measurements ------------------------------------------------------------------------------------------
+
+
+async def bounded(items: list[Any], fn: Callable[[Any], Awaitable[Any]], limit: int = CONCURRENCY) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(item: Any) -> Any:
+        async with semaphore:
+            return await fn(item)
+
+    return await asyncio.gather(*(one(i) for i in items))
+
+
+async def evict_and_release(api: Api, wl: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's eviction (Evicted, every check not Pending reset to Pending) and the release of the quota."""
+    checks = {n: ("Pending", m if s == "Pending" else f"Reset to Pending after eviction. Previously: {s}")
+              for n, (s, m, _) in checks_of(wl).items()}  # fmt: skip
+    wl = await api.apply_status(kueue_status(wl, checks, reserved=True, evicted=True), KUEUE_MANAGER)
+    current = {n: (s, m) for n, (s, m, _) in checks_of(wl).items()}
+    return await api.apply_status(kueue_status(wl, current, reserved=False, evicted=True), KUEUE_MANAGER)
+
+
+async def reserve(api: Api, wl: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    current = {n: (s, m) for n, (s, m, _) in checks_of(wl).items()}
+    wl = await api.apply_status(kueue_status(wl, current, reserved=True), KUEUE_MANAGER)
+    return wl, time.perf_counter()
+
+
+async def sequential(api: Api, watch: ReadyWatch, job: Job, cycles: int, budget: float,
+                     pass_: Callable[[Job, dict[str, Any]], Awaitable[None]] | None = None) -> list[float]:  # fmt: skip
+    """``cycles`` admission cycles of one Workload; reserved-to-Ready of each. With ``pass_``, this process
+    plays the check's controller (the minimal script); without, the agent does."""
+    deadline = time.monotonic() + budget
+    wl, out = job.workload, []
+    for i in range(cycles):
+        if time.monotonic() > deadline:
+            print(f"  (stopped after {i} cycles: the {budget:.0f}s budget is spent)")
+            break
+        if i:
+            wl = await evict_and_release(api, watch.latest.get(job.name, wl))
+        watch.arm(job.name, wl["metadata"]["resourceVersion"])
+        wl, reserved = await reserve(api, wl)
+        if pass_ is not None:
+            await pass_(job, wl)
+        ready = await asyncio.to_thread(watch.wait, [job.name], WAIT)
+        out.append(ready[job.name] - reserved)
+        # Kueue's next write needs the Ready write's resourceVersion: the watch has that version now.
+        wl = watch.latest[job.name]
+    return out
+
+
+@dataclass
+class CallTimes:
+    per_call: dict[str, list[float]] = field(default_factory=dict)
+    sequence: list[float] = field(default_factory=list)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.per_call.setdefault(name, []).append(seconds)
+
+
+def minimal_pass(api: Api, check: str, times: CallTimes) -> Callable[[Job, dict[str, Any]], Awaitable[None]]:
+    """What one pass of the agent does for a dispatch Workload with no pods, as plain calls in sequence."""
+
+    async def run(job: Job, _: dict[str, Any]) -> None:
+        namespace, tj_name = job.trainjob["metadata"]["namespace"], job.trainjob["metadata"]["name"]
+        start = time.perf_counter()
+
+        async def timed(name: str, call: Awaitable[Any]) -> Any:
+            t = time.perf_counter()
+            result = await call
+            times.add(name, time.perf_counter() - t)
+            return result
+
+        wl = await timed("GET Workload", api.get(KUEUE, "workloads", namespace, job.name))
+        tj = await timed("GET TrainJob", api.get(TRAINER, "trainjobs", namespace, tj_name))
+        await timed("LIST pods", api.list_pods(namespace, tj_name))
+        await timed("GET JobSet (404)", api.get(JOBSET, "jobsets", namespace, tj_name))
+        await timed("JSON Patch TrainJob", api.patch_trainjob(namespace, tj_name, raise_admission(tj).patch))
+        body = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {k: wl["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
+            "status": {"admissionChecks": [
+                {"name": check, "state": "Ready", "message": "raised", "lastTransitionTime": now()}]},
+        }  # fmt: skip
+        await timed("apply Workload status", api.apply_status(body, FIELD_MANAGER))
+        times.sequence.append(time.perf_counter() - start)
+        # Not part of the pass, for comparison: the same LIST served from the watch cache as it stands
+        # (resourceVersion=0), which the gate cannot use: it may miss a pod created just before.
+        await timed("(LIST pods, resourceVersion=0: not used)", api.list_pods(namespace, tj_name, any_version=True))
+
+    return run
+
+
+async def burst(api: Api, watch: ReadyWatch, jobs: list[Job], budget: float) -> tuple[list[float], float, float]:
+    """Every Workload reserved again at once; each one's reserved-to-Ready, the writes' window, the total."""
+    for job in jobs:
+        watch.arm(job.name, job.workload["metadata"]["resourceVersion"])
+    reserved: dict[str, float] = {}
+    started = time.perf_counter()
+
+    async def one(job: Job) -> None:
+        job.workload, reserved[job.name] = await reserve(api, job.workload)
+
+    await bounded(jobs, one)
+    written = time.perf_counter() - started
+    ready = await asyncio.to_thread(watch.wait, [j.name for j in jobs], budget)
+    return [ready[n] - reserved[n] for n in reserved], written, max(ready.values()) - started
+
+
+@dataclass
+class Results:
+    agent: list[float] = field(default_factory=list)
+    script: list[float] = field(default_factory=list)
+    calls: CallTimes = field(default_factory=CallTimes)
+    agent_cpu_per_admission: float = 0.0
+    first: list[float] = field(default_factory=list)
+    first_total: float = 0.0
+    burst: list[float] = field(default_factory=list)
+    burst_window: float = 0.0
+    burst_total: float = 0.0
+    burst_cpu: float = 0.0
+    rss: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """label -> (VmRSS, VmHWM) in KiB"""
+    fresh_ready: float = 0.0
+    workloads: int = 0
+    workload_bytes: int = 0
+    pass_mean: float = 0.0
+    passes: int = 0
+
+
+async def run(args: argparse.Namespace) -> Results:
+    r = Results()
+    with start_control_plane(new_run_dir()) as cp:
+        ns = cp.create_namespace("bench")
+        ours = "dispatch-admission"
+        for name, controller in ((ours, ADMISSION_CHECK_CONTROLLER), ("bench-raw", RAW_CONTROLLER)):
+            cp.admin.create(
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "AdmissionCheck",
+                    "metadata": {"name": name},
+                    "spec": {"controllerName": controller},
+                }
+            )
+        agent = start_agent(cp, ns, args.workers, "a")
+        print(f"agent ready (leader) in {time.monotonic() - agent.started:.1f}s, pid {agent.process.pid}")
+        r.rss["idle, no Workloads"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
+        watch = ReadyWatch(cp.admin, ns, frozenset({ours, "bench-raw"}))
+        async with api_client(cp.admin_credentials) as raw_client:
+            api = Api(raw_client)
+
+            # 1. One Workload, the agent serving it.
+            job = await create_dispatch_job(api, ns, [ours])
+            cpu = agent.cpu_seconds()
+            count, total = agent.pass_metric()
+            r.agent = await sequential(api, watch, job, args.cycles, 180)
+            r.agent_cpu_per_admission = (agent.cpu_seconds() - cpu) / len(r.agent)
+            count2, total2 = agent.pass_metric()
+            r.passes, r.pass_mean = int(count2 - count), (total2 - total) / max(count2 - count, 1)
+            a = raise_count(await api.get(TRAINER, "trainjobs", ns, job.trainjob["metadata"]["name"]))
+            assert a == len(r.agent), f"A is {a} after {len(r.agent)} admissions"
+            print(f"one Workload, agent:          {ms(r.agent[WARMUP:])}")
+
+            # 2. The same calls, made by a minimal script.
+            raw_job = await create_dispatch_job(api, ns, ["bench-raw"])
+            r.script = await sequential(api, watch, raw_job, args.cycles, 180, minimal_pass(api, "bench-raw", r.calls))
+            print(f"one Workload, minimal script: {ms(r.script[WARMUP:])}")
+
+            # 3. A burst: N dispatch Workloads admitted once, evicted and released, then reserved at once.
+            t = time.monotonic()
+            jobs: list[Job] = await bounded(list(range(args.burst)), lambda _: create_dispatch_job(api, ns, [ours]), 16)
+            print(
+                f"created {len(jobs)} dispatch TrainJobs, runtime copies and Workloads in {time.monotonic() - t:.0f}s"
+            )
+            r.first, _, r.first_total = await burst(api, watch, jobs, 600)
+            print(f"burst of {len(jobs)} first admissions: {ms(r.first)}; all Ready after {r.first_total:.1f}s")
+
+            async def release(job: Job) -> None:
+                job.workload = await evict_and_release(api, watch.latest[job.name])
+
+            await bounded(jobs, release)
+            await asyncio.sleep(2)  # the agent sees the evictions and acts on none: no quota is reserved
+            cpu = agent.cpu_seconds()
+            r.burst, r.burst_window, r.burst_total = await burst(api, watch, jobs, 600)
+            r.burst_cpu = agent.cpu_seconds() - cpu
+            print(f"burst of {len(jobs)} readmissions: {ms(r.burst)}; all Ready after {r.burst_total:.1f}s")
+            await asyncio.sleep(2)
+            r.rss[f"after the burst ({len(jobs) + 2} Workloads)"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
+
+            # 4. Memory with many Workloads: the others are other jobs' Workloads, pending, no check of ours.
+            fillers = max(0, args.total - len(jobs) - 2)
+            t = time.monotonic()
+
+            async def filler(i: int) -> None:
+                uid = str(ULID()).lower()
+                owner = {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": f"other-{i:05d}", "namespace": ns, "uid": uid},
+                }
+                await api.create(KUEUE, "workloads", ns, workload_body(owner, filler=True))
+
+            await bounded(list(range(fillers)), filler)
+            print(f"created {fillers} other Workloads in {time.monotonic() - t:.0f}s")
+            await asyncio.sleep(5)
+            r.workloads, r.workload_bytes = count_workloads(cp, ns)
+            r.rss[f"{r.workloads} Workloads, watched as they were created"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
+
+        watch.stop()
+        cp.supervisor.stop(agent.process.name)
+        fresh = start_agent(cp, ns, args.workers, "b")
+        r.fresh_ready = time.monotonic() - fresh.started
+        await asyncio.sleep(5)
+        r.rss[f"fresh start with {r.workloads} Workloads"] = (fresh.proc("VmRSS"), fresh.proc("VmHWM"))
+        cp.supervisor.stop(fresh.process.name)
+    return r
+
+
+def count_workloads(cp: ControlPlane, namespace: str) -> tuple[int, int]:
+    """How many Workloads there are, and the mean size of one as JSON (from the first page of 500)."""
+    path = cp.admin.collection_path("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+    page = cp.admin.request("GET", path, query={"limit": "500"})
+    size = len(json.dumps(page["items"])) // max(len(page["items"]), 1)
+    return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0), size
+
+
+def report(args: argparse.Namespace, r: Results, seconds: float) -> None:
+    agent, script, calls = r.agent[WARMUP:], r.script[WARMUP:], r.calls.sequence[WARMUP:]
+    overhead = (statistics.median(agent) - statistics.median(calls)) * 1000
+    n = len(r.burst)
+    rows = [
+        ("reserved -> Ready, one Workload, agent", ms(agent)),
+        ("reserved -> Ready, one Workload, minimal script", ms(script)),
+        ("  the script's calls alone, in sequence", ms(calls)),
+        *((f"    {k}", ms(v[WARMUP:])) for k, v in r.calls.per_call.items()),
+        ("agent / minimal script, medians", f"{statistics.median(agent) / statistics.median(script):.2f}x"),
+        ("agent median minus the calls' median", f"{overhead:.1f} ms"),
+        ("agent's own pass, sequential (its metric)", f"mean {r.pass_mean * 1000:.1f} ms over {r.passes} passes"),
+        ("agent CPU per admission, sequential", f"{r.agent_cpu_per_admission * 1000:.1f} ms"),
+        (f"burst: {len(r.first)} first admissions", f"{ms(r.first)}; all Ready after {r.first_total:.1f}s"),
+        (f"burst: {n} readmissions at once", ms(r.burst)),
+        (
+            "  writes issued within / all Ready after",
+            f"{r.burst_window:.1f}s / {r.burst_total:.1f}s ({n / r.burst_total:.0f} per s)",
+        ),
+        ("  agent CPU per readmission in the burst", f"{r.burst_cpu / n * 1000:.1f} ms"),
+        *((f"agent RSS: {k}", f"{rss / 1024:.1f} MiB (peak {hwm / 1024:.1f} MiB)") for k, (rss, hwm) in r.rss.items()),
+        ("  the fresh agent was ready (listed all) after", f"{r.fresh_ready:.1f}s"),
+        ("  a Workload's JSON, mean (first 500 listed)", f"{r.workload_bytes} bytes"),
+    ]
+    print()
+    print(
+        f"workers {args.workers}; {args.cycles} cycles ({WARMUP} warm-up cycles not counted); {platform.node()}, "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; "
+        f"run {seconds:.0f}s"
+    )
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def raise_count(trainjob: Mapping[str, Any] | None) -> int:
+    assert trainjob is not None
+    return admission_count(trainjob) or 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=200, help="admission cycles of one Workload (5 warm up)")
+    parser.add_argument("--burst", type=int, default=1000, help="dispatch Workloads readmitted at once")
+    parser.add_argument("--total", type=int, default=10000, help="Workloads in the cluster for the memory figure")
+    parser.add_argument("--workers", type=int, default=2, help="the agent's --workers (its default is 2)")
+    args = parser.parse_args()
+    for name in ("cycles", "burst", "total"):
+        if not 1 <= getattr(args, name) <= 20000:
+            parser.error(f"--{name} must be from 1 to 20000")
+    started = time.monotonic()
+    with contextlib.suppress(KeyboardInterrupt):
+        results = asyncio.run(run(args))
+        report(args, results, time.monotonic() - started)
+
+
+if __name__ == "__main__":
+    main()
