@@ -79,6 +79,16 @@ async def api_client(control_plane: ControlPlane) -> AsyncIterator[client.ApiCli
         yield api
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs tier B runs after every other test.
+
+    Tier B extends the session's tier A: once Kueue, JobSet and Trainer run on the shared API server, their
+    webhooks and controllers act on every TrainJob, so tier A's tests, which play those parts themselves,
+    must run before them. The sort is stable: order is kept within each group.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     report = yield

@@ -19,7 +19,7 @@ from webhook.review import Lookups, Request, Verdict
 from webhook.rules.creation import creation_problems
 from webhook.rules.reserved_keys import reserved_key_problems
 from webhook.rules.runtime_copy import copy_creation_problems, copy_update_problems
-from webhook.rules.updates import update_problems
+from webhook.rules.updates import kueue_unsuspend_problems, update_problems
 
 TRAINJOBS: Final = ("trainer.kubeflow.org", "trainjobs")
 TRAINING_RUNTIMES: Final = ("trainer.kubeflow.org", "trainingruntimes")
@@ -92,6 +92,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
                 problems += found
         elif request.operation == "UPDATE" and old is not None and (is_dispatch(old) or is_dispatch(new)):
             problems += update_problems(old, new)
+            if stranger and not config.kueue.includes(request.user):
+                problems += kueue_unsuspend_problems(old, new)
     elif resource == TRAINING_RUNTIMES and new is not None:
         copy_name = _dispatch_name(new)
         if request.operation == "CREATE" and copy_name is not None:

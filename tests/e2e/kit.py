@@ -20,18 +20,18 @@ from typing import Any, TypeVar
 
 from contract.admission import admission_count, admission_floor
 from contract.keys import (
-    ANCESTOR_TRAINER,
     ANNOTATION_ADMISSION,
-    LABEL_ANCESTOR_STEP,
     LABEL_JOBSET_NAME,
     LABEL_RESTART_ATTEMPT,
     LABEL_WORKLOAD_JOB_UID,
 )
 from harness.kube_http import KubeHttp
+from harness.sandbox import site
 
-KUEUE_V = "kueue.x-k8s.io/v1beta2"
-TRAINER_V = "trainer.kubeflow.org/v1alpha1"
+KUEUE_V = site.KUEUE_V
+TRAINER_V = site.TRAINER_V
 JOBSET_V = "jobset.x-k8s.io/v1alpha2"
+IMAGE = "registry.invalid/dispatch-e2e/train:1"
 
 T = TypeVar("T")
 
@@ -212,40 +212,10 @@ def training_runtime(
     failure_policy: Mapping[str, Any] | None = None,
     node_selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A ClusterTrainingRuntime that meets dispatch's runtime requirements (backoffLimit 0, restartPolicy
-    Never): upstream's torch-distributed does not state them. The trainer asks for ``cpu`` so that it
-    takes quota in the ClusterQueue (and can be preempted)."""
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "node",
-                "image": "registry.invalid/dispatch-e2e/train:1",
-                "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
-            }
-        ],
-    }
-    if node_selector:
-        pod_spec["nodeSelector"] = dict(node_selector)
-    jobset_spec: dict[str, Any] = {
-        "replicatedJobs": [
-            {
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {LABEL_ANCESTOR_STEP: ANCESTOR_TRAINER}},
-                    "spec": {"backoffLimit": 0, "template": {"spec": pod_spec}},
-                },
-            }
-        ]
-    }
-    if failure_policy:
-        jobset_spec["failurePolicy"] = dict(failure_policy)
-    return {
-        "apiVersion": TRAINER_V,
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": name},
-        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": jobset_spec}},
-    }
+    """A ClusterTrainingRuntime that meets dispatch's runtime requirements (harness.sandbox.site, which the
+    sandbox uses too). The trainer asks for ``cpu`` so that it takes quota in the ClusterQueue (and can be
+    preempted)."""
+    return site.training_runtime(name, cpu=cpu, image=IMAGE, failure_policy=failure_policy, node_selector=node_selector)
 
 
 def workload_of(admin: KubeHttp, namespace: str, owner_uid: str) -> dict[str, Any]:

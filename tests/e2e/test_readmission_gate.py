@@ -29,11 +29,8 @@ from ulid import ULID
 
 from agent.operations import Hold, plan_hold, plan_open, plan_release
 from contract.keys import (
-    ADMISSION_CHECK_CONTROLLER,
     FIELD_MANAGER,
     LABEL_JOBSET_NAME,
-    LABEL_PRIORITY_CLASS,
-    LABEL_QUEUE_NAME,
     LABEL_RESTART_ATTEMPT,
     TAINT_OUT_OF_SERVICE,
     TAINT_UNREACHABLE,
@@ -43,6 +40,7 @@ from contract.trainjob import Submission, build_runtime_copy, build_trainjob
 from harness.cluster import free_port
 from harness.kube_http import ApiError, KubeHttp
 from harness.processes import ManagedProcess
+from harness.sandbox import site
 from harness.tier_b import KWOK_COMPLETE_ANNOTATION, TierB
 from tests.agent.test_two_agents import grant
 from tests.e2e import kit
@@ -128,36 +126,11 @@ def gate(tier_b: TierB, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
 
     agent: Agent | None = None
     try:
-        create({"apiVersion": KUEUE_V, "kind": "AdmissionCheck", "metadata": {"name": names["check"]},
-                "spec": {"controllerName": ADMISSION_CHECK_CONTROLLER}})  # fmt: skip
-        create({"apiVersion": KUEUE_V, "kind": "ResourceFlavor", "metadata": {"name": names["flavor"]}})
-        create({"apiVersion": KUEUE_V, "kind": "WorkloadPriorityClass", "metadata": {"name": names["low"]},
-                "value": 10})  # fmt: skip
-        create({"apiVersion": KUEUE_V, "kind": "WorkloadPriorityClass", "metadata": {"name": names["high"]},
-                "value": 1000})  # fmt: skip
-        create(
-            {
-                "apiVersion": KUEUE_V,
-                "kind": "ClusterQueue",
-                "metadata": {"name": names["queue"]},
-                "spec": {
-                    "namespaceSelector": {},
-                    "preemption": {"withinClusterQueue": "LowerPriority"},
-                    "admissionChecksStrategy": {"admissionChecks": [{"name": names["check"]}]},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": list(QUOTA),
-                            "flavors": [
-                                {
-                                    "name": names["flavor"],
-                                    "resources": [{"name": k, "nominalQuota": v} for k, v in QUOTA.items()],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            }
-        )
+        create(site.admission_check(names["check"]))
+        create(site.resource_flavor(names["flavor"]))
+        create(site.priority_class(names["low"], 10))
+        create(site.priority_class(names["high"], 1000))
+        create(site.gated_cluster_queue(names["queue"], check=names["check"], flavor=names["flavor"], quota=QUOTA))
         create(kit.training_runtime(names["runtime"], cpu=JOB_CPU, failure_policy={"maxRestarts": 2}))
         runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", names["runtime"])
         assert runtime_problems(runtime["spec"], allow_rank_restart=False) == []
@@ -290,20 +263,9 @@ def admitted_workload(gate: Gate, tj: dict[str, Any], message: str, within: floa
 def preemptor(gate: Gate, namespace: str) -> dict[str, Any]:
     """Someone else's TrainJob at high priority on upstream's runtime, needing the quota the dispatch job holds."""
     return gate.admin.create(
-        {
-            "apiVersion": TRAINER_V,
-            "kind": "TrainJob",
-            "metadata": {
-                "name": "someone-elses-job",
-                "namespace": namespace,
-                "labels": {LABEL_QUEUE_NAME: LOCAL_QUEUE, LABEL_PRIORITY_CLASS: gate.high},
-            },
-            "spec": {
-                "runtimeRef": {"name": gate.tier_b.training_runtime},
-                "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": JOB_CPU, "memory": "1Gi"}}},
-            },
-        }
-    )
+        site.preemptor("someone-elses-job", namespace, queue=LOCAL_QUEUE, priority_class=gate.high,
+                       runtime=gate.tier_b.training_runtime, cpu=JOB_CPU)
+    )  # fmt: skip
 
 
 # -- the tests ---------------------------------------------------------------------------------------

@@ -622,3 +622,14 @@ def test_a_runtime_copy_without_trainer_job_is_reported_once():
     verdict = decide(request("CREATE", created()), rt=rt)
     assert denied_by(verdict) == "runtime.trainer-job"
     assert "creation.runtime-patch" not in verdict.message
+
+
+def test_in_kueue_mode_only_kueue_and_dispatch_unsuspend():
+    def start(tj):
+        tj["spec"]["suspend"] = False
+
+    verdict = update(start, user=STRANGER)
+    assert denied_by(verdict) == "update.unsuspend"
+    assert "in Kueue mode Kueue unsuspends" in verdict.message
+    assert update(start, user=KUEUE).allowed
+    assert update(start, user=DISPATCH).allowed

@@ -118,3 +118,19 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Prob
                 )
             )
     return problems
+
+
+def kueue_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+    """In Kueue mode only Kueue (once the readmission gate has raised A and the Workload is admitted) and
+    dispatch unsuspend a dispatch TrainJob: anyone else's unsuspend would start an execution Kueue never
+    admitted, with the A of the last one, repeating an R."""
+    if is_kueue_mode(old) and is_kueue_mode(new) and _suspended(old) and not _suspended(new):
+        return [
+            Problem(
+                "update.unsuspend",
+                "spec.suspend",
+                "unsuspended by someone other than Kueue",
+                "in Kueue mode Kueue unsuspends, after the readmission gate has raised A",
+            )
+        ]
+    return []

@@ -1,0 +1,107 @@
+"""The README's main command, as CI runs it: `scripts/sandbox --no-wait` starts its own tier B cluster, installs
+dispatch from the chart as the real helm renders it, runs the scenario through the agent's API and exits 0.
+What it prints must show the story: two executions whose identity rose, and a stranger's refused writes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox.table import EXECUTIONS_TITLE
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 420
+"""Seconds for the whole command; about 70 on a 2-core machine that runs other tests too."""
+
+
+def executions(output: str) -> list[tuple[int, int, int, int, str]]:
+    """(A, J, R, DISPATCH_EPOCH, DISPATCH_ATTEMPT) of each row of the executions table."""
+    lines = output.splitlines()
+    start = lines.index(EXECUTIONS_TITLE)
+    assert lines[start + 1].split() == ["#", "A", "J", "R", "DISPATCH_EPOCH", "DISPATCH_ATTEMPT"], lines[start + 1]
+    rows = []
+    for number, line in enumerate(lines[start + 2 :], 1):
+        if not line.strip():
+            break
+        match = re.fullmatch(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)", line)
+        assert match, f"not an execution row: {line!r}"
+        assert int(match[1]) == number, line
+        a, j, r, epoch = (int(match[i]) for i in range(2, 6))
+        rows.append((a, j, r, epoch, match[6]))
+    return rows
+
+
+def timeline(output: str) -> dict[str, list[str]]:
+    """The step table: each step's cells (phase, gate, check, A, J, R, ...) by the step's name."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["step", "phase"])
+    steps: dict[str, list[str]] = {}
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        name, _, rest = line.strip().partition("  ")
+        steps[name.strip()] = rest.split()
+    return steps
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
+    env = dict(os.environ)
+    if sys.prefix != sys.base_prefix:  # the virtual environment running these tests
+        env["DISPATCH_K8S_VENV"] = sys.prefix
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "sandbox"), "--no-wait"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    output = result.stdout
+    shown = f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, f"scripts/sandbox --no-wait exited {result.returncode}\n{shown}"
+
+    # Two executions; the second with a higher A and a strictly higher R, so a higher DISPATCH_EPOCH, and a
+    # DISPATCH_ATTEMPT of its own.
+    runs = executions(output)
+    assert len(runs) == 2, shown
+    assert all(a >= 1 and r == a + j for a, j, r, _, _ in runs), runs
+    for (a1, _, r1, e1, t1), (a2, _, r2, e2, t2) in pairwise(runs):
+        assert a2 > a1, f"A did not rise: {runs}"
+        assert r2 > r1, f"R did not strictly increase: {runs}"
+        assert e2 > e1, f"DISPATCH_EPOCH did not increase: {runs}"
+        assert t1 != t2, f"two executions share DISPATCH_ATTEMPT: {runs}"
+
+    # The story, step by step: Status after each (phase, gate, check, A).
+    steps = timeline(output)
+    assert steps["Start"][:4] == ["Gated", "closed", "Pending", "0"], steps
+    assert steps["Open: running"][:4] == ["Running", "open", "Ready", str(runs[0][0])], steps
+    preempted = next(v for k, v in steps.items() if k.startswith("preempted by"))
+    assert preempted[0] in ("Queued", "Admitting"), steps
+    assert preempted[3] == str(runs[0][0]), steps
+    assert steps["re-admitted"][:4] == ["Running", "open", "Ready", str(runs[1][0])], steps
+    assert steps["finished"][:4] == ["Complete", "open", "Ready", str(runs[1][0])], steps
+
+    # The stranger's writes were refused by dispatch's admission rules, each shown on one line: removing
+    # dispatch's gate from the TrainJob (the ValidatingAdmissionPolicy, which the API server runs before any
+    # webhook) and from its Workload (the webhook).
+    lines = output.splitlines()
+    refused = {line.strip().rpartition("refused by the ")[2]: lines[i + 1] for i, line in enumerate(lines)
+               if "refused by the " in line}  # fmt: skip
+    assert set(refused) == {"policy", "webhook"}, shown
+    assert "ValidatingAdmissionPolicy 'dispatch-k8s-reserved-keys'" in refused["policy"], refused
+    assert 'admission webhook "validate.workloads.dispatch.phpboyscout.uk" denied the request' in refused["webhook"]
+    assert "only dispatch adds or removes its gate" in refused["webhook"], refused
+
+    # And it cleaned up: every process of its run stopped, the run folder named.
+    assert re.search(r"^Stopped \d+ processes\. The run folder stays: /\S+$", output, re.M), shown
