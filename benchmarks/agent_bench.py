@@ -37,7 +37,6 @@ import os
 import platform
 import secrets
 import statistics
-import sys
 import threading
 import time
 import urllib.error
@@ -48,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
@@ -62,10 +60,11 @@ from contract.keys import (
     LABEL_WORKLOAD_JOB_UID,
 )
 from contract.trainjob import build_runtime_copy, build_trainjob
+from harness.agent_process import LEADER, AgentProcess
+from harness.agent_process import start_agent as start_process
 from harness.async_client import api_client
-from harness.cluster import ControlPlane, free_port, new_run_dir, start_control_plane
+from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.kube_http import KubeHttp
-from harness.processes import ManagedProcess
 from tests.unit.fixtures import runtime, submission
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -358,19 +357,10 @@ class ReadyWatch:
 
 
 @dataclass
-class Agent:
-    process: ManagedProcess
-    port: int
-    started: float = field(default_factory=time.monotonic)
+class Agent(AgentProcess):
+    """The agent process, read for what the benchmark reports: memory, CPU and its own pass time."""
 
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
-        except OSError as err:
-            return 0, str(err)
+    started: float = field(default_factory=time.monotonic)
 
     def proc(self, key: str) -> int:
         """A /proc/<pid>/status field in KiB (VmRSS, VmHWM)."""
@@ -388,29 +378,12 @@ class Agent:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def metric(self, name: str, labels: str = "") -> float:
-        """The sum of a metric's samples whose labels contain ``labels`` (e.g. 'result="raise"')."""
-        total = 0.0
-        for line in self.get("/metrics")[1].splitlines():
-            if (line.startswith(name + " ") or line.startswith(name + "{")) and labels in line:
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
 
 def start_agent(cp: ControlPlane, namespace: str, workers: int, label: str) -> Agent:
-    config = cp.run_dir / f"agent-{label}.yaml"
-    config.write_text(yaml.safe_dump({"leaseNamespace": namespace, "leaseName": f"bench-{label}"}))
-    port = free_port()
-    argv = [sys.executable, "-m", "agent", "serve", "--kubeconfig", cp.admin_kubeconfig, "--config", config,
-            "--health-port", str(port), "--bind-address", "127.0.0.1", "--identity", f"bench-{label}",
-            "--workers", str(workers)]  # fmt: skip
-    agent = Agent(cp.supervisor.start(f"dispatch-agent-{label}", argv), port)
-    deadline = time.monotonic() + 120
-    while agent.get("/readyz") != (200, "ok (leader)"):
-        if not agent.process.alive() or time.monotonic() > deadline:
-            raise RuntimeError(agent.process.describe_exit())
-        time.sleep(0.05)
-    return agent
+    config = {"leaseNamespace": namespace, "leaseName": f"bench-{label}"}
+    agent = start_process(cp, kubeconfig=cp.admin_kubeconfig, name=f"dispatch-agent-{label}", config=config,
+                          workdir=cp.run_dir, extra=["--workers", str(workers)], until=LEADER, timeout=120)  # fmt: skip
+    return Agent(agent.name, agent.process, agent.port)
 
 
 # -- the measurements ------------------------------------------------------------------------------------------
@@ -687,6 +660,8 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=10000, help="Workloads in the cluster for the memory figure")
     parser.add_argument("--workers", type=int, default=2, help="the agent's --workers (its default is 2)")
     args = parser.parse_args()
+    if args.cycles <= WARMUP:
+        parser.error(f"--cycles must be above the {WARMUP} warm-up cycles")
     for name in ("cycles", "burst", "total"):
         if not 1 <= getattr(args, name) <= 20000:
             parser.error(f"--{name} must be from 1 to 20000")

@@ -14,17 +14,13 @@ Active, and no Workload is admitted until the agent sets its check Ready.
 from __future__ import annotations
 
 import secrets
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from ulid import ULID
 
 from agent.operations import Hold, plan_hold, plan_open, plan_release
@@ -37,12 +33,10 @@ from contract.keys import (
 )
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob
-from harness.cluster import free_port
+from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
-from harness.processes import ManagedProcess
 from harness.sandbox import site
 from harness.tier_b import KWOK_COMPLETE_ANNOTATION, TierB
-from tests.agent.test_two_agents import grant
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
 
@@ -59,25 +53,6 @@ JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass
-class Agent:
-    name: str
-    process: ManagedProcess
-    port: int
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
-        except OSError as err:
-            return 0, str(err)
-
-    def log(self) -> str:
-        return self.process.log_path.read_text(errors="replace")
-
-
-@dataclass
 class Gate:
     tier_b: TierB
     check: str
@@ -86,29 +61,19 @@ class Gate:
     high: str
     runtime: dict[str, Any]
     """The ClusterTrainingRuntime as read back, a JobSet restart allowed (failurePolicy maxRestarts 2)."""
-    agent: Agent
+    agent: AgentProcess
 
     @property
     def admin(self) -> KubeHttp:
         return self.tier_b.admin
 
 
-def _start_agent(tb: TierB, namespace: str, workdir: Path) -> Agent:
+def _start_agent(tb: TierB, namespace: str, workdir: Path) -> AgentProcess:
     cp = tb.control_plane
     kubeconfig = grant(cp, namespace)  # the RBAC of docs/agent.md, the Lease rights in `namespace` only
-    config = workdir / "agent.yaml"
-    config.write_text(yaml.safe_dump({"leaseNamespace": namespace, "leaseName": "dispatch-admission"}))
-    port = free_port()
+    config = {"leaseNamespace": namespace, "leaseName": "dispatch-admission"}
     name = f"dispatch-agent-{namespace}"
-    argv = [sys.executable, "-m", "agent", "serve", "--kubeconfig", kubeconfig, "--config", config,
-            "--health-port", str(port), "--bind-address", "127.0.0.1", "--identity", name]  # fmt: skip
-    agent = Agent(name, cp.supervisor.start(name, argv), port)
-    deadline = time.monotonic() + 60
-    while agent.get("/readyz") != (200, "ok (leader)"):
-        if not agent.process.alive() or time.monotonic() > deadline:
-            raise AssertionError(f"the agent did not become the ready leader: {agent.process.describe_exit()}")
-        time.sleep(0.2)
-    return agent
+    return start_agent(cp, kubeconfig=kubeconfig, name=name, config=config, workdir=workdir, until=LEADER)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +89,7 @@ def gate(tier_b: TierB, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
         cluster_scoped.append((obj["apiVersion"], obj["kind"], obj["metadata"]["name"]))
         return created
 
-    agent: Agent | None = None
+    agent: AgentProcess | None = None
     try:
         create(site.admission_check(names["check"]))
         create(site.resource_flavor(names["flavor"]))
