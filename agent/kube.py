@@ -3,12 +3,11 @@
 Objects are the API's JSON (camelCase dicts), never kubernetes_asyncio models: the pure modules read JSON
 (agent/nodeloss.py refuses a model's snake_case dict), and a model would silently drop fields it does not
 know. So every call is made with ``_preload_content=False`` and decoded here; note that the client then
-does not raise on an error status itself, which ``_json`` does.
+does not raise on an error status itself, which ``serving.kube.read_json`` does.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from agent.constants import (
 from agent.events import EventRecorder
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
 from contract.objects import dig
+from serving.kube import read_json
 
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -46,22 +46,9 @@ class CheckNames(Protocol):
     def ours(self) -> frozenset[str]: ...
 
 
-async def _json(call: Awaitable[Any]) -> Any:
-    response = await call
-    try:
-        raw = await response.read()
-    finally:
-        response.release()
-    if not 200 <= response.status <= 299:
-        exc = ApiException(status=response.status, reason=response.reason)
-        exc.body = raw.decode("utf-8", "replace")
-        raise exc
-    return json.loads(raw) if raw else None
-
-
 async def _or_none(call: Awaitable[Any]) -> Any:
     try:
-        return await _json(call)
+        return await read_json(call)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -101,7 +88,7 @@ class Kube:
         """Names of the AdmissionChecks whose controllerName is ours (several may share it)."""
         if self.checks is not None and self.checks.synced:
             return self.checks.ours()
-        listed = await _json(
+        listed = await read_json(
             self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, **self._opts())
         )
         return frozenset(
@@ -126,7 +113,7 @@ class Kube:
 
     async def list_pods(self, namespace: str, jobset_name: str) -> list[Obj]:
         """The JobSet's pods: every pod labelled with its name, whatever execution it belongs to."""
-        listed = await _json(
+        listed = await read_json(
             self.core.list_namespaced_pod(
                 namespace, label_selector=f"{LABEL_JOBSET_NAME}={jobset_name}", **self._opts()
             )
@@ -143,7 +130,7 @@ class Kube:
 
     async def patch_trainjob(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
         """A JSON Patch; the caller's ops carry the uid and resourceVersion preconditions."""
-        return await _json(
+        return await read_json(
             self.custom.patch_namespaced_custom_object(
                 TRAINER_GROUP,
                 TRAINER_VERSION,
@@ -160,7 +147,7 @@ class Kube:
     async def apply_workload_status(self, body: Mapping[str, Any]) -> Obj:
         """Server-side apply on workloads/status; the body's uid and resourceVersion are its preconditions."""
         meta = body["metadata"]
-        return await _json(
+        return await read_json(
             self.custom.patch_namespaced_custom_object_status(
                 KUEUE_GROUP,
                 KUEUE_VERSION,
@@ -177,7 +164,7 @@ class Kube:
 
     async def patch_admission_check_status(self, name: str, ops: list[Mapping[str, Any]]) -> Obj:
         """A JSON Patch on admissionchecks/{name}/status; its test ops are its preconditions."""
-        return await _json(
+        return await read_json(
             self.custom.patch_cluster_custom_object_status(
                 KUEUE_GROUP,
                 KUEUE_VERSION,
@@ -191,14 +178,14 @@ class Kube:
         )
 
     async def create_event(self, namespace: str, body: Mapping[str, Any]) -> Obj:
-        return await _json(self.core.create_namespaced_event(namespace, body, **self._opts()))
+        return await read_json(self.core.create_namespaced_event(namespace, body, **self._opts()))
 
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
-        return await _json(self.coordination.create_namespaced_lease(namespace, body, **self._opts()))
+        return await read_json(self.coordination.create_namespaced_lease(namespace, body, **self._opts()))
 
     async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
         """A PUT carrying the resourceVersion read: 409 when anyone wrote the Lease since."""
-        return await _json(self.coordination.replace_namespaced_lease(name, namespace, body, **self._opts()))
+        return await read_json(self.coordination.replace_namespaced_lease(name, namespace, body, **self._opts()))
 
     # -- what the watches list and watch -----------------------------------------------------------
 
@@ -223,4 +210,4 @@ class Kube:
         }
 
     async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Obj:
-        return await _json(call(**kwargs, **self._opts()))
+        return await read_json(call(**kwargs, **self._opts()))

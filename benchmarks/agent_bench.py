@@ -65,6 +65,7 @@ from harness.agent_process import start_agent as start_process
 from harness.async_client import api_client
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.kube_http import KubeHttp
+from serving.kube import read_json
 from tests.unit.fixtures import runtime, submission
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -107,27 +108,14 @@ class Api:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
 
-    @staticmethod
-    async def _json(call: Awaitable[Any]) -> Any:
-        response = await call
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
-        if not 200 <= response.status <= 299:
-            exc = ApiException(status=response.status, reason=response.reason)
-            exc.body = raw.decode("utf-8", "replace")
-            raise exc
-        return json.loads(raw) if raw else None
-
     async def create(self, gv: tuple[str, str], plural: str, namespace: str, body: Mapping[str, Any]) -> dict:
-        return await self._json(
+        return await read_json(
             self.custom.create_namespaced_custom_object(*gv, namespace, plural, body, _preload_content=False)
         )
 
     async def get(self, gv: tuple[str, str], plural: str, namespace: str, name: str) -> dict | None:
         try:
-            return await self._json(
+            return await read_json(
                 self.custom.get_namespaced_custom_object(*gv, namespace, plural, name, _preload_content=False)
             )
         except ApiException as exc:
@@ -138,14 +126,14 @@ class Api:
     async def list_pods(self, namespace: str, jobset: str, *, any_version: bool = False) -> dict:
         """The JobSet's pods: a consistent LIST, as the agent makes it (or, ``any_version``, from the cache)."""
         extra = {"resource_version": "0"} if any_version else {}
-        return await self._json(
+        return await read_json(
             self.core.list_namespaced_pod(
                 namespace, label_selector=f"{LABEL_JOBSET_NAME}={jobset}", _preload_content=False, **extra
             )
         )
 
     async def patch_trainjob(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> dict:
-        return await self._json(
+        return await read_json(
             self.custom.patch_namespaced_custom_object(
                 *TRAINER, namespace, "trainjobs", name, ops,
                 field_manager=FIELD_MANAGER, _content_type=JSON_PATCH, _preload_content=False,
@@ -154,7 +142,7 @@ class Api:
 
     async def apply_status(self, body: Mapping[str, Any], manager: str) -> dict:
         meta = body["metadata"]
-        return await self._json(
+        return await read_json(
             self.custom.patch_namespaced_custom_object_status(
                 *KUEUE, meta["namespace"], "workloads", meta["name"], body,
                 field_manager=manager, force=True, _content_type=APPLY, _preload_content=False,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
+from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -37,3 +39,18 @@ def describe_api_error(exc: ApiException) -> str:
         message = raw[:200]
     text = f"HTTP {exc.status} {exc.reason or ''}".rstrip()
     return f"{text}: {message}" if message else text
+
+
+async def read_json(call: Awaitable[Any]) -> Any:
+    """The JSON body of a call made with ``_preload_content=False`` (the API's own JSON, not a client model:
+    the pure core reads camelCase dicts), or ApiException carrying the API server's message."""
+    response = await call
+    try:
+        raw = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        exc = ApiException(status=response.status, reason=response.reason)
+        exc.body = raw.decode("utf-8", "replace")
+        raise exc
+    return json.loads(raw) if raw else None
