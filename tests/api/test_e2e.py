@@ -21,10 +21,20 @@ import pytest_asyncio
 from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
+from agent.api.rbac import SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
 from harness.cluster import ControlPlane
 from harness.tier_b import TierB, training_runtime
-from tests.api.cluster import RunningAgent, Supervisors, allowed, apply, running_agent, supervisors
+from tests.api.cluster import (
+    RunningAgent,
+    Supervisors,
+    allowed,
+    apply,
+    bind,
+    role,
+    running_agent,
+    supervisors,
+)
 from tests.api.requests import fresh_job_id, start_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
@@ -291,6 +301,36 @@ async def test_plain_mode_runs_on_open_and_stops(e2e: E2E):
 
         await eventually(running, 90, "plain mode: running after Open")
         await api.stop(ref(started))
+
+
+# -- Kueue not managing the TrainJob -------------------------------------------------------------
+
+
+async def test_start_refuses_and_stops_a_trainjob_kueue_does_not_manage(e2e: E2E):
+    """The real Kueue ignores jobs in a namespace its managedJobsNamespaceSelector leaves out (kueue-system
+    by default), queue label or not: no Workload appears in timeouts.workload, so Start stops the TrainJob
+    and refuses, as the spec says."""
+    unmanaged = "kueue-system"
+    role(e2e.cp, "Role", "dispatch-supervisor", SUPERVISOR_RULES, unmanaged)
+    bind(
+        e2e.cp, "RoleBinding", f"supervisor-{e2e.ns}", "Role", "dispatch-supervisor", (e2e.ns, "supervisor"), unmanaged
+    )
+    await allowed(e2e.agent, e2e.who.tokens["supervisor"], unmanaged)
+    request = start_request(unmanaged, jobId=fresh_job_id(), runtime={"name": RUNTIME}, kueue={"localQueue": QUEUE})
+    async with e2e.client() as api:
+        started = time.monotonic()
+        with pytest.raises(AgentError) as refused:
+            await api.start(request)
+    assert refused.value.kind is ErrorKind.REJECTED
+    assert "Kueue is not managing this TrainJob: no Workload appeared" in refused.value.message
+    assert time.monotonic() - started >= SETTINGS.workload_timeout
+    name = f"dj-{request.job_id.lower()}-s{request.n}"
+
+    async def stopped() -> None:
+        left = e2e.cp.admin.get_or_none(TRAINER, "TrainJob", name, unmanaged)
+        assert left is None or left["metadata"].get("deletionTimestamp"), left
+
+    await eventually(stopped, 30, "the refused TrainJob stopped")
 
 
 # -- Output ---------------------------------------------------------------------------------------
