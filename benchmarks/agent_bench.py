@@ -66,6 +66,7 @@ from harness.async_client import api_client
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.kube_http import KubeHttp
 from serving.kube import read_json
+from tests.agent.kueue_double import status_body as kueue_status
 from tests.unit.fixtures import runtime, submission
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -157,57 +158,6 @@ def checks_of(wl: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
     return {
         c["name"]: (c["state"], c["message"], c["lastTransitionTime"])
         for c in (wl.get("status") or {}).get("admissionChecks") or []
-    }
-
-
-def kueue_status(
-    wl: Mapping[str, Any], checks: Mapping[str, tuple[str, str]], *, reserved: bool, evicted: bool = False
-) -> dict[str, Any]:
-    """Kueue's status write: every check entry, the conditions, the admission; strict (resourceVersion)."""
-    old = checks_of(wl)
-    stamp = now()
-    entries = [
-        {
-            "name": name,
-            "state": state,
-            "message": message,
-            "lastTransitionTime": old[name][2] if name in old and old[name][0] == state else stamp,
-        }
-        for name, (state, message) in sorted(checks.items())
-    ]
-    conditions = [
-        {
-            "type": "QuotaReserved",
-            "status": "True" if reserved else "False",
-            "reason": "QuotaReserved" if reserved else "Pending",
-            "message": "Quota reserved in ClusterQueue cq" if reserved else "waiting for quota",
-            "lastTransitionTime": stamp,
-        }
-    ]
-    if evicted:
-        conditions.append(
-            {
-                "type": "Evicted",
-                "status": "True",
-                "reason": "Preempted",
-                "message": "Preempted",
-                "lastTransitionTime": stamp,
-            }
-        )
-    status: dict[str, Any] = {"conditions": conditions, "admissionChecks": entries}
-    if reserved:
-        status["admission"] = {
-            "clusterQueue": "cq",
-            "podSetAssignments": [
-                {"name": "node", "count": 1, "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "1"}}
-            ],
-        }
-    meta = wl["metadata"]
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
-        "status": status,
     }
 
 

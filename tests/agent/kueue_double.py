@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from contract.admission import admission_count, admission_floor
@@ -128,29 +129,21 @@ def create_workload(cp: ControlPlane, owner: dict[str, Any], checks: list[str]) 
     return write_status(cp, wl, checks={c: ("Pending", "") for c in checks}, reserved=False)
 
 
-def write_status(
-    cp: ControlPlane,
-    wl: dict[str, Any],
-    *,
-    checks: dict[str, tuple[str, str]],
-    reserved: bool,
-    evicted: bool = False,
-    http: KubeHttp | None = None,
+def status_body(
+    wl: Mapping[str, Any], checks: Mapping[str, tuple[str, str]], *, reserved: bool, evicted: bool = False
 ) -> dict[str, Any]:
     """Kueue's status write: every check entry, the conditions, the admission; strict (resourceVersion)."""
     old = {c["name"]: c for c in wl.get("status", {}).get("admissionChecks", [])}
     stamp = now()
-    entries = []
-    for name, (state, message) in sorted(checks.items()):
-        moved = old.get(name, {}).get("state") != state
-        entries.append(
-            {
-                "name": name,
-                "state": state,
-                "message": message,
-                "lastTransitionTime": stamp if moved else old[name]["lastTransitionTime"],
-            }
-        )
+    entries = [
+        {
+            "name": name,
+            "state": state,
+            "message": message,
+            "lastTransitionTime": old[name]["lastTransitionTime"] if old.get(name, {}).get("state") == state else stamp,
+        }
+        for name, (state, message) in sorted(checks.items())
+    ]
     conditions = [
         {
             "type": "QuotaReserved",
@@ -178,17 +171,25 @@ def write_status(
                 {"name": "node", "count": 1, "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "1"}}
             ],
         }
-    body = {
+    meta = wl["metadata"]
+    return {
         "apiVersion": KUEUE_V,
         "kind": "Workload",
-        "metadata": {
-            "name": wl["metadata"]["name"],
-            "namespace": wl["metadata"]["namespace"],
-            "uid": wl["metadata"]["uid"],
-            "resourceVersion": wl["metadata"]["resourceVersion"],
-        },
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
         "status": status,
     }
+
+
+def write_status(
+    cp: ControlPlane,
+    wl: dict[str, Any],
+    *,
+    checks: dict[str, tuple[str, str]],
+    reserved: bool,
+    evicted: bool = False,
+    http: KubeHttp | None = None,
+) -> dict[str, Any]:
+    body = status_body(wl, checks, reserved=reserved, evicted=evicted)
     return (http or cp.admin).request(
         "PATCH",
         cp.admin.object_path(wl) + "/status",
