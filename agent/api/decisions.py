@@ -52,6 +52,21 @@ def contract(call: Callable[..., T], *args: Any) -> T:
         raise ApiError(ErrorKind.INVALID, exc.message, field=exc.field) from None
 
 
+RUNTIME_NOT_SEEN: Final = (
+    "not found",  # Kueue's TrainJob webhook: "runtime '<name>' not found"
+    "must be created before the TrainJob",  # Trainer's: "specified trainingRuntime must be created before ..."
+)
+
+
+def runtime_not_yet_seen(exc: KubeError) -> bool:
+    """A webhook refused a TrainJob because it has not seen its runtime copy yet.
+
+    Kueue's and Trainer's webhooks read runtimes from their informer caches, which lag the copy Start has
+    just created by a moment: a refusal to retry briefly, not an answer.
+    """
+    return exc.webhook_denial and "untime" in exc.message and any(p in exc.message for p in RUNTIME_NOT_SEEN)
+
+
 def refused(exc: Refused) -> ApiError:
     return ApiError(ErrorKind(exc.kind), exc.message)
 

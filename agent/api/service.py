@@ -67,6 +67,8 @@ from contract.trainjob import Submission, build_runtime_copy, build_trainjob, ru
 
 POLL_SECONDS: Final = 0.5
 CONFLICT_ATTEMPTS: Final = 3
+RUNTIME_CACHE_SECONDS: Final = 10.0
+"""How long a TrainJob create is retried while Kueue's or Trainer's webhook has not yet seen its runtime copy."""
 """Open, Hold and Release re-read and re-plan this often when the object changed under the write."""
 Planner = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Plan]
 STOP_PROPAGATION: Final = "Foreground"
@@ -260,10 +262,21 @@ class Service:
             )
         return left, d.contract(build_trainjob, sub, spec)
 
+    async def _create_after_copy(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create a TrainJob right after its runtime copy, riding out the webhooks' cache lag."""
+        deadline = time.monotonic() + RUNTIME_CACHE_SECONDS
+        while True:
+            try:
+                return await self.kube.create(TRAINJOBS.path(namespace), body)
+            except KubeError as exc:
+                if not d.runtime_not_yet_seen(exc) or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(POLL_SECONDS)
+
     async def _create_trainjob(self, path_for_name: str, built: Mapping[str, Any]) -> Mapping[str, Any]:
         namespace = built["metadata"]["namespace"]
         try:
-            return await self.kube.create(TRAINJOBS.path(namespace), built)
+            return await self._create_after_copy(namespace, built)
         except KubeError as exc:
             if exc.status != 409:
                 raise d.create_failed(exc, f"TrainJob {built['metadata']['name']}", namespace) from None
@@ -512,7 +525,7 @@ class Service:
         try:
             try:
                 copy_read = await self.kube.create(TRAINING_RUNTIMES.path(req.namespace), copy_built)
-                trainjob = await self.kube.create(TRAINJOBS.path(req.namespace), probe)
+                trainjob = await self._create_after_copy(req.namespace, probe)
             except KubeError as exc:
                 raise d.create_failed(exc, "the probe", req.namespace) from None
             await self._own_copy(copy_read, trainjob)

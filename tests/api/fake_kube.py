@@ -89,6 +89,8 @@ class FakeKube:
     """(path, propagationPolicy) of every delete."""
     after_write: list[Hook] = field(default_factory=list)
     """Called after each create or patch with (fake, collection, object as stored): controllers and tamperers."""
+    refuse_creates: list[tuple[str, int, str]] = field(default_factory=list)
+    """(plural, status, message): the next create of that resource is refused so, once each (a webhook)."""
     logs: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
     """(namespace, pod) -> chunks; a pod without an entry has a container still waiting."""
     log_delay: float = 0.05
@@ -217,6 +219,10 @@ class FakeKube:
             return status(404, "NotFound", f'namespaces "{where.namespace}" not found')
         obj = await request.json()
         name = obj["metadata"]["name"]
+        refusal = next((r for r in self.refuse_creates if r[0] == where.plural), None)
+        if refusal is not None:
+            self.refuse_creates.remove(refusal)
+            return status(refusal[1], "Forbidden" if refusal[1] == 403 else "Invalid", refusal[2])
         if self.get(where.collection, name) is not None:
             return status(409, "AlreadyExists", f'{where.plural} "{name}" already exists')
         if where.namespace:

@@ -336,3 +336,30 @@ async def test_output_streams_rank_0s_log(agent: Agent):
     assert b"".join(chunks) == b"epoch 1\nepoch 2\ndone\n"
     assert len(chunks) == 3  # arrived as written: streamed, not buffered
     assert ("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/rank0/log") in agent.fake.calls
+
+
+KUEUE_LAG = "admission webhook \"vtrainjob.kb.io\" denied the request: runtime '{name}' not found"
+TRAINER_LAG = (
+    'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.runtimeRef: Invalid value: '
+    '"object": trainingruntimes "{name}" not found: specified trainingRuntime must be created before the TrainJob is created'
+)
+
+
+@pytest.mark.parametrize("message", [KUEUE_LAG, TRAINER_LAG])
+async def test_start_rides_out_the_webhooks_lag_behind_the_new_runtime_copy(agent: Agent, message: str):
+    """Kueue's and Trainer's webhooks read runtimes from caches that lag the copy Start has just made."""
+    name = "dj-01arz3ndektsv4rrffq69g5fav-s3"
+    agent.fake.refuse_creates += [("trainjobs", 403, message.format(name=name))] * 2
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+    assert agent.fake.get(TJS, started.name)["metadata"]["uid"] == started.uid
+    assert agent.fake.refuse_creates == []
+
+
+async def test_any_other_webhook_refusal_of_the_trainjob_is_final(agent: Agent):
+    agent.fake.refuse_creates.append(("trainjobs", 403, 'admission webhook "x" denied the request: no'))
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE))
+    assert err.value.kind is ErrorKind.REJECTED
+    assert "denied the request: no" in err.value.message
