@@ -420,8 +420,9 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(g
 
         # The operator asserts the node is shut down. That alone makes the pods Ceased for the gate (a
         # not-ready node tainted out-of-service, pods being deleted: docs/nodeloss.md), so the agent raises A
-        # and sets the check Ready; and the pod GC force-deletes terminating pods on such a node (after
-        # marking them Failed, which no kubelet on the lost node could have done).
+        # and sets the check Ready; the pods then go (usually the pod GC force-deletes them; kwok may still
+        # confirm a deletion it had queued before the heartbeat stopped, which a real lost kubelet could not:
+        # which of the two removed them is the simulation's business, not the gate's).
         admin.request(
             "PATCH",
             f"/api/v1/nodes/{node}",
@@ -431,10 +432,9 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(g
         )  # fmt: skip
         admitted_workload(gate, tj, RAISED.format(2), within=60)
         assert (kit.a_of(get_trainjob(gate, tj)), kit.floor_of(get_trainjob(gate, tj))) == (2, 2)
-        eventually(lambda: _gone(admin, ns, name, pod_names), 90, "the pod GC force-deletes the pods")
+        eventually(lambda: _gone(admin, ns, name, pod_names), 90, "the old execution's pods gone")
         final = {obj["metadata"]["name"]: obj for kind, obj in pods.events() if kind == "DELETED"}
         assert sorted(final) == pod_names
-        assert {obj["status"]["phase"] for obj in final.values()} == {"Failed"}, "not the pod GC's deletion"
         # The next execution's pods carry A = 2 (they wait for a node: theirs is out of service).
         eventually(lambda: _assert(len(pods.first_seen()) > len(pod_names)), 60, "the new execution's pods")
         assert kit.assert_a_rises_before_each_admission(trainjobs.versions(name)) == [1, 2]
