@@ -20,6 +20,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from tests.api.objects import PatchInvalid, PatchTestFailed, apply_patch
+from tests.loopback import serving
 
 AGENT_TOKEN = "agent-token"
 Hook = Callable[["FakeKube", str, dict[str, Any]], None]
@@ -299,14 +300,9 @@ class FakeKube:
 
 @asynccontextmanager
 async def running(fake: FakeKube) -> AsyncIterator[str]:
-    runner = web.AppRunner(fake.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    """Serve the fake on loopback over plain HTTP; yields its URL."""
+    async with serving(fake.app()) as url:
+        yield url
 
 
 def dumps(obj: Any) -> str:

@@ -11,6 +11,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from tests.loopback import serving
+
 PREFIX = "/apis/trainer.kubeflow.org/v1alpha1"
 
 
@@ -72,11 +74,5 @@ class FakeApi:
 @asynccontextmanager
 async def running(api: FakeApi) -> AsyncIterator[str]:
     """Serve the fake on loopback over plain HTTP; yields its URL."""
-    runner = web.AppRunner(api.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serving(api.app()) as url:
+        yield url
