@@ -22,13 +22,23 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from agent.podowners import ForeignPod
 from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import raise_admission
+from contract.admission import admission_floor, raise_admission
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons
-from contract.keys import ANNOTATION_JOBSET_UID
+from contract.gates import has_dispatch_gate
+from contract.keys import (
+    ANNOTATION_HOLD_INSTANCE,
+    ANNOTATION_HOLD_REASON,
+    ANNOTATION_HOLD_WHO,
+    ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
+    HOLD_ANNOTATIONS,
+    OPENED_TRUE,
+)
 from contract.objects import add_op, annotations, dig
-from contract.ownership import is_dispatch
+from contract.ownership import is_dispatch, is_kueue_mode
 
 
 class Action(Enum):
@@ -76,11 +86,14 @@ def decide(
     pods: Sequence[Mapping[str, Any]],
     blockers: Sequence[Blocker],
     now: str,
+    foreign_pods: Sequence[ForeignPod] = (),
 ) -> Decision:
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
 
-    ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods,
-    and ``blockers`` those of them that may still run, as the node-loss classification says.
+    ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods
+    (agent/podowners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
+    them that may still run, as the node-loss classification says, and ``foreign_pods`` the labelled pods
+    that are provably not its own: reported, never waited on.
     """
     waiting = waiting_reason(workload, check)
     if waiting is not None:
@@ -96,7 +109,10 @@ def decide(
         return _set(
             Action.APPROVE, workload, check, READY, "not a dispatch TrainJob: the readmission gate does not apply", now
         )
-    foreign = tuple(foreign_reasons(trainjob, jobset=jobset, pods=pods))
+    foreign = (*foreign_reasons(trainjob, jobset=jobset, pods=pods), *(p.report() for p in foreign_pods))
+    refusal = not_startable(trainjob, workload)
+    if refusal is not None:
+        return _set(Action.HOLD, workload, check, PENDING, refusal, now, foreign)
     if blockers:
         return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
     try:
@@ -116,6 +132,49 @@ def decide(
         new_a=raised.a,
         foreign=foreign,
     )
+
+
+def is_opened_by_dispatch(trainjob: Mapping[str, Any]) -> bool:
+    """Did dispatch open this job? Its opened mark, in both modes, and no gate of dispatch's left on it.
+
+    Jobs opened in Kueue mode before Open wrote the mark carry none: they count as opened when dispatch's
+    gate is gone and A has been raised at least once (the admission floor is 1 or more), i.e. the gate
+    has admitted them before. A Kueue-mode job opened before the mark existed and never admitted since
+    waits until the supervisor calls Open again, which writes the mark (agent/operations.py)."""
+    if has_dispatch_gate(trainjob):
+        return False
+    if annotations(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE:
+        return True
+    try:
+        floor = admission_floor(trainjob)
+    except ContractError:
+        return False
+    return is_kueue_mode(trainjob) and floor is not None and floor >= 1
+
+
+def hold_in_force(obj: Mapping[str, Any] | None) -> str | None:
+    """A hold of dispatch's on the object (its hold annotations), described; None when there is none."""
+    found = annotations(obj)
+    if not any(k in found for k in HOLD_ANNOTATIONS):
+        return None
+    who, reason = found.get(ANNOTATION_HOLD_WHO, "?"), found.get(ANNOTATION_HOLD_REASON, "?")
+    return f"hold {found.get(ANNOTATION_HOLD_INSTANCE, '?')} by {who} ({reason})"
+
+
+def not_startable(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
+    """Why the gate must not approve an execution of this dispatch job whatever its pods: dispatch never
+    opened it, or a hold of dispatch's is in force (its annotations on the TrainJob or the Workload; a
+    deactivated Workload is waited on before this). None when it may start."""
+    if not is_opened_by_dispatch(trainjob):
+        return (
+            f"dispatch has not opened this TrainJob (no {ANNOTATION_OPENED} mark, or dispatch's gate is still on "
+            "it): nothing runs before dispatch's Open"
+        )
+    for where, obj in (("TrainJob", trainjob), ("Workload", workload)):
+        hold = hold_in_force(obj)
+        if hold is not None:
+            return f"held by dispatch: {hold} is on the {where}; only dispatch's Release lifts it"
+    return None
 
 
 def _set(

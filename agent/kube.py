@@ -66,6 +66,7 @@ class Kube:
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
         self.timeout = request_timeout
@@ -119,6 +120,10 @@ class Kube:
             )
         )
         return list(listed.get("items", []))
+
+    async def get_job(self, namespace: str, name: str) -> Obj | None:
+        """A batch/v1 Job (the link between a pod and its JobSet, agent/podowners.py)."""
+        return await _or_none(self.batch.read_namespaced_job(name, namespace, **self._opts()))
 
     async def get_node(self, name: str) -> Obj | None:
         return await _or_none(self.core.read_node(name, **self._opts()))

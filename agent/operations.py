@@ -85,7 +85,13 @@ def plan_open(trainjob: Mapping[str, Any]) -> Plan:
     """Open: Kueue mode removes dispatch's gate (deleting the annotation when it was the last); plain mode
     unsuspends, marks it opened and raises A in one update. Already open succeeds; ended unopened is a fence."""
     others = tuple(g for g in gates_of(trainjob) if g != GATE)
+    marked = annotations(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
+    mark = add_op(trainjob, ("metadata", "annotations", ANNOTATION_OPENED), OPENED_TRUE)
     if is_opened(trainjob):
+        if is_kueue_mode(trainjob) and not marked and finished(trainjob) is None:
+            # Past Kueue's gate without dispatch's mark (opened before the mark existed, or switched from plain
+            # mode): the readmission gate approves only a marked job, so Open writes the mark now.
+            return Plan(Target.TRAINJOB, [*preconditions(trainjob), mark], "opened mark written", held_by=others)
         return Plan(Target.TRAINJOB, [], "already past its gate", held_by=others)
     end = finished(trainjob)
     if end is not None:
@@ -94,7 +100,9 @@ def plan_open(trainjob: Mapping[str, Any]) -> Plan:
         rest = without_dispatch_gate(annotations(trainjob).get(ANNOTATION_ADMISSION_GATED_BY))
         path = pointer("metadata", "annotations", ANNOTATION_ADMISSION_GATED_BY)
         change = {"op": "remove", "path": path} if rest is None else {"op": "replace", "path": path, "value": rest}
-        return Plan(Target.TRAINJOB, [*preconditions(trainjob), change], "gate removed", held_by=others)
+        # The opened mark in the same update: the readmission gate approves only a job dispatch opened.
+        ops = [*preconditions(trainjob), change, *([] if marked else [mark])]
+        return Plan(Target.TRAINJOB, ops, "gate removed", held_by=others)
     if dig(trainjob, "spec", "suspend") is not True:
         raise Refused("conflict", "the TrainJob is not suspended but was never opened: someone else started it")
     ops, a = _raise_ops(trainjob)

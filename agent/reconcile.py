@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent import podowners
 from agent.gate import Action, Blocker, Decision, decide
 from agent.kube import Kube
 from agent.nodeloss import assess
@@ -39,6 +40,8 @@ from contract.ownership import is_dispatch
 from serving.kube import describe_api_error
 
 log = logging.getLogger(__name__)
+
+UNPROVEN = " (its Job is gone, so it cannot be proven not to be this TrainJob's)"
 
 
 @dataclass(frozen=True, order=True)
@@ -120,11 +123,18 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         await hooks.after_read(workload)
 
     # b. Fresh reads of what the decision needs.
-    trainjob, jobset, pods, blockers, nodes = await _look(kube, workload, settings)
+    trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(kube, workload, settings)
 
     # c. The decision.
     d = decide(
-        workload=workload, check=check, trainjob=trainjob, jobset=jobset, pods=pods, blockers=blockers, now=utc_now()
+        workload=workload,
+        check=check,
+        trainjob=trainjob,
+        jobset=jobset,
+        pods=pods,
+        blockers=blockers,
+        now=utc_now(),
+        foreign_pods=foreign_pods,
     )
     base = {"check": check, "quota_reserved_at": reserved_at}
 
@@ -199,28 +209,47 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
 
 async def _look(
     kube: Kube, workload: Mapping[str, Any], settings: Settings
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]], list[Blocker], frozenset[str]]:
-    """The owning TrainJob, and for a dispatch TrainJob its JobSet, pods, and those that may still run.
+) -> tuple[
+    dict[str, Any] | None,
+    dict[str, Any] | None,
+    list[Mapping[str, Any]],
+    tuple[podowners.ForeignPod, ...],
+    list[Blocker],
+    frozenset[str],
+]:
+    """The owning TrainJob, and for a dispatch TrainJob its JobSet, its pods (and the labelled pods that are
+    provably not its own), and those of its pods that may still run.
 
     A TrainJob that is not dispatch's is approved whatever its pods do, so nothing more is read for it."""
     namespace = dig(workload, "metadata", "namespace")
     owner = owner_trainjob(workload)
     if owner is None:
-        return None, None, [], [], frozenset()
+        return None, None, [], (), [], frozenset()
     name, uid = owner
     trainjob = await kube.get_trainjob(namespace, name)
     if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
-        return trainjob, None, [], [], frozenset()
+        return trainjob, None, [], (), [], frozenset()
     # The TrainJob is suspended while its check is Pending, so every pod of its JobSet belongs to a
     # previous execution.
-    pods = await kube.list_pods(namespace, name)
+    labelled = await kube.list_pods(namespace, name)
+    jobset = await kube.get_jobset(namespace, name)
+    # Only the pods the ownership chain does not prove someone else's are waited on (agent/podowners.py).
+    job_names = podowners.job_names(labelled)
+    jobs = await asyncio.gather(*(kube.get_job(namespace, j) for j in job_names))
+    owned = podowners.sort_pods(
+        trainjob, jobset, labelled, {j: job for j, job in zip(job_names, jobs, strict=True) if job is not None}
+    )
+    pods = list(owned.ours)
     names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
     found = await asyncio.gather(*(kube.get_node(n) for n in names))
     nodes = {n: node for n, node in zip(names, found, strict=True) if node is not None}  # absent: not in the map
-    jobset = await kube.get_jobset(namespace, name)
     assessment = assess(pods, nodes, settings.node_loss_taints)
-    blockers = [Blocker(pod, f"{c.verdict.value}: {c.reason}") for pod, c in assessment.may_still_run]
-    return trainjob, jobset, pods, blockers, frozenset(names)
+    unproven = set(owned.unproven)
+    blockers = [
+        Blocker(pod, f"{c.verdict.value}: {c.reason}" + (UNPROVEN if pod in unproven else ""))
+        for pod, c in assessment.may_still_run
+    ]
+    return trainjob, jobset, pods, owned.foreign, blockers, frozenset(names)
 
 
 async def _report_foreign(kube: Kube, trainjob: Mapping[str, Any] | None, d: Decision) -> int:

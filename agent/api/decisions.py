@@ -30,7 +30,7 @@ from contract.keys import (
     TRAINER_GROUP,
 )
 from contract.objects import add_op, dig, labels
-from contract.ownership import dispatch_patch_index
+from contract.ownership import dispatch_patch_index, is_dispatch
 from contract.trainjob import Submission, build_trainjob
 
 T = TypeVar("T")
@@ -103,14 +103,45 @@ def create_failed(exc: KubeError, what: str, namespace: str) -> ApiError:
 
 
 def own(trainjob: Mapping[str, Any] | None, ref: ObjectRef) -> Mapping[str, Any]:
-    """The TrainJob as read, when it is the object the supervisor means (the same UID)."""
+    """The TrainJob as read, when it is dispatch's and the object the supervisor means (the same UID).
+
+    The agent acts with its own ClusterRole, so it must never be a confused deputy: a TrainJob that is not
+    dispatch's (contract/ownership.py) is refused on every route, before its uid is compared, and no refusal
+    says what the uid of the object read is (it would be the one thing a caller needs to aim another route
+    at an object it may not touch itself)."""
     where = f"TrainJob {ref.namespace}/{ref.name}"
     if trainjob is None:
         raise ApiError(ErrorKind.NOT_FOUND, f"{where} does not exist")
-    uid = dig(trainjob, "metadata", "uid")
-    if uid != ref.uid:
-        raise ApiError(ErrorKind.CONFLICT, f"{where} is a different object of the same name: uid {uid}, not {ref.uid}")
+    if not is_dispatch(trainjob):
+        raise not_dispatchs(where)
+    if dig(trainjob, "metadata", "uid") != ref.uid:
+        raise ApiError(ErrorKind.CONFLICT, f"{where} is a different object of the same name (not uid {ref.uid})")
     return trainjob
+
+
+def not_dispatchs(where: str) -> ApiError:
+    return ApiError(
+        ErrorKind.REJECTED,
+        f"{where} is not dispatch's (its name is not dj-<ULID>-s<N> and it has no runtime patch entry of "
+        "dispatch's): the agent does not act on it",
+    )
+
+
+def excluded_namespace(namespace: str, own_namespace: str) -> ApiError | None:
+    """Start refuses the namespaces the webhook and the policies exclude (so that they can never lock out
+    the components that would fix them): a job there would run unpoliced."""
+    if namespace in excluded_namespaces(own_namespace):
+        return ApiError(
+            ErrorKind.INVALID,
+            f"namespace {namespace} is excluded from dispatch's admission webhook and policies (kube-system and "
+            f"dispatch's own namespace {own_namespace}), so a job there would not be policed: use another",
+            field="namespace",
+        )
+    return None
+
+
+def excluded_namespaces(own_namespace: str) -> frozenset[str]:
+    return frozenset({"kube-system", own_namespace})
 
 
 def workload_of(workloads: Iterable[Mapping[str, Any]], uid: str) -> Mapping[str, Any] | None:

@@ -27,6 +27,8 @@ AGENT_RULES: Final[list[Rule]] = [
     # Status.
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    # Each pod's Job, the link to its JobSet (agent/podowners.py): a labelled pod is not proof of ownership.
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # Output.
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},

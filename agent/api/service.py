@@ -12,17 +12,19 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import aiohttp
 from ulid import ULID
 
+from agent import podowners
 from agent.api import decisions as d
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import (
     ADMISSION_CHECKS,
     CLUSTER_TRAINING_RUNTIMES,
+    JOBS,
     JOBSETS,
     LEASES,
     NODES,
@@ -61,7 +63,7 @@ from contract.keys import (
     TRAINER_CONTAINER,
 )
 from contract.objects import dig
-from contract.ownership import is_kueue_mode
+from contract.ownership import is_dispatch, is_kueue_mode
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob, runtime_copy_owner_reference
 
@@ -130,6 +132,20 @@ class Service:
                 return []
             raise d.read_failed(exc, what) from None
 
+    async def _owned_pods(
+        self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, selector: Mapping[str, str]
+    ) -> podowners.Sorted:
+        """The TrainJob's pods matching ``selector``, sorted by the ownership chain (agent/podowners.py): a
+        pod that merely carries the JobSet's label is reported as foreign, never counted or streamed."""
+        ns, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
+        labelled = await self._list(PODS.path(ns), selector, f"the pods of {ns}/{name}")
+        jobs = {}
+        for job_name in podowners.job_names(labelled):
+            job = await self._read(JOBS.path(ns, job_name), f"Job {ns}/{job_name}")
+            if job is not None:
+                jobs[job_name] = job
+        return podowners.sort_pods(trainjob, jobset, labelled, jobs)
+
     async def _own(self, ref: ObjectRef) -> Mapping[str, Any]:
         trainjob = await self._read(TRAINJOBS.path(ref.namespace, ref.name), f"TrainJob {ref.namespace}/{ref.name}")
         return d.own(trainjob, ref)
@@ -178,7 +194,13 @@ class Service:
 
     # -- Start -------------------------------------------------------------------------------------
 
+    def _refuse_excluded(self, namespace: str) -> None:
+        refusal = d.excluded_namespace(namespace, self.settings.own_namespace)
+        if refusal is not None:
+            raise refusal
+
     async def start(self, req: StartRequest) -> StartResponse:
+        self._refuse_excluded(req.namespace)
         sub = req.submission(self.settings.site_labels, self.settings.site_annotations)
         name = d.contract(lambda: sub.name)
         source = await self._source_runtime(req.runtime, req.namespace)
@@ -397,6 +419,10 @@ class Service:
     async def stop(self, ref: ObjectRef) -> OutcomeResponse:
         """Delete the TrainJob if it is still the one with the UID; gone already is success (idempotent)."""
         path = TRAINJOBS.path(ref.namespace, ref.name)
+        current = await self._read(path, f"TrainJob {ref.namespace}/{ref.name}")
+        if current is None:
+            return OutcomeResponse(outcome="already gone")
+        d.own(current, ref)  # dispatch's, and the supervisor's (the uid); the delete pins that uid again
         try:
             deleted = await self.kube.delete(path, uid=ref.uid, propagation=STOP_PROPAGATION)
         except KubeError as exc:
@@ -413,16 +439,20 @@ class Service:
     async def status(self, ref: ObjectRef) -> StatusResponse:
         ns, name = ref.namespace, ref.name
         trainjob = await self._read(TRAINJOBS.path(ns, name), f"TrainJob {ns}/{name}")
+        if trainjob is not None and not is_dispatch(trainjob):
+            raise d.not_dispatchs(f"TrainJob {ns}/{name}")  # nothing more is read for it
         jobset = await self._read(JOBSETS.path(ns, name), f"JobSet {ns}/{name}")
-        pods = await self._list(PODS.path(ns), {LABEL_JOBSET_NAME: name}, f"the pods of {ns}/{name}")
         runtime_copy = await self._read(TRAINING_RUNTIMES.path(ns, name), f"runtime copy {ns}/{name}")
         if trainjob is None or dig(trainjob, "metadata", "uid") != ref.uid:
+            pods = await self._list(PODS.path(ns), {LABEL_JOBSET_NAME: name}, f"the pods of {ns}/{name}")
             left = orphans(trainjob, namespace=ns, jobset=jobset, pods=pods, runtime_copy=runtime_copy)
             try:
                 d.own(trainjob, ref)
             except ApiError as exc:
                 raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left)) from None
         assert trainjob is not None
+        owned = await self._owned_pods(trainjob, jobset, {LABEL_JOBSET_NAME: name})
+        pods = list(owned.ours)
         kueue = is_kueue_mode(trainjob)
         workload = await self._workload(ns, ref.uid) if kueue else None
         checks = d.our_checks(await self._admission_checks()) if kueue else []
@@ -441,6 +471,7 @@ class Service:
             checks=checks,
             node_loss_taints=self.settings.node_loss_taints,
         )
+        s = replace(s, foreign=(*s.foreign, *(p.report() for p in owned.foreign)))
         deleting = dig(trainjob, "metadata", "deletionTimestamp")
         return StatusResponse.of(ref, s).model_copy(update={"deletion_timestamp": deleting})
 
@@ -454,7 +485,10 @@ class Service:
         if job is None:
             raise ApiError(ErrorKind.CONFLICT, f"TrainJob {req.namespace}/{req.name} has no dispatch runtime patch")
         selector = {LABEL_JOBSET_NAME: req.name, LABEL_REPLICATED_JOB_NAME: job, LABEL_JOB_COMPLETION_INDEX: "0"}
-        pod = d.rank0(await self._list(PODS.path(req.namespace), selector, f"the pods of {req.namespace}/{req.name}"))
+        jobset = await self._read(JOBSETS.path(req.namespace, req.name), f"JobSet {req.namespace}/{req.name}")
+        owned = await self._owned_pods(trainjob, jobset, selector)
+        # Only a pod proven the TrainJob's is streamed as its rank 0 (not one whose Job is gone).
+        pod = d.rank0([p for p in owned.ours if dig(p, "metadata", "name") not in owned.unproven])
         if pod is None:
             raise ApiError(ErrorKind.NOT_FOUND, f"rank 0 of TrainJob {req.namespace}/{req.name} has no pod (yet)")
         pod_name = str(dig(pod, "metadata", "name"))
@@ -479,6 +513,7 @@ class Service:
         return self.state.capabilities
 
     async def preflight(self, req: PreflightRequest) -> Capabilities:
+        self._refuse_excluded(req.namespace)
         kueue = req.kueue is not None
         try:
             versions = d.api_versions(await self.kube.discovery())

@@ -38,6 +38,9 @@ class ApiSettings(BaseModel):
     """Seconds Preflight watches its probe."""
     node_loss_taints: tuple[str, ...] = Field((), alias="nodeLossTaints")
     """The site's taint keys that also mean node loss (the agent's own setting of the same name)."""
+    own_namespace: str = Field(LEASE_NAMESPACE, alias="ownNamespace", min_length=1)
+    """dispatch's own namespace (the chart's release namespace). It and kube-system are excluded from the
+    webhook and the policies, so Start and Preflight refuse them."""
     lease_namespace: str = Field(LEASE_NAMESPACE, alias="leaseNamespace")
     lease_name: str = Field(LEASE_NAME, alias="leaseName")
     """The readmission controller's Lease, whose heartbeat Preflight checks in Kueue mode."""

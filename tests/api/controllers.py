@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.api.kube import ADMISSION_CHECKS, JOBSETS, NODES, PODS, TRAINJOBS, WORKLOADS
+from agent.api.kube import ADMISSION_CHECKS, JOBS, JOBSETS, NODES, PODS, TRAINJOBS, WORKLOADS
 from contract.keys import ADMISSION_CHECK_CONTROLLER, ANNOTATION_ADMISSION_GATED_BY, LABEL_QUEUE_NAME
 from tests.api.fake_kube import FakeKube
 
@@ -121,6 +121,22 @@ def pod(jobset: str, name: str, *, node: str | None = "node-1", index: str = "0"
     }
 
 
+def owned_pod(fake: FakeKube, js: dict[str, Any], name: str, *, job: str = "node", **kw: Any) -> dict[str, Any]:
+    """A pod as JobSet makes it: controlled by a Job ``<jobset>-<job>-0``, which the JobSet ``js`` controls."""
+    ns, js_name = js["metadata"]["namespace"], js["metadata"]["name"]
+    job_name = f"{js_name}-{job}-0"
+    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": js_name,
+             "uid": js["metadata"]["uid"], "controller": True}  # fmt: skip
+    j = fake.get(JOBS.path(ns), job_name) or fake.put(
+        JOBS.path(ns), {"metadata": {"name": job_name, "namespace": ns, "ownerReferences": [owner]}}
+    )
+    p = pod(js_name, name, job=job, **kw)
+    p["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": j["metadata"]["uid"], "controller": True}
+    ]
+    return fake.put(PODS.path(ns), p)
+
+
 def ready_node(fake: FakeKube, name: str = "node-1") -> None:
     fake.put(
         NODES.path(),
@@ -137,7 +153,8 @@ def jobset(fake: FakeKube, namespace: str, name: str, owner_uid: str, restarts: 
         JOBSETS.path(namespace),
         {
             "metadata": {"name": name, "namespace": namespace,
-                         "ownerReferences": [{"kind": "TrainJob", "name": name, "uid": owner_uid}]},
+                         "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                              "name": name, "uid": owner_uid, "controller": True}]},
             "status": {"restarts": restarts},
         },
     )  # fmt: skip

@@ -8,11 +8,11 @@ import pytest
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
 from agent.api.kube import TRAINING_RUNTIMES, TRAINJOBS, WORKLOADS
-from agent.api.models import HoldRequest, ObjectRef, OutputRequest, StartResponse
+from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
 from contract.admission import admission_count, admission_floor
 from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_HOLD_INSTANCE, ANNOTATION_OPENED
 from tests.api import controllers as c
-from tests.api.conftest import NAMESPACE, Agent
+from tests.api.conftest import NAMESPACE, Agent, supervisor_grants
 from tests.api.requests import start_request
 from tests.unit.fixtures import runtime
 
@@ -234,6 +234,57 @@ async def test_a_different_object_of_the_same_name_is_refused(agent: Agent):
                 assert "a different object of the same name" in err.value.message
 
 
+async def test_no_route_acts_on_a_trainjob_that_is_not_dispatchs_nor_reveals_its_uid(agent: Agent):
+    """The agent as a confused deputy (issue 10, item 9): its ClusterRole could suspend or delete anyone's
+    TrainJob, so every route refuses one that is not dispatch's, and no answer carries its uid."""
+    theirs = agent.fake.put(TJS, {"metadata": {"name": "resnet", "namespace": NAMESPACE}, "spec": {"suspend": False}})
+    uid = theirs["metadata"]["uid"]
+    async with agent.client() as api:
+        for guess in (uid, "a-guess"):
+            target = ObjectRef(namespace=NAMESPACE, name="resnet", uid=guess)
+            calls = [api.open, api.release, api.stop, api.status]
+            calls.append(lambda r: api.hold(HoldRequest(**r.model_dump(), who="x", reason="y")))
+            calls.append(lambda r: _drain(api.output(OutputRequest(**r.model_dump()))))
+            for call in calls:
+                with pytest.raises(AgentError) as err:
+                    await call(target)
+                assert err.value.kind is ErrorKind.REJECTED, call
+                assert "is not dispatch's" in err.value.message
+                assert uid not in err.value.message
+    assert agent.fake.get(TJS, "resnet")["spec"] == {"suspend": False}
+    assert not [w for w in agent.fake.writes if "resnet" in w]
+    assert not agent.fake.deletes
+
+
+async def test_a_different_object_of_the_same_name_is_not_revealed(agent: Agent):
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        with pytest.raises(AgentError) as err:
+            await api.open(ref(started).model_copy(update={"uid": "a-guess"}))
+    assert err.value.kind is ErrorKind.CONFLICT
+    assert started.uid not in err.value.message
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "dispatch-system"])
+async def test_start_and_preflight_refuse_the_namespaces_the_webhook_excludes(agent: Agent, namespace: str):
+    agent.fake.namespaces.add(namespace)
+    agent.fake.grants += supervisor_grants(namespace)  # the caller may: the refusal is the agent's own
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(namespace))
+        assert (err.value.kind, err.value.field) == (ErrorKind.INVALID, "namespace")
+        assert "excluded from dispatch's admission webhook" in err.value.message
+        with pytest.raises(AgentError) as pre:
+            await api.preflight(PreflightRequest.model_validate({"namespace": namespace, "runtime": {"name": "x"}}))
+        assert (pre.value.kind, pre.value.field) == (ErrorKind.INVALID, "namespace")
+    assert not agent.fake.writes
+
+
+async def _drain(stream) -> None:
+    async for _ in stream:
+        pass
+
+
 async def test_open_after_the_end_is_a_fence(agent: Agent):
     async with agent.client() as api:
         started = await api.start(start_request(NAMESPACE))
@@ -279,11 +330,17 @@ async def test_status_reads_the_pods_and_their_nodes(agent: Agent):
     async with agent.client() as api:
         started = await api.start(start_request(NAMESPACE))
         await api.open(ref(started))
-        c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
+        js = c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
         c.ready_node(agent.fake)
-        agent.fake.put("/api/v1/namespaces/team-a/pods", c.pod(started.name, f"{started.name}-node-0-0-x"))
+        c.owned_pod(agent.fake, js, f"{started.name}-node-0-0-x")
+        # A stranger's pod with the JobSet's label: reported, never counted (issue 10, item 8).
+        agent.fake.put("/api/v1/namespaces/team-a/pods", c.pod(started.name, "fake-0", j="7"))
         s = await api.status(ref(started))
     assert (s.phase, s.mode, s.gate, s.a, s.j, s.r) == ("Running", "plain", "open", 1, 0, 1)
+    assert s.foreign == [
+        "Pod fake-0 carries the TrainJob's JobSet label but is not its own: no Job controls it (JobSet's pods "
+        "are each created by a Job)."
+    ]
     (pod,) = s.pods
     assert (pod.node, pod.verdict, pod.may_still_run) == ("node-1", "Running", True)
     (execution,) = s.executions
@@ -321,9 +378,13 @@ async def test_output_streams_rank_0s_log(agent: Agent):
         assert none.value.kind is ErrorKind.NOT_FOUND
 
         pods = "/api/v1/namespaces/team-a/pods"
-        agent.fake.put(pods, c.pod(started.name, "rank1", index="1"))
-        agent.fake.put(pods, c.pod(started.name, "old-rank0", j="0"))
-        agent.fake.put(pods, c.pod(started.name, "rank0", j="1"))
+        js = c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
+        c.owned_pod(agent.fake, js, "rank1", index="1")
+        c.owned_pod(agent.fake, js, "old-rank0", j="0")
+        c.owned_pod(agent.fake, js, "rank0", j="1")
+        # A stranger's labelled pod claiming a later restart: never streamed as rank 0 (issue 10, item 8).
+        agent.fake.put(pods, c.pod(started.name, "fake-rank0", j="9"))
+        agent.fake.logs[(NAMESPACE, "fake-rank0")] = [b"forged\n"]
         with pytest.raises(AgentError) as waiting:
             [chunk async for chunk in api.output(out)]
         assert waiting.value.kind is ErrorKind.CONFLICT

@@ -200,6 +200,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: get_trainjob", ("get", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
         ("agent: get_jobset", ("get", JOBSET, "jobsets", {"ns": TEAM, "name": "tj"})),
         ("agent: list_pods", ("list", "", "pods", {"ns": TEAM})),
+        ("agent: get_job", ("get", "batch", "jobs", {"ns": TEAM, "name": "tj-node-0"})),
         ("agent: get_node", ("get", "", "nodes", {"name": "node-1"})),
         ("agent: patch_trainjob (the raise of A)", ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
         (

@@ -7,10 +7,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.gate import Action, Blocker, decide, hold_message
+from agent.gate import Action, Blocker, decide, hold_message, is_opened_by_dispatch
+from agent.podowners import ForeignPod
 from agent.workload import check_state_apply, owner_trainjob, waiting_reason
 from contract.admission import admission_count, admission_floor
-from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_JOBSET_UID
+from contract.keys import (
+    ANNOTATION_ADMISSION,
+    ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_HOLD_INSTANCE,
+    ANNOTATION_HOLD_WHO,
+    ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
+    GATE,
+    HOLD_ANNOTATIONS,
+    OPENED_TRUE,
+)
 from contract.ownership import is_dispatch
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
@@ -78,15 +90,24 @@ def pod(name: str = "dj-x-node-0-0-abcde", a: str | None = "1", job: str = "node
     }
 
 
-def go(wl=None, tj="default", jobset=None, pods=(), blockers=()):
+def opened(**overrides: Any) -> dict[str, Any]:
+    """A dispatch TrainJob that dispatch's Open marked (and whose gate, in Kueue mode, it removed)."""
+    tj = trainjob(**overrides)
+    tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
+    tj["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE
+    return tj
+
+
+def go(wl=None, tj="default", jobset=None, pods=(), blockers=(), foreign_pods=()):
     return decide(
         workload=wl or workload(),
         check=CHECK,
-        trainjob=trainjob() if tj == "default" else tj,
+        trainjob=opened() if tj == "default" else tj,
         jobset=jobset,
         pods=list(pods),
         blockers=list(blockers),
         now=NOW,
+        foreign_pods=list(foreign_pods),
     )
 
 
@@ -94,7 +115,7 @@ def test_raise_then_ready():
     d = go()
     assert d.action is Action.RAISE
     assert d.new_a == 1
-    after = apply_json_patch(trainjob(), d.trainjob_patch)
+    after = apply_json_patch(opened(), d.trainjob_patch)
     assert admission_count(after) == admission_floor(after) == 1
     assert d.check_write == {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -115,8 +136,8 @@ def test_raise_then_ready():
 
 def test_the_jobset_uid_is_recorded_with_the_raise_the_first_time():
     d = go(jobset={"metadata": {"uid": "js-1"}})
-    assert apply_json_patch(trainjob(), d.trainjob_patch)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
-    recorded = trainjob()
+    assert apply_json_patch(opened(), d.trainjob_patch)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
+    recorded = opened()
     recorded["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
     assert len(go(tj=recorded, jobset={"metadata": {"uid": "js-1"}}).trainjob_patch) == 4
 
@@ -193,7 +214,7 @@ def test_an_unchanged_hold_writes_nothing():
 
 
 def test_a_trainjob_that_cannot_be_raised_holds_with_the_reason():
-    running = trainjob()
+    running = opened()
     running["spec"]["suspend"] = False
     d = go(tj=running)
     assert d.action is Action.HOLD
@@ -201,7 +222,7 @@ def test_a_trainjob_that_cannot_be_raised_holds_with_the_reason():
 
 
 def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
-    tj = trainjob()
+    tj = opened()
     tj["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-old"
     tj["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "3"
     tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
@@ -218,6 +239,54 @@ def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
         "Pod a has A 2, below the admission floor 3: A may have been reset.",
         "Pod b has no admission annotation dispatch.phpboyscout.uk/admission: it was not started through a gate.",
     )
+
+
+# -- dispatch must have opened it, and no hold of dispatch's may be in force (issue 10) ----------
+
+
+def test_a_job_dispatch_never_opened_is_held():
+    d = go(tj=trainjob())  # plain mode, suspended, no opened mark: e.g. the queue label added by a stranger
+    assert d.action is Action.HOLD
+    assert d.trainjob_patch is None
+    assert "dispatch has not opened this TrainJob" in d.message
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Pending"
+
+
+def test_dispatch_s_gate_still_on_it_is_not_opened_even_with_the_mark():
+    tj = opened(queue="q")
+    tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] = GATE
+    assert go(tj=tj).action is Action.HOLD
+
+
+def test_a_kueue_job_opened_before_the_mark_existed_counts_once_admitted_through_the_gate():
+    legacy = trainjob(queue="q")
+    legacy["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY)
+    assert go(tj=legacy).action is Action.HOLD  # never admitted: Open again writes the mark
+    legacy["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"
+    assert go(tj=legacy).action is Action.RAISE
+    plain = trainjob()
+    plain["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"
+    assert go(tj=plain).action is Action.HOLD  # plain mode always had the mark
+
+
+@pytest.mark.parametrize("where", ["trainjob", "workload"])
+def test_a_hold_of_dispatch_s_keeps_the_check_pending_even_if_the_workload_is_reactivated(where):
+    tj, wl = opened(queue="q"), workload()
+    target = tj if where == "trainjob" else wl
+    target["metadata"].setdefault("annotations", {}).update(
+        {ANNOTATION_HOLD_INSTANCE: "01H", ANNOTATION_HOLD_WHO: "al"}
+    )
+    d = go(wl, tj=tj)
+    assert d.action is Action.HOLD
+    assert "held by dispatch: hold 01H by al" in d.message
+    assert d.trainjob_patch is None
+
+
+def test_foreign_pods_are_reported_and_not_waited_on():
+    fake = ForeignPod("fake-0", "no Job controls it (JobSet's pods are each created by a Job)")
+    d = go(foreign_pods=[fake])
+    assert d.action is Action.RAISE
+    assert fake.report() in d.foreign
 
 
 def test_owner_trainjob_needs_a_controller_reference():
@@ -246,9 +315,17 @@ st_workload = st.builds(
 
 
 @st.composite
-def st_trainjob(draw):
+def st_trainjob(draw, wl):
     tj = trainjob(queue=draw(st.sampled_from(["q", None])))
     tj["spec"]["suspend"] = draw(st.booleans())
+    if draw(st.booleans()):
+        tj["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE
+    if draw(st.booleans()):
+        tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
+    if draw(st.booleans()):
+        tj["metadata"]["annotations"][ANNOTATION_HOLD_INSTANCE] = "01HOLD"
+    if draw(st.booleans()):
+        wl["metadata"].setdefault("annotations", {})[ANNOTATION_HOLD_WHO] = "alice"
     notes = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
         "spec"
     ]["template"]["metadata"]["annotations"]
@@ -267,12 +344,18 @@ def st_trainjob(draw):
     return tj
 
 
+@st.composite
+def st_case(draw):
+    wl = draw(st_workload)
+    return wl, draw(st.one_of(st.none(), st_trainjob(wl)))
+
+
 @given(
-    wl=st_workload,
-    tj=st.one_of(st.none(), st_trainjob()),
+    case=st_case(),
     blockers=st.lists(st.builds(Blocker, st.text(max_size=5), st.text(max_size=5)), max_size=3),
 )
-def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(wl, tj, blockers):
+def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(case, blockers):
+    wl, tj = case
     before = copy.deepcopy(tj)
     d = go(wl, tj=tj, blockers=blockers)
     ready = d.check_write is not None and d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
@@ -284,6 +367,10 @@ def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(
         highest = max(int(x) for x in (admission_count(before) or 0, admission_floor(before) or 0))
         assert d.new_a > highest
         assert d.check_write["metadata"]["resourceVersion"] == wl["metadata"]["resourceVersion"]
+        # never for a job dispatch did not open, nor while a hold of dispatch's is in force
+        assert is_opened_by_dispatch(tj)
+        assert not any(k in (tj["metadata"].get("annotations") or {}) for k in HOLD_ANNOTATIONS)
+        assert not any(k in (wl["metadata"].get("annotations") or {}) for k in HOLD_ANNOTATIONS)
     if ready:
         assert waiting_reason(wl, CHECK) is None
     if tj is not None and is_dispatch(tj):

@@ -48,6 +48,26 @@ def test_open_in_kueue_mode_deletes_the_gate_when_it_was_the_last():
     accepted_by_the_webhook(tj, after)
 
 
+def test_open_in_kueue_mode_writes_the_opened_mark_with_the_gate_removal():
+    """The readmission gate approves only a job dispatch opened (issue 10): the mark in the same update."""
+    tj = trainjob()
+    after = apply_json_patch(tj, plan_open(tj).patch)
+    assert after["metadata"]["annotations"][ANNOTATION_OPENED] == "true"
+
+
+def test_open_marks_a_kueue_job_past_the_gate_without_the_mark():
+    """Opened before the mark existed (or switched from plain mode unopened): Open writes the mark, and only it."""
+    tj = trainjob()
+    del tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY]
+    plan = plan_open(tj)
+    assert plan.outcome == "opened mark written"
+    after = apply_json_patch(tj, plan.patch)
+    assert after["metadata"]["annotations"][ANNOTATION_OPENED] == "true"
+    assert {k: v for k, v in after.items() if k != "metadata"} == {k: v for k, v in tj.items() if k != "metadata"}
+    accepted_by_the_webhook(tj, after)
+    assert plan_open(after).patch == []
+
+
 def test_open_keeps_another_partys_gate_and_reports_it():
     tj = trainjob()
     tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] = f"admin.example/hold,{GATE}"
