@@ -54,10 +54,13 @@ from ulid import ULID
 from contract.admission import admission_count, raise_admission
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_OPENED,
     FIELD_MANAGER,
     KUEUE_RUNTIME_PATCH_MANAGER,
     LABEL_JOBSET_NAME,
     LABEL_WORKLOAD_JOB_UID,
+    OPENED_TRUE,
 )
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.agent_process import LEADER, AgentProcess
@@ -206,6 +209,9 @@ async def create_dispatch_job(api: Api, namespace: str, checks: list[str]) -> Jo
     sub = submission(namespace=namespace, job_id=str(ULID()), n=1)
     await api.create(TRAINER, "trainingruntimes", namespace, build_runtime_copy(sub, runtime()))
     body = build_trainjob(sub, runtime()["spec"])
+    # As dispatch's Open leaves it: the readmission gate approves only a job dispatch opened.
+    body["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
+    body["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE
     body["spec"]["runtimePatches"].append(
         {"manager": KUEUE_RUNTIME_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
     )

@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract.admission import admission_count, admission_floor
-from contract.keys import ADMISSION_CHECK_CONTROLLER, KUEUE_RUNTIME_PATCH_MANAGER, LABEL_JOBSET_NAME
+from contract.keys import (
+    ADMISSION_CHECK_CONTROLLER,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_OPENED,
+    KUEUE_RUNTIME_PATCH_MANAGER,
+    LABEL_JOBSET_NAME,
+    OPENED_TRUE,
+)
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
 from harness.kube_http import KubeHttp
@@ -45,14 +52,22 @@ def create_admission_check(cp: ControlPlane) -> str:
 
 
 def create_dispatch_trainjob(cp: ControlPlane, namespace: str, **overrides: Any) -> dict[str, Any]:
-    """A dispatch TrainJob as Start creates it, with Kueue's runtime patch entry (its webhook's part)."""
+    """A dispatch TrainJob as Start creates it and Open opens it (dispatch's gate replaced by the opened mark:
+    the readmission gate approves nothing else), with Kueue's runtime patch entry (its webhook's part)."""
     sub = submission(namespace=namespace, **overrides)
     cp.admin.create(build_runtime_copy(sub, runtime()))
-    tj = build_trainjob(sub, runtime()["spec"])
+    tj = opened(build_trainjob(sub, runtime()["spec"]))
     tj["spec"]["runtimePatches"].append(
         {"manager": KUEUE_RUNTIME_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
     )
     return cp.admin.create(tj)
+
+
+def opened(tj: dict[str, Any]) -> dict[str, Any]:
+    """The TrainJob as dispatch's Open leaves it in Kueue mode (agent/operations.py plan_open)."""
+    tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
+    tj["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE
+    return tj
 
 
 def create_plain_trainjob(cp: ControlPlane, namespace: str, name: str = "someone-elses-job") -> dict[str, Any]:
@@ -285,10 +300,43 @@ def taint_node(cp: ControlPlane, name: str, taints: list[dict[str, Any]]) -> dic
     return cp.admin.merge_patch("v1", "Node", name, {"spec": {"taints": taints}})
 
 
+def controller_ref(owner: Mapping[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def owning_job(cp: ControlPlane, tj: dict[str, Any]) -> dict[str, Any]:
+    """The Job ``<name>-node-0`` of the TrainJob's JobSet (each made if missing), as JobSet and Trainer make
+    them; tier A runs no controller, so nothing acts on them."""
+    namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "pytorch/pytorch"}]}}
+    jobset = cp.admin.get_or_none("jobset.x-k8s.io/v1alpha2", "JobSet", name, namespace) or cp.admin.create(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace, "ownerReferences": [controller_ref(tj)]},
+            "spec": {"suspend": True, "replicatedJobs": [
+                {"name": "node", "replicas": 1, "template": {"spec": {"template": template}}}]},
+        }
+    )  # fmt: skip
+    job_name = f"{name}-node-0"
+    return cp.admin.get_or_none("batch/v1", "Job", job_name, namespace) or cp.admin.create(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": job_name, "namespace": namespace, "ownerReferences": [controller_ref(jobset)]},
+            "spec": {"suspend": True, "template": template},
+        }
+    )
+
+
 def create_trainer_pod(cp: ControlPlane, tj: dict[str, Any], node: str, *, a: str = "0") -> dict[str, Any]:
-    """A pod of the TrainJob's previous execution, bound to ``node`` and Running (as its kubelet said)."""
+    """A pod of the TrainJob's previous execution, bound to ``node`` and Running (as its kubelet said), owned as
+    JobSet's are: by a Job that the TrainJob's JobSet controls (agent/podowners.py counts no other)."""
     namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
     cp.ensure_service_account(namespace, "default")  # no controller-manager makes it on tier A
+    job = owning_job(cp, tj)
     pod = cp.admin.create(
         {
             "apiVersion": "v1",
@@ -298,6 +346,7 @@ def create_trainer_pod(cp: ControlPlane, tj: dict[str, Any], node: str, *, a: st
                 "namespace": namespace,
                 "labels": {LABEL_JOBSET_NAME: name, "jobset.sigs.k8s.io/replicatedjob-name": "node"},
                 "annotations": {"dispatch.phpboyscout.uk/admission": a},
+                "ownerReferences": [controller_ref(job)],
             },
             "spec": {
                 "nodeName": node,
