@@ -27,6 +27,7 @@ from agent.constants import (
     WORKLOADS,
 )
 from agent.events import EventRecorder
+from agent.podlists import SharedPodLists
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
 from contract.objects import dig
 from serving.kube import read_json
@@ -72,6 +73,7 @@ class Kube:
         self.timeout = request_timeout
         self.checks: CheckNames | None = None
         self.events = EventRecorder(self.create_event, instance)
+        self.pod_lists = SharedPodLists(self._list_pods)
 
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self.timeout}
@@ -113,13 +115,18 @@ class Kube:
         )
 
     async def list_pods(self, namespace: str, jobset_name: str) -> list[Obj]:
-        """The JobSet's pods: every pod labelled with its name, whatever execution it belongs to."""
-        listed = await read_json(
-            self.core.list_namespaced_pod(
-                namespace, label_selector=f"{LABEL_JOBSET_NAME}={jobset_name}", **self._opts()
-            )
+        """The JobSet's pods: every pod labelled with its name, whatever execution it belongs to, from a
+        consistent LIST issued after this call was made, which concurrent callers share (agent/podlists.py)."""
+        return await self.pod_lists.get(namespace, jobset_name)
+
+    async def _list_pods(self, namespace: str | None, selector: str) -> list[Obj]:
+        """One consistent LIST (no resourceVersion) of the pods matching ``selector``; all namespaces on None."""
+        call = (
+            self.core.list_namespaced_pod(namespace, label_selector=selector, **self._opts())
+            if namespace is not None
+            else self.core.list_pod_for_all_namespaces(label_selector=selector, **self._opts())
         )
-        return list(listed.get("items", []))
+        return list((await read_json(call)).get("items", []))
 
     async def get_job(self, namespace: str, name: str) -> Obj | None:
         """A batch/v1 Job (the link between a pod and its JobSet, agent/podowners.py)."""
