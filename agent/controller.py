@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 WATCHED = (ADMISSION_CHECKS, WORKLOADS, "pods", "nodes")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hint:
     """What the Workload watch last said about one Workload: enough to know when to enqueue it."""
 
@@ -63,15 +64,22 @@ def hint_of(workload: Mapping[str, Any]) -> Hint:
     entries = dig(workload, "status", "admissionChecks")
     names = [e.get("name") for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
     owner = owner_trainjob(workload)
-    namespace = dig(workload, "metadata", "namespace")
+    namespace = sys.intern(str(dig(workload, "metadata", "namespace")))
+    due = frozenset(n for n in names if isinstance(n, str) and waiting_reason(workload, n) is None)
     return Hint(
         trainjob=(namespace, owner[0]) if owner else None,
-        due=frozenset(n for n in names if isinstance(n, str) and waiting_reason(workload, n) is None),
+        due=_due_names.setdefault(due, due) if len(_due_names) < 4096 else due,
     )
 
 
+_due_names: dict[frozenset[str], frozenset[str]] = {}
+"""One frozenset per distinct set of due check names (a handful: the check names of the cluster), shared by
+every Hint, so a Workload costs a pointer for it, not a set."""
+
+
 def key_of(obj: Mapping[str, Any]) -> WorkloadKey:
-    return WorkloadKey(str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name")))
+    """Namespaces interned: 100,000 Workloads in a few namespaces keep a few strings, not 100,000."""
+    return WorkloadKey(sys.intern(str(dig(obj, "metadata", "namespace"))), str(dig(obj, "metadata", "name")))
 
 
 class WorkloadIndex:
@@ -134,11 +142,15 @@ class Controller:
         self._lead_task: asyncio.Task[None] | None = None
         self._broken: asyncio.Future[None] | None = None
         """Set when the leading task died of a bug: run() then ends with it, and the process exits."""
+        self._listed: set[WorkloadKey] = set()
+        """The Workloads the Workload LIST in progress has handed over so far (a re-LIST drops the rest)."""
+        self._checks_listed: list[Mapping[str, Any]] = []
+        checks = _Handler(self._checks_page, self._check_event, self._checks_listed.clear, self._checks_end)
         self._handlers: dict[str, watch.Handler] = {
-            ADMISSION_CHECKS: _Handler(self._checks_replaced, self._check_event),
-            WORKLOADS: _Handler(self._workloads_replaced, self._workload_event),
-            "pods": _Handler(self._pods_replaced, self._pod_event),
-            "nodes": _Handler(self._nodes_replaced, self._node_event),
+            ADMISSION_CHECKS: checks,
+            WORKLOADS: _Handler(self._workloads_page, self._workload_event, self._listed.clear, self._workloads_end),
+            "pods": _Handler(self._pods_page, self._pod_event),
+            "nodes": _Handler(lambda _: None, self._node_event, on_end=self._nodes_end),
         }
 
     # -- running ----------------------------------------------------------------------------------
@@ -303,8 +315,13 @@ class Controller:
 
     # -- watch handlers: they only enqueue ----------------------------------------------------------
 
-    def _checks_replaced(self, items: list[Mapping[str, Any]]) -> None:
-        if self.checks.replace(items):
+    def _checks_page(self, items: list[Mapping[str, Any]]) -> None:
+        self._checks_listed.extend(items)  # a handful of objects: kept until the list ends
+
+    def _checks_end(self) -> None:
+        changed = self.checks.replace(self._checks_listed)
+        self._checks_listed.clear()
+        if changed:
             self._checks_changed()
 
     def _check_event(self, kind: str, ac: Mapping[str, Any]) -> None:
@@ -316,12 +333,15 @@ class Controller:
         for key in self.index.due_keys(self.checks.ours()):
             self.queue.add(key)
 
-    def _workloads_replaced(self, items: list[Mapping[str, Any]]) -> None:
-        fresh = {key_of(wl): wl for wl in items}
-        for key in set(self.index.hints) - set(fresh):
-            self._workload_event("DELETED", {"metadata": {"namespace": key.namespace, "name": key.name}})
-        for wl in fresh.values():
+    def _workloads_page(self, items: list[Mapping[str, Any]]) -> None:
+        for wl in items:
+            self._listed.add(key_of(wl))
             self._workload_event("ADDED", wl)
+
+    def _workloads_end(self) -> None:
+        for key in set(self.index.hints) - self._listed:
+            self._workload_event("DELETED", {"metadata": {"namespace": key.namespace, "name": key.name}})
+        self._listed.clear()
 
     def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
         key = key_of(wl)
@@ -335,7 +355,7 @@ class Controller:
         else:
             self.held.pop(key, None)  # no longer Pending-and-reserved: not held any more
 
-    def _pods_replaced(self, items: list[Mapping[str, Any]]) -> None:
+    def _pods_page(self, items: list[Mapping[str, Any]]) -> None:
         for pod in items:
             self._pod_event("ADDED", pod)
 
@@ -345,7 +365,7 @@ class Controller:
         if key is not None and self.index.due(key, self.checks.ours()):
             self.queue.add(key)
 
-    def _nodes_replaced(self, items: list[Mapping[str, Any]]) -> None:
+    def _nodes_end(self) -> None:
         for key in list(self.held):
             self.queue.add(key)
 
@@ -356,13 +376,25 @@ class Controller:
                 self.queue.add(key)
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class _Handler:
-    on_replace: Any
-    on_event: Any
+    on_page: Callable[[list[Mapping[str, Any]]], None]
+    on_event: Callable[[str, Mapping[str, Any]], None]
+    on_begin: Callable[[], None] = _nothing
+    on_end: Callable[[], None] = _nothing
 
-    def replace(self, items: list[Mapping[str, Any]]) -> None:
-        self.on_replace(items)
+    def begin(self) -> None:
+        self.on_begin()
+
+    def page(self, items: list[Mapping[str, Any]]) -> None:
+        self.on_page(items)
+
+    def end(self) -> None:
+        self.on_end()
 
     def event(self, kind: str, obj: Mapping[str, Any]) -> None:
         self.on_event(kind, obj)

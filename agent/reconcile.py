@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 UNPROVEN = " (its Job is gone, so it cannot be proven not to be this TrainJob's)"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class WorkloadKey:
     namespace: str
     name: str

@@ -1,10 +1,12 @@
-"""List-then-watch of one collection, forever: kubernetes_asyncio's watch, with the bookkeeping it leaves to us.
+"""List-then-watch of one collection, forever, on kubernetes_asyncio's calls, with the bookkeeping around them.
 
-* LIST (paginated) and hand the handler the full state; then WATCH from the list's resourceVersion, with
-  bookmarks, and carry the last resourceVersion seen across reconnects.
-* 410 Gone (the resourceVersion is too old to resume from): LIST again. kubernetes_asyncio retries a 410
-  itself only once and from the same, expired version, so its own retry is disabled (``timeout_seconds``
-  is always given) and the 410 comes to us.
+* LIST (paginated), handing the handler each page as it arrives and then the end of the list (whatever was
+  not listed is gone); then WATCH from the list's resourceVersion, with bookmarks, and carry the last
+  resourceVersion seen across reconnects. Pages are not kept: memory holds one page, not the collection.
+* The watch's lines are decoded once, into the API's JSON. (kubernetes_asyncio's Watch decodes each event,
+  encodes it again and decodes that into its return type, a client model for pods and nodes: CPU for
+  nothing, on every event.)
+* 410 Gone (the resourceVersion is too old to resume from): LIST again.
 * Any other failure: reconnect from the last resourceVersion after a jittered, capped backoff.
 * The API server ends each watch after ``timeout_seconds``; a client timeout a little longer catches a
   connection that died silently.
@@ -13,13 +15,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
-from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.constants import LIST_PAGE_SIZE, WATCH_TIMEOUT_SECONDS
@@ -32,47 +34,83 @@ log = logging.getLogger(__name__)
 
 
 class Handler(Protocol):
-    def replace(self, items: list[Mapping[str, Any]]) -> None:
-        """The full state after a LIST: whatever is not in it is gone."""
+    def begin(self) -> None:
+        """A LIST starts: the pages that follow, up to ``end``, are the full state."""
+
+    def page(self, items: list[Mapping[str, Any]]) -> None:
+        """One page of the LIST; the handler keeps what it needs, the watch keeps nothing."""
+
+    def end(self) -> None:
+        """The LIST is complete: whatever was not in its pages is gone."""
 
     def event(self, kind: str, obj: Mapping[str, Any]) -> None:
         """One ADDED, MODIFIED or DELETED event."""
 
 
-async def list_all(kube: Kube, call: Callable[..., Awaitable[Any]]) -> tuple[list[Mapping[str, Any]], str]:
-    """Every item, in pages (10,000 Workloads in one response would be tens of MB), and the list's version."""
-    items: list[Mapping[str, Any]] = []
+async def list_all(kube: Kube, call: Callable[..., Awaitable[Any]], handler: Handler) -> tuple[int, str]:
+    """Every item, in pages (10,000 Workloads in one response would be tens of MB), each handed over as it
+    arrives and then dropped; how many there were and the list's resourceVersion."""
     token: str | None = None
+    count = 0
+    handler.begin()
     while True:
         kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
         if token:
             kwargs["_continue"] = token
         page = await kube.list_page(call, **kwargs)
-        items.extend(page.get("items") or [])
+        items = page.get("items") or []
+        count += len(items)
+        handler.page(items)
         token = dig(page, "metadata", "continue")
         if not token:
-            return items, str(dig(page, "metadata", "resourceVersion") or "")
+            handler.end()
+            return count, str(dig(page, "metadata", "resourceVersion") or "")
+        del page, items  # not kept while the next page is read
 
 
 async def stream(
-    call: Callable[..., Awaitable[Any]], position: list[str], handler: Handler, server_timeout: int
+    call: Callable[..., Awaitable[Any]],
+    position: list[str],
+    handler: Handler,
+    server_timeout: int,
+    on_live: Callable[[bool], None] | None = None,
 ) -> None:
     """Watch from ``position[0]`` until the server ends the watch, keeping ``position[0]`` at the last version
-    seen, also when the stream fails half-way (the reconnect resumes from there, not from the start)."""
-    async with watch.Watch(return_type="object") as w:
-        async for event in w.stream(
-            call,
-            resource_version=position[0],
-            allow_watch_bookmarks=True,
-            timeout_seconds=server_timeout,
-            _request_timeout=aiohttp.ClientTimeout(total=server_timeout + 30, sock_connect=10),
-        ):
-            kind, obj = event.get("type"), event.get("raw_object")
+    seen, also when the stream fails half-way (the reconnect resumes from there, not from the start).
+    ``on_live(True)`` once the API server accepted the watch, ``on_live(False)`` when it ends for any reason."""
+    response = await call(
+        watch=True,
+        resource_version=position[0],
+        allow_watch_bookmarks=True,
+        timeout_seconds=server_timeout,
+        _preload_content=False,
+        _request_timeout=aiohttp.ClientTimeout(total=server_timeout + 30, sock_connect=10),
+    )
+    try:
+        status = getattr(response, "status", 200)
+        if not 200 <= status <= 299:
+            exc = ApiException(status=status, reason=getattr(response, "reason", ""))
+            exc.body = (await response.read()).decode("utf-8", "replace")
+            raise exc
+        if on_live is not None:
+            on_live(True)
+        while line := await response.content.readline():
+            event = json.loads(line)
+            kind, obj = event.get("type"), event.get("object")
+            if kind == "ERROR":
+                obj = obj if isinstance(obj, Mapping) else {}
+                exc = ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
+                exc.body = json.dumps(obj)
+                raise exc
             if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, Mapping):
                 handler.event(kind, obj)
             rv = dig(obj, "metadata", "resourceVersion")
             if rv:
                 position[0] = str(rv)
+    finally:
+        if on_live is not None:
+            on_live(False)
+        response.release()
 
 
 async def run(
@@ -82,21 +120,23 @@ async def run(
     handler: Handler,
     synced: asyncio.Event,
     on_restart: Callable[[str], None] | None = None,
+    on_live: Callable[[bool], None] | None = None,
 ) -> None:
-    """List and watch ``call``'s collection until cancelled; ``synced`` is set after the first full list."""
+    """List and watch ``call``'s collection until cancelled; ``synced`` is set after the first full list.
+    ``on_live`` says when a watch stream is open (the handler is then as current as the watch can make it)."""
     backoff = Backoff()
     position: list[str] = []  # the resourceVersion to resume from; empty: LIST first
     loop = asyncio.get_running_loop()
     while True:
         try:
             if not position:
-                items, rv = await list_all(kube, call)
-                handler.replace(items)
+                count, rv = await list_all(kube, call, handler)
                 synced.set()
                 position = [rv]
-                log.debug("%s: listed %d, watching from %s", name, len(items), rv)
+                log.debug("%s: listed %d, watching from %s", name, count, rv)
             started = loop.time()
-            await stream(call, position, handler, int(WATCH_TIMEOUT_SECONDS * random.uniform(0.8, 1.2)))
+            timeout = int(WATCH_TIMEOUT_SECONDS * random.uniform(0.8, 1.2))
+            await stream(call, position, handler, timeout, on_live)
             if loop.time() - started > 1:
                 backoff.reset()
                 continue
@@ -108,7 +148,8 @@ async def run(
                 # collection is an empty one — nothing to gate, plain mode only — so the agent is ready and
                 # the webhook beside it in the pod serves; the LIST is tried again to notice an install.
                 if not synced.is_set():
-                    handler.replace([])
+                    handler.begin()
+                    handler.end()
                     synced.set()
                     log.warning("%s: not served by the API server (CRD not installed?): watching nothing", name)
                 why, text = "absent", describe_api_error(exc)

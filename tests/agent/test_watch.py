@@ -24,6 +24,8 @@ def line(kind: str, o: dict[str, Any]) -> bytes:
 
 
 class Response:
+    status = 200
+
     def __init__(self, lines: list[Any], forever: asyncio.Event | None = None) -> None:
         self.lines, self.forever = list(lines), forever
         self.content = self
@@ -61,6 +63,7 @@ class Api:
     async def call(self, **kwargs: Any) -> Response:
         assert kwargs["watch"] is True
         assert kwargs["allow_watch_bookmarks"] is True
+        assert kwargs["_preload_content"] is False  # the lines are decoded once, by us
         self.watched_from.append(kwargs["resource_version"])
         response = self.watches.pop(0)
         if not self.watches:
@@ -71,9 +74,19 @@ class Api:
 class Recorder:
     def __init__(self) -> None:
         self.seen: list[tuple[str, ...]] = []
+        self.listing: list[str] | None = None
 
-    def replace(self, items: list[Any]) -> None:
-        self.seen.append(("replace", *(i["metadata"]["name"] for i in items)))
+    def begin(self) -> None:
+        self.listing = []  # also after a LIST that failed half-way: it starts again
+
+    def page(self, items: list[Any]) -> None:
+        assert self.listing is not None
+        self.listing += [i["metadata"]["name"] for i in items]
+
+    def end(self) -> None:
+        assert self.listing is not None
+        self.seen.append(("replace", *self.listing))
+        self.listing = None
 
     def event(self, kind: str, o: Any) -> None:
         self.seen.append((kind, o["metadata"]["name"]))
@@ -145,3 +158,32 @@ async def test_a_resource_that_is_not_served_is_an_empty_synced_collection(monke
     assert handler.seen == [("replace",), ("replace", "late")]  # empty once, then what the install brought
     assert restarts == ["absent", "absent"]
     assert api.watched_from == ["30"]
+
+
+async def test_each_page_is_handed_over_before_the_next_is_read():
+    """The initial LIST keeps no page: the handler has page n before page n + 1 is requested."""
+    forever = asyncio.Event()
+    pages = [
+        {"metadata": {"resourceVersion": "", "continue": "p2"}, "items": [obj("a", "1"), obj("b", "2")]},
+        {"metadata": {"resourceVersion": "", "continue": "p3"}, "items": [obj("c", "3")]},
+        {"metadata": {"resourceVersion": "9"}, "items": [obj("d", "4")]},
+    ]
+    api = Api(lists=pages, watches=[Response([], forever)])
+    handler, synced = Recorder(), asyncio.Event()
+    handed: list[int] = []
+    page = handler.page
+
+    def on_page(items: list[Any]) -> None:
+        handed.append(api.listed)  # how many pages had been requested when this one was handed over
+        page(items)
+
+    handler.page = on_page  # type: ignore[method-assign]
+    task = asyncio.create_task(watch.run("things", api, api.call, handler, synced))  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(api.all_watched.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert handed == [1, 2, 3]
+    assert handler.seen == [("replace", "a", "b", "c", "d")]
+    assert api.watched_from == ["9"]
