@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
-from typing import Any
+import os
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -13,6 +14,9 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 class KubeConfigError(RuntimeError):
     pass
+
+
+PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")
 
 
 async def api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -26,7 +30,18 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
     except (ConfigException, OSError) as exc:
         where = kubeconfig or "the in-cluster ServiceAccount (no --kubeconfig given)"
         raise KubeConfigError(f"cannot configure the Kubernetes client from {where}: {exc}") from None
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    if not proxy_environment(os.environ):
+        # kubernetes_asyncio's session trusts the environment, so aiohttp looks for a proxy and in ~/.netrc on
+        # every request, each in a worker thread (two thread hops per request; docs/performance.md). With no
+        # proxy variable set there is no proxy to find, and a Kubernetes client never authenticates by netrc.
+        api.rest_client.pool_manager._trust_env = False
+    return api
+
+
+def proxy_environment(environ: Mapping[str, str]) -> list[str]:
+    """The proxy variables set, in either case (aiohttp reads both)."""
+    return [name for name in PROXY_VARIABLES if environ.get(name) or environ.get(name.lower())]
 
 
 def describe_api_error(exc: ApiException) -> str:
