@@ -6,10 +6,17 @@ import re
 from pathlib import Path
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.api.settings import ApiSettings
-from agent.constants import DEFAULT_HEALTH_PORT, DEFAULT_WORKERS
+from agent.constants import (
+    DEFAULT_HEALTH_PORT,
+    DEFAULT_WORKERS,
+    LEASE_DURATION_SECONDS,
+    RENEW_DEADLINE_SECONDS,
+    RENEW_PERIOD_SECONDS,
+    RETRY_PERIOD_SECONDS,
+)
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from serving.config import ConfigError, load_yaml_model
 
@@ -48,6 +55,12 @@ class AgentConfig(BaseModel):
     lease_namespace: str = Field(LEASE_NAMESPACE, alias="leaseNamespace")
     """Where the leader-election Lease lives; the adapter reads its heartbeat to know the gate is served."""
     lease_name: str = Field(LEASE_NAME, alias="leaseName")
+    lease_duration_seconds: int = Field(LEASE_DURATION_SECONDS, alias="leaseDurationSeconds", ge=2, le=3600)
+    """How long the Lease is honoured after its last renewal, as another replica observes it."""
+    renew_deadline_seconds: float = Field(RENEW_DEADLINE_SECONDS, alias="renewDeadlineSeconds", gt=0, le=3600)
+    """A leader that has not renewed for this long steps down (before the others may take over)."""
+    renew_period_seconds: float = Field(RENEW_PERIOD_SECONDS, alias="renewPeriodSeconds", gt=0, le=3600)
+    retry_period_seconds: float = Field(RETRY_PERIOD_SECONDS, alias="retryPeriodSeconds", gt=0, le=3600)
     node_loss_taints: tuple[str, ...] = Field((), alias="nodeLossTaints")
     """The site's taint keys that also mean "this node is lost", added to unreachable/not-ready/out-of-service."""
     workers: int = Field(DEFAULT_WORKERS, ge=1, le=64)
@@ -56,6 +69,24 @@ class AgentConfig(BaseModel):
     """The supervisor API, served over HTTPS when the TLS files are given (docs/api.md)."""
     health_port: int = Field(DEFAULT_HEALTH_PORT, alias="healthPort", ge=1, le=65535)
     """Plain HTTP: /healthz, /readyz and /metrics."""
+
+    @model_validator(mode="after")
+    def _election(self) -> AgentConfig:
+        # client-go's own checks: a leader must step down before its Lease can be taken, and must get
+        # more than one try at renewing before it does.
+        if not self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError(
+                f"renewDeadlineSeconds ({self.renew_deadline_seconds:g}) must be less than leaseDurationSeconds "
+                f"({self.lease_duration_seconds}): a leader steps down before another replica may take the Lease"
+            )
+        for name, value in (("retryPeriodSeconds", self.retry_period_seconds),
+                            ("renewPeriodSeconds", self.renew_period_seconds)):  # fmt: skip
+            if not value < self.renew_deadline_seconds:
+                raise ValueError(
+                    f"{name} ({value:g}) must be less than renewDeadlineSeconds ({self.renew_deadline_seconds:g}): "
+                    "a leader gets another try at renewing before it steps down"
+                )
+        return self
 
     @field_validator("lease_namespace")
     @classmethod

@@ -137,6 +137,10 @@ class Controller:
             name=config.lease_name,
             identity=identity,
             on_change=self._leadership,
+            duration=config.lease_duration_seconds,
+            renew_period=config.renew_period_seconds,
+            renew_deadline=config.renew_deadline_seconds,
+            retry_period=config.retry_period_seconds,
         )
         self._active_dirty = asyncio.Event()
         self._lead_task: asyncio.Task[None] | None = None

@@ -73,6 +73,33 @@ def test_qualified_names(key, ok):
     assert (qualified_name_problem(key) is None) is ok
 
 
+def test_config_lease_timings(tmp_path):
+    assert (load_config(None).lease_duration_seconds, load_config(None).renew_deadline_seconds) == (15, 10.0)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "leaseDurationSeconds: 60\nrenewDeadlineSeconds: 40\nrenewPeriodSeconds: 10\nretryPeriodSeconds: 5\n"
+    )
+    config = load_config(path)
+    assert (config.lease_duration_seconds, config.renew_deadline_seconds) == (60, 40.0)
+    assert (config.renew_period_seconds, config.retry_period_seconds) == (10.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("leaseDurationSeconds: 10\n", "renewDeadlineSeconds (10) must be less than leaseDurationSeconds (10)"),
+        ("retryPeriodSeconds: 10\n", "retryPeriodSeconds (10) must be less than renewDeadlineSeconds (10)"),
+        ("renewPeriodSeconds: 12\n", "renewPeriodSeconds (12) must be less than renewDeadlineSeconds (10)"),
+        ("renewDeadlineSeconds: 0\n", "renewDeadlineSeconds: Input should be greater than 0"),
+    ],
+)
+def test_config_refuses_lease_timings_that_let_two_lead(tmp_path, text, says):
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_config(path)
+
+
 def test_config_is_frozen():
     with pytest.raises(ValueError, match="frozen"):
         AgentConfig().workers = 3  # type: ignore[misc]
