@@ -47,6 +47,10 @@ def lookups_needed(request: Request) -> list[tuple[str, str]]:
     return [_runtime_ref(request)] if creates_dispatch_trainjob else []
 
 
+DENIAL_PREFIX: Final = "dispatch-k8s denied"
+"""How every denial of the webhook begins (`dispatch-webhook selftest` recognises it)."""
+
+
 def _dispatch_name(obj: Mapping[str, Any]) -> TrainJobName | None:
     try:
         return parse_name(dig(obj, "metadata", "name"))
@@ -60,8 +64,7 @@ def _verdict(request: Request, problems: list[Problem], warnings: list[str]) -> 
     where = f"{request.namespace}/{request.name}" if request.namespace else request.name
     return Verdict.deny(
         problems[0].rule,
-        f"dispatch-k8s denied this {request.operation} of {request.kind} {where}: "
-        + "; ".join(str(p) for p in problems),
+        f"{DENIAL_PREFIX} this {request.operation} of {request.kind} {where}: " + "; ".join(str(p) for p in problems),
     )
 
 

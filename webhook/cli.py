@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from certs.reload import CertificateLoadError, ReloadingServerContext
 from serving.kube import KubeConfigError, api_client
+from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
 from webhook.kube import LookupReadiness, RuntimeReader
 from webhook.server import Webhook, parse_duration, serving
@@ -48,6 +49,27 @@ def _parser() -> argparse.ArgumentParser:
         help="after SIGTERM, report not ready and keep serving this long before closing, so the Service "
         "drops this pod before its listener goes (default 0s)",
     )
+    test = commands.add_parser(
+        "selftest",
+        help="prove the API server calls the webhook: a dry-run TrainJob must come back denied by dispatch-k8s "
+        "(the chart's helm test); exit 0 if so, 1 naming what is wrong",
+    )
+    test.add_argument(
+        "--namespace", required=True, help="where the dry run is sent: a namespace the webhook is called for"
+    )
+    test.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    test.add_argument(
+        "--timeout",
+        type=_duration,
+        default=60.0,
+        metavar="DURATION",
+        help="keep trying this long (a fresh install needs a few seconds; default 60s)",
+    )
+    test.add_argument(
+        "--runtime",
+        default=selftest.DEFAULT_RUNTIME,
+        help=f"the probe's runtimeRef, for other webhooks that check it (default {selftest.DEFAULT_RUNTIME})",
+    )
     return parser
 
 
@@ -55,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if args.command == "selftest":
+            return asyncio.run(_selftest(args))
         config = load_config(args.config)
         tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)
         return asyncio.run(_serve(args, config, tls))
@@ -78,3 +102,14 @@ async def _serve(args: argparse.Namespace, config: Config, tls: ReloadingServerC
             await asyncio.sleep(args.shutdown_delay_duration)
     log.info("stopped")
     return 0
+
+
+async def _selftest(args: argparse.Namespace) -> int:
+    async with await api_client(args.kubeconfig) as api:
+        verdict, attempts = await selftest.run(api, args.namespace, within=args.timeout, runtime=args.runtime)
+    if verdict.result is selftest.Result.PASSED:
+        print(f"ok: the API server called dispatch-k8s's webhook, which denied a dispatch TrainJob of a stranger "
+              f"(a dry run in {args.namespace}; attempt {attempts}): {verdict.message}")  # fmt: skip
+        return 0
+    print(f"{PROG} selftest: FAILED after {attempts} attempt(s): {verdict.message}", file=sys.stderr)
+    return 1

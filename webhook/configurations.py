@@ -86,13 +86,13 @@ def _client_config(
 
 
 def _webhook(
-    kind: str, group: str, version: str, resource: str, operations: list[str], **client: Any
+    kind: str, group: str, version: str, resource: str, operations: list[str], timeout: int, **client: Any
 ) -> dict[str, Any]:
     return {
         "name": f"{kind}.{resource}.dispatch.phpboyscout.uk",
         "admissionReviewVersions": ["v1"],
         "sideEffects": "None",
-        "timeoutSeconds": TIMEOUT_SECONDS,
+        "timeoutSeconds": timeout,
         "failurePolicy": "Fail",
         "matchPolicy": "Equivalent",
         "namespaceSelector": namespace_selector(client["namespace"]),
@@ -118,6 +118,7 @@ def webhook_configurations(
     url: str | None = None,
     ca_bundle: bytes | None = None,
     name: str = NAME,
+    timeout_seconds: int = TIMEOUT_SECONDS,
 ) -> list[dict[str, Any]]:
     """The ValidatingWebhookConfiguration and MutatingWebhookConfiguration.
 
@@ -127,9 +128,15 @@ def webhook_configurations(
     """
     client = {"namespace": namespace, "service": service, "port": port, "url": url, "ca_bundle": ca_bundle}
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "webhook"}
-    validating = [_webhook("validate", g, v, r, ["CREATE", "UPDATE"], **client) for g, v, r in RESOURCES]
+    if not 1 <= timeout_seconds <= 30:
+        raise ValueError(f"timeoutSeconds must be 1 to 30 (the API server's bounds), not {timeout_seconds}")
+    validating = [
+        _webhook("validate", g, v, r, ["CREATE", "UPDATE"], timeout_seconds, **client) for g, v, r in RESOURCES
+    ]
     trainjobs = RESOURCES[0]
-    mutating = [{**_webhook("mutate", *trainjobs, ["CREATE"], **client), "reinvocationPolicy": "Never"}]
+    mutating = [
+        {**_webhook("mutate", *trainjobs, ["CREATE"], timeout_seconds, **client), "reinvocationPolicy": "Never"}
+    ]
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
