@@ -5,6 +5,7 @@
 #
 #   controlplane/build.sh                 build everything that is missing
 #   controlplane/build.sh etcd kube-apiserver   build only these (names as in bin/)
+#   controlplane/build.sh cert-manager-crds     only cert-manager's CRDs (cert-manager.env; own cache folder)
 #   controlplane/build.sh --print-dir     print the cache folder and exit
 #
 # Environment:
@@ -202,9 +203,36 @@ fill_manifests() {
 	rm -f "$out/kwok/stages/kustomization.yaml"
 }
 
+# --- cert-manager's CRDs (the chart's certs.mode cert-manager), in their own cache folder -----------
+
+# shellcheck source=cert-manager.env
+source "$here/cert-manager.env"
+cert_manager_root="${DISPATCH_K8S_CACHE:-$HOME/.cache/dispatch-k8s}/controlplane/cert-manager-${CERT_MANAGER_VERSION}-$(sha256sum "$here/cert-manager.env" | cut -c1-12)"
+
+fill_cert_manager_crds() {
+	local out=$1 dir
+	# Outside any module: `go mod download` of one module version into GOMODCACHE, from GOPROXY.
+	dir=$(cd / && GOFLAGS=-modcacherw go mod download -json "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[[ -d $dir/deploy/crds ]] || {
+		echo "build.sh: no deploy/crds in github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" >&2
+		exit 1
+	}
+	cp "$dir"/deploy/crds/cert-manager.io_*.yaml "$out/"
+}
+
+cert_manager_crds() {
+	mkdir -p "$cert_manager_root"
+	local saved=$root
+	root=$cert_manager_root
+	copy_tree crds fill_cert_manager_crds
+	root=$saved
+}
+
 # --- main ---------------------------------------------------------------------------------------
 
-all_binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager kueue helm)
+all_binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager kueue helm
+	cert-manager-crds)
 wanted=("$@")
 [[ ${#wanted[@]} -gt 0 ]] || wanted=("${all_binaries[@]}")
 
@@ -215,6 +243,10 @@ cp "$here/versions.env" "$root/versions.env"
 copy_tree crds fill_crds
 copy_tree manifests fill_manifests
 for b in "${wanted[@]}"; do
-	build_binary "$b"
+	if [[ $b == cert-manager-crds ]]; then
+		cert_manager_crds
+	else
+		build_binary "$b"
+	fi
 done
 echo "build.sh: done in $(elapsed "$total_start") s"

@@ -101,3 +101,20 @@ def locate(versions_file: Path = VERSIONS_FILE, environ: Mapping[str, str] = os.
     text = versions_file.read_bytes()
     versions = parse_versions(text.decode())
     return Artifacts(root=cache_root(environ) / cache_key(text, versions["K8S_VERSION"]), versions=versions)
+
+
+CERT_MANAGER_FILE = CONTROLPLANE_DIR / "cert-manager.env"
+
+
+def cert_manager_crds(environ: Mapping[str, str] = os.environ) -> Path:
+    """cert-manager's CRDs (cert-manager.io), copied by `controlplane/build.sh cert-manager-crds` into their own
+    cache folder, keyed by controlplane/cert-manager.env as build.sh keys it; MissingBinaryError when absent."""
+    text = CERT_MANAGER_FILE.read_bytes()
+    version = parse_versions(text.decode())["CERT_MANAGER_VERSION"]
+    crds = cache_root(environ) / f"cert-manager-{version}-{hashlib.sha256(text).hexdigest()[:12]}" / "crds"
+    if not crds.is_dir():
+        raise MissingBinaryError(
+            f"cert-manager's CRDs are not in {crds}. Copy them with: {BUILD_SCRIPT} cert-manager-crds "
+            f"(or `{BUILD_SCRIPT}` for everything; needs Go and the Go module proxy)"
+        )
+    return crds
