@@ -145,6 +145,7 @@ def test_the_value_sets_render_what_they_turn_on_and_off():
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "Job",
+        "Pod",
     }
     assert rendered("observability").kinds() == defaults | {"NetworkPolicy", "ServiceMonitor"}
     assert rendered("minimal").kinds() == expected
@@ -204,7 +205,10 @@ def test_the_secret_is_rendered_empty_and_no_ca_bundle_anywhere(name):
 def test_the_webhook_configurations_are_the_generators_and_reach_the_webhook_through_the_service(name):
     r = rendered(name)
     name_ = fullname(r)
-    expected = webhook_configurations(namespace=r.namespace, service=name_, port=443, name=name_)
+    timeout = value_set(name).get("webhook", {}).get("timeoutSeconds", 5)
+    expected = webhook_configurations(
+        namespace=r.namespace, service=name_, port=443, name=name_, timeout_seconds=timeout
+    )
     got = [r.one("ValidatingWebhookConfiguration"), r.one("MutatingWebhookConfiguration")]
     assert [without_labels(d) for d in got] == [without_labels(d) for d in expected]
 
@@ -272,7 +276,7 @@ def test_principals_with_quotes_stay_one_cel_string():
 def test_every_container_runs_a_console_script_of_the_image_with_arguments_it_accepts(name):
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     r = rendered(name)
-    pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")]
+    pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")] + [p["spec"] for p in r.of("Pod")]
     for spec in pods:
         for container in spec.get("initContainers", []) + spec["containers"]:
             (command,) = container["command"]
@@ -336,9 +340,9 @@ def test_ports_probes_and_configs_agree(name, tmp_path):
     assert config.health_port == port(c["agent"], "health")
     for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert c["agent"][probe]["httpGet"] == {"path": path, "port": "health"}
-    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["agent"]["env"]} == {
-        "POD_NAME": "metadata.name"
-    }, "the Lease holder identity is the pod's name"
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["agent"]["env"]}["POD_NAME"] == (
+        "metadata.name"
+    ), "the Lease holder identity is the pod's name"
 
     # After SIGTERM the webhook serves on for the delay; the kubelet must not kill it before it closes.
     grace = pod_spec(r)["terminationGracePeriodSeconds"]
@@ -385,7 +389,7 @@ def test_without_the_api_the_agent_serves_none(tmp_path):
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_every_container_is_restricted_and_bounded(name):
     r = rendered(name)
-    pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")]
+    pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")] + [p["spec"] for p in r.of("Pod")]
     for spec in pods:
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -519,7 +523,7 @@ def test_the_api_rights_are_agent_api_rbac_py():
 def test_the_pre_delete_hook_deletes_our_configurations_with_its_own_narrow_rights():
     r = rendered("custom")
     full = fullname(r)
-    hooks = {(d["kind"], d["metadata"]["name"]): d for d in r.hooks()}
+    hooks = {(d["kind"], d["metadata"]["name"]): d for d in r.hooks() if "-uninstall" in d["metadata"]["name"]}
     assert set(hooks) == {
         ("ServiceAccount", f"{full}-uninstall"),
         ("ClusterRole", f"{full}-uninstall"),
@@ -634,7 +638,7 @@ def _leaves(values: Any, prefix: str = "") -> list[str]:
 
 
 FREE_MAPS = {"nodeSelector", "podLabels", "podAnnotations", "annotations", "labels", "matchLabels",
-             "metricsNamespaceSelector", "requests", "limits"}  # fmt: skip
+             "metricsNamespaceSelector", "requests", "limits", "affinity", "issuerRef"}  # fmt: skip
 
 
 def _schema_leaves(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> list[str]:

@@ -28,8 +28,16 @@ Name of every object: fullnameOverride, else the release name if it contains the
 {{- .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* Helm's recommended labels (helm.sh/docs/chart_best_practices/labels). */}}
+{{/* Every object's labels: the recommended ones and commonLabels. */}}
 {{- define "dispatch-k8s.labels" -}}
+{{ include "dispatch-k8s.recommendedLabels" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Helm's recommended labels (helm.sh/docs/chart_best_practices/labels). */}}
+{{- define "dispatch-k8s.recommendedLabels" -}}
 helm.sh/chart: {{ include "dispatch-k8s.chart" . }}
 {{ include "dispatch-k8s.selectorLabels" . }}
 app.kubernetes.io/version: {{ include "dispatch-k8s.tag" . | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
@@ -49,6 +57,31 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "dispatch-k8s.certsSecret" -}}
 {{- printf "%s-certs" (include "dispatch-k8s.fullname" .) }}
+{{- end }}
+
+{{/* The Secret the servers' certificate comes from: the builtin controller's, or cert-manager's. */}}
+{{- define "dispatch-k8s.tlsSecret" -}}
+{{- if eq .Values.certs.mode "cert-manager" }}
+{{- printf "%s-tls" (include "dispatch-k8s.fullname" .) }}
+{{- else }}
+{{- include "dispatch-k8s.certsSecret" . }}
+{{- end }}
+{{- end }}
+
+{{- define "dispatch-k8s.servingCertificate" -}}
+{{- printf "%s-serving" (include "dispatch-k8s.fullname" .) }}
+{{- end }}
+
+{{/*
+The webhook configurations' annotations: in cert-manager mode, cainjector's cert-manager.io/inject-ca-from
+naming the serving Certificate (it injects that Certificate's ca.crt); none in builtin mode, where the
+certificate controller injects.
+*/}}
+{{- define "dispatch-k8s.webhookAnnotations" -}}
+{{- if eq .Values.certs.mode "cert-manager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "dispatch-k8s.servingCertificate" .) }}
+{{- end }}
 {{- end }}
 
 {{- define "dispatch-k8s.leaseNamespace" -}}
@@ -85,13 +118,30 @@ each string JSON-quoted (valid CEL escaping), ", " between them.
 /run/dispatch/tls
 {{- end }}
 
+{{/* The user and group, each left out when null (the platform assigns it: OpenShift). */}}
+{{- define "dispatch-k8s.runAs" -}}
+{{- with .Values.securityContext.runAsUser }}
+runAsUser: {{ . }}
+{{- end }}
+{{- with .Values.securityContext.runAsGroup }}
+runAsGroup: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The pods' labels: the recommended ones, then commonLabels and podLabels (podLabels win). */}}
+{{- define "dispatch-k8s.podLabels" -}}
+{{ include "dispatch-k8s.recommendedLabels" . }}
+{{- with merge (deepCopy .Values.podLabels) .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
 {{/* The restricted Pod Security Standard, for every container the chart runs. */}}
 {{- define "dispatch-k8s.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 runAsNonRoot: true
-runAsUser: {{ .Values.securityContext.runAsUser }}
-runAsGroup: {{ .Values.securityContext.runAsGroup }}
+{{- include "dispatch-k8s.runAs" . }}
 capabilities:
   drop:
     - ALL
@@ -101,8 +151,10 @@ seccompProfile:
 
 {{- define "dispatch-k8s.podSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: {{ .Values.securityContext.runAsUser }}
-runAsGroup: {{ .Values.securityContext.runAsGroup }}
+{{- include "dispatch-k8s.runAs" . }}
+{{- if and (eq .Values.certs.mode "cert-manager") .Values.securityContext.runAsGroup }}
+fsGroup: {{ .Values.securityContext.runAsGroup }}
+{{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end }}

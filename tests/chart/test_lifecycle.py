@@ -1,0 +1,98 @@
+"""The README's install, upgrade and uninstall commands (charts/readme.py COMMANDS), run by the real helm against a
+real API server (tier A), with this test's release, namespace and chart path in place of the README's.
+
+Tier A runs no pods, so two things differ from a cluster with kubelets, and both are tested elsewhere: the
+pre-delete hook is off here (its Job would never finish; its command runs as a process under its own rights in
+test_on_the_api_server.py), and `helm test`'s Pod never runs (its command runs as a process in test_helm_test.py).
+What this shows is what install.md promises of an upgrade with Helm 4's server-side apply: the certificate
+controller's keys in the Secret and the caBundle it injected survive `helm upgrade --reuse-values`, and the
+uninstall removes the webhook configurations with the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from typing import Any
+
+import pytest
+
+from charts.readme import COMMANDS
+from harness.cluster import ControlPlane
+from tests.chart.helm import CHART, run_helm
+from tests.chart.test_on_the_api_server import ADMISSION, _release
+
+pytestmark = pytest.mark.cluster
+
+FIELD_MANAGER = "dispatch.phpboyscout.uk/adapter"
+KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+
+def _argv(command: str, release: str, namespace: str) -> list[str]:
+    """A README command's helm arguments, for this test's release, namespace and chart."""
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[0] == "helm", command
+    swap = {"dispatch-k8s": release, "dispatch-system": namespace, "charts/dispatch-k8s": str(CHART)}
+    return [swap.get(w, w) for w in words[1:]]
+
+
+def _helm(cp: ControlPlane, argv: list[str], *extra: str) -> str:
+    return run_helm(*argv, "--kubeconfig", str(cp.admin_kubeconfig), *extra).stdout
+
+
+def _patch(cp: ControlPlane, doc_path: str, body: Any, content_type: str) -> dict[str, Any]:
+    query = {"fieldManager": FIELD_MANAGER}
+    return cp.admin.request("PATCH", doc_path, body, query=query, content_type=content_type)
+
+
+def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
+    cp = control_plane
+    release = _release()
+    namespace = f"{release}-ns"
+    full = release  # the release name contains dispatch-k8s: it is the fullname
+    # The hook's Job would wait for a kubelet (module docstring).
+    no_hook = ("--set", "uninstallHook.enabled=false")
+    try:
+        _helm(cp, _argv(COMMANDS["install"], release, namespace), *no_hook)
+        deployment = cp.admin.get("apps/v1", "Deployment", full, namespace)
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
+            "registry.example/dispatch-k8s:0.1.0"
+        )
+        secret_path = cp.admin.object_path({"apiVersion": "v1", "kind": "Secret",
+                                            "metadata": {"name": f"{full}-certs", "namespace": namespace}})  # fmt: skip
+        assert "data" not in cp.admin.get("v1", "Secret", f"{full}-certs", namespace)
+
+        # What the certificate controller writes, with its field manager: the Secret's keys and the caBundle.
+        data = {k: base64.b64encode(f"{k} of the controller".encode()).decode() for k in ("ca.crt", "tls.crt")}
+        _patch(cp, secret_path, {"data": data}, "application/merge-patch+json")
+        bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n").decode()
+        for kind in KINDS:
+            live = cp.admin.get(ADMISSION, kind, full)
+            path = cp.admin.object_path(live)
+            ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+                   for i in range(len(live["webhooks"]))]  # fmt: skip
+            _patch(cp, path, ops, "application/json-patch+json")
+
+        _helm(cp, _argv(COMMANDS["upgrade"], release, namespace))
+        deployment = cp.admin.get("apps/v1", "Deployment", full, namespace)
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
+            "registry.example/dispatch-k8s:0.2.0"
+        ), "--reuse-values kept the repository, --set changed the tag"
+        assert cp.admin.get("v1", "Secret", f"{full}-certs", namespace).get("data") == data, "the keys survive"
+        for kind in KINDS:
+            hooks = cp.admin.get(ADMISSION, kind, full)["webhooks"]
+            assert [h["clientConfig"].get("caBundle") for h in hooks] == [bundle] * len(hooks), kind
+        assert "STATUS: deployed" in _helm(cp, ["status", release, "--namespace", namespace])
+        assert "REVISION: 2" in _helm(cp, ["status", release, "--namespace", namespace])
+
+        _helm(cp, _argv(COMMANDS["uninstall"], release, namespace))
+        for kind in KINDS:
+            assert cp.admin.get_or_none(ADMISSION, kind, full) is None, f"{kind} left failing closed"
+        assert cp.admin.get_or_none("v1", "Secret", f"{full}-certs", namespace) is None
+        assert cp.admin.get_or_none("rbac.authorization.k8s.io/v1", "ClusterRole", f"{full}-agent") is None
+    finally:
+        run_helm("uninstall", release, "--namespace", namespace, "--kubeconfig", str(cp.admin_kubeconfig),
+                 "--no-hooks", "--ignore-not-found", check=False)  # fmt: skip
+        for kind in KINDS:
+            cp.admin.delete(ADMISSION, kind, full)
+        cp.delete_namespace(namespace)
