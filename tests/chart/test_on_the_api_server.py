@@ -102,7 +102,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
         assert r.of("NetworkPolicy")
 
 
-@pytest.mark.parametrize("name", ["defaults", "custom"])
+@pytest.mark.parametrize("name", ["defaults", "custom", "openshift", "cert-manager"])
 def test_the_pods_are_admitted_under_the_restricted_pod_security_standard(name, control_plane, lease_namespace):
     cp = control_plane
     namespace = cp.create_namespace("restricted", labels={"pod-security.kubernetes.io/enforce": "restricted"})
