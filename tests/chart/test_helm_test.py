@@ -38,10 +38,14 @@ def test_the_test_hook_runs_the_selftest_with_rights_only_in_its_namespace():
     r = template({"helmTest": {"namespace": "team-a"}})
     hooks = _hooks(r)
     assert set(hooks) == {(k, "dispatch-k8s-test") for k in ("ServiceAccount", "Role", "RoleBinding", "Pod")}
-    for doc in hooks.values():
+    for (kind, _), doc in hooks.items():
         annotations = doc["metadata"]["annotations"]
         assert annotations["helm.sh/hook"] == "test"
-        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        # The rights go whether the test passes or fails; a failed Pod stays for its log.
+        policy = "before-hook-creation,hook-succeeded" + ("" if kind == "Pod" else ",hook-failed")
+        assert annotations["helm.sh/hook-delete-policy"] == policy, kind
+        weight = int(annotations["helm.sh/hook-weight"])
+        assert (weight == 0) if kind == "Pod" else (weight < 0), "the rights exist before the Pod"
     assert hooks[("Role", "dispatch-k8s-test")]["metadata"]["namespace"] == "team-a"
     assert hooks[("Role", "dispatch-k8s-test")]["rules"] == [
         {"apiGroups": [TRAINER], "resources": ["trainjobs"], "verbs": ["create"]}
