@@ -28,6 +28,7 @@ from agent.metrics import AgentMetrics
 from agent.server import HealthServer, serving
 from certs.reload import CertificateLoadError, ReloadingServerContext
 from serving.kube import KubeConfigError, api_client
+from serving.prometheus import CertificateCollector
 
 PROG = "dispatch-agent"
 log = logging.getLogger(PROG)
@@ -112,8 +113,8 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
                     "node_loss_taints": config.node_loss_taints,
                 }
             )
-            api = ApiServer(ApiKube(api_client_, timeout=settings.request_timeout), settings)
-        health = HealthServer(metrics, ready, api.metrics.render if api else None)
+            api = ApiServer(ApiKube(api_client_, timeout=settings.request_timeout), settings, metrics=metrics.registry)
+        health = HealthServer(metrics.registry, ready)
         stop = asyncio.Event()
 
         def on_signal() -> None:
@@ -128,6 +129,7 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             port = await stack.enter_async_context(serving(health, args.bind_address, port))
             if api is not None:
                 tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)
+                metrics.registry.register(CertificateCollector("dispatch_api", tls))
                 api_port = config.api.port if args.api_port is None else args.api_port
                 api_port = await stack.enter_async_context(serve_api(api.app(), args.bind_address, api_port, tls))
                 log.info("supervisor API on https://%s:%d", args.bind_address, api_port)

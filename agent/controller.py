@@ -128,6 +128,11 @@ class Controller:
         self.index = WorkloadIndex()
         self.held: dict[WorkloadKey, frozenset[str]] = {}
         """Workloads held because pods may still run -> the Nodes those pods name."""
+        self.held_since: dict[WorkloadKey, float] = {}
+        """When each of those holds began (Unix seconds), for the metrics and the alert on a long hold."""
+        self.metrics.follow_holds(
+            lambda: [self.held_since[k] for k in self.held if k in self.held_since] if self.leading else []
+        )
         self.checks = AdmissionCheckCache()
         kube.checks = self.checks
         self.synced = {name: asyncio.Event() for name in WATCHED}
@@ -289,8 +294,9 @@ class Controller:
                 m.reserved_to_ready.observe(max(0.0, time.time() - reserved))
         if outcome.action is Action.HOLD and outcome.held_nodes is not None:
             self.held[key] = outcome.held_nodes
+            self.held_since.setdefault(key, time.time())
         elif outcome.action is not None:
-            self.held.pop(key, None)
+            self._unhold(key)
 
     # -- the Active condition ---------------------------------------------------------------------
 
@@ -351,13 +357,17 @@ class Controller:
         key = key_of(wl)
         if kind == "DELETED":
             self.index.remove(key)
-            self.held.pop(key, None)
+            self._unhold(key)
             return
         self.index.put(key, hint_of(wl))
         if self.index.due(key, self.checks.ours()):
             self.queue.add(key)
         else:
-            self.held.pop(key, None)  # no longer Pending-and-reserved: not held any more
+            self._unhold(key)  # no longer Pending-and-reserved: not held any more
+
+    def _unhold(self, key: WorkloadKey) -> None:
+        self.held.pop(key, None)
+        self.held_since.pop(key, None)
 
     def _pods_page(self, items: list[Mapping[str, Any]]) -> None:
         for pod in items:

@@ -3,7 +3,7 @@
 * /healthz: the process serves HTTP (the event loop is not stuck).
 * /readyz: every watch has listed once; a standby is as ready as the leader (either may lead next, and only
   one acts), and neither is ready while stopping.
-* /metrics: Prometheus text.
+* /metrics: Prometheus text of the agent process's one registry (the gate's, the API's, the process's).
 """
 
 from __future__ import annotations
@@ -12,21 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
-from agent.metrics import AgentMetrics
-from serving.prometheus import CONTENT_TYPE
+from serving.prometheus import CONTENT_TYPE, exposition
 
 
 class HealthServer:
-    def __init__(
-        self,
-        metrics: AgentMetrics,
-        ready: Callable[[], tuple[bool, str]],
-        more_metrics: Callable[[], str] | None = None,
-    ) -> None:
+    def __init__(self, metrics: CollectorRegistry, ready: Callable[[], tuple[bool, str]]) -> None:
         self.metrics = metrics
-        self.more_metrics = more_metrics
-        """Further exposition text on the same /metrics (the supervisor API's, when it is served)."""
         self.ready = ready
         self.stopping = False
 
@@ -45,8 +38,7 @@ class HealthServer:
         return web.Response(status=200 if ok else 503, text=why)
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        text = self.metrics.render() + (self.more_metrics() if self.more_metrics else "")
-        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=exposition(self.metrics), headers={"Content-Type": CONTENT_TYPE})
 
 
 @asynccontextmanager

@@ -7,9 +7,9 @@
 ``generate`` writes ca.crt, tls.crt and tls.key (the key 0600); the CA's key is not kept, so nothing
 else can ever be signed with it. ``run`` is the controller the chart runs in each pod beside the webhook
 and the agent (see docs/certs.md): it fills the Secret, rotates, injects the caBundle, writes the served
-files to ``--out`` and answers /readyz and /healthz on a plain HTTP port. ``uninstall`` is the chart's
-pre-delete hook: it deletes our Validating and Mutating webhook configurations, so an uninstall never leaves
-the cluster failing closed on a webhook that is gone.
+files to ``--out`` and answers /readyz, /healthz and /metrics on a plain HTTP port. ``uninstall`` is the
+chart's pre-delete hook: it deletes our Validating and Mutating webhook configurations, so an uninstall
+never leaves the cluster failing closed on a webhook that is gone.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from certs import lifecycle, pki
 from certs.controller import CertController, Target
 from certs.files import write_plain
 from certs.injection import LABEL, LABEL_VALUE, is_ours
+from certs.metrics import certs_registry
 from serving.kube import KubeConfigError, api_client, describe_api_error
+from serving.prometheus import CONTENT_TYPE, exposition
 from webhook.configurations import NAME
 
 PROG: Final = "dispatch-certs"
@@ -92,7 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
     run.add_argument("--health-bind-address", default="0.0.0.0", help="default 0.0.0.0")
-    run.add_argument("--health-port", type=int, default=8081, help="plain HTTP /healthz and /readyz (default 8081)")
+    run.add_argument(
+        "--health-port", type=int, default=8081, help="plain HTTP /healthz, /readyz and /metrics (default 8081)"
+    )
     run.add_argument(
         "--once",
         action="store_true",
@@ -248,13 +252,19 @@ async def _health(controller: CertController, host: str, port: int) -> web.AppRu
         ok, why = controller.readiness.check()
         return web.Response(status=200 if ok else 503, text=why)
 
+    metrics_registry = certs_registry(controller)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=exposition(metrics_registry), headers={"Content-Type": CONTENT_TYPE})
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
-    log.info("health on http://%s:%d/readyz", host, port)
+    log.info("health and metrics on http://%s:%d (/readyz, /metrics)", host, port)
     return runner
 
 

@@ -125,6 +125,8 @@ class Stats:
     """Counts for the logs and the tests."""
 
     passes: int = 0
+    failures: int = 0
+    """Passes that raised: an API error, or conflicts past MAX_ATTEMPTS."""
     secret_writes: int = 0
     conflicts: int = 0
     injections: int = 0
@@ -178,6 +180,7 @@ class CertController:
         except Exception as exc:
             why = describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             self.stats.last_error = why
+            self.stats.failures += 1
             if not self._succeeded or isinstance(exc, SecretMissingError):
                 # Before the first success there is nothing to serve. After it, a failing API server must
                 # not take every replica out of the Service: what is loaded and injected stays valid, and

@@ -1,143 +1,157 @@
-"""Prometheus metrics kept in memory and written in the text exposition format (version 0.0.4) by hand.
+"""Prometheus metrics with ``prometheus_client``, one registry per server.
 
-Counters, gauges and histograms with fixed label names are all the webhook and the agent expose; a client
-library would be a dependency for a few dozen lines. Each metric renders its own HELP/TYPE header even
-with no samples, so a scrape always shows what exists.
+Each server (the webhook, the agent with its API, the certificate controller) builds one ``registry`` and
+registers its own metrics in it; the registry already carries the process's ``process_*`` (memory, CPU,
+open files, start time), the Python runtime's ``python_*`` and ``dispatch_build_info``. Nothing goes into
+the library's global registry, so two servers in one test process never see each other's samples.
+
+The small wrappers below keep the call sites short (``inc("raise")`` instead of
+``.labels("raise").inc()``) and let tests read a sample without parsing text.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
+import platform
 from collections.abc import Iterable, Sequence
-from typing import Final
+from importlib import metadata
+from typing import Final, Protocol
 
-CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+import prometheus_client
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# The ``*_created`` series double every counter and histogram and nobody queries them (cert-manager and
+# controller-runtime expose none either). Process-wide, before any metric exists.
+prometheus_client.disable_created_metrics()
+
+CONTENT_TYPE: Final = prometheus_client.CONTENT_TYPE_PLAIN_0_0_4
+"""What ``exposition`` writes: the text format every Prometheus reads."""
 
 LabelValues = tuple[str, ...]
 
 
-class _Metric:
-    type_name: str = ""
+def version() -> str:
+    """The installed distribution's version (pyproject.toml), or "unknown" when run from a bare tree."""
+    try:
+        return metadata.version("dispatch-k8s")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        self.name = name
-        self.help = help_text
-        self.labelnames = tuple(labelnames)
 
-    def _key(self, labels: Sequence[str]) -> LabelValues:
+def registry(component: str) -> CollectorRegistry:
+    """A fresh registry with the process, runtime and build metrics of ``component`` (webhook, agent, certs)."""
+    reg = CollectorRegistry()
+    prometheus_client.ProcessCollector(registry=reg)
+    prometheus_client.PlatformCollector(registry=reg)
+    prometheus_client.GCCollector(registry=reg)
+    build = prometheus_client.Gauge(
+        "dispatch_build_info",
+        "Always 1: the component, the version of dispatch-k8s and the Python running it.",
+        ("component", "version", "python_version"),
+        registry=reg,
+    )
+    build.labels(component, version(), platform.python_version()).set(1)
+    return reg
+
+
+def exposition(reg: CollectorRegistry) -> bytes:
+    """The registry's samples in the text format (``CONTENT_TYPE``)."""
+    return prometheus_client.generate_latest(reg)
+
+
+class _Wrapped:
+    def __init__(self, metric: prometheus_client.Counter | prometheus_client.Gauge | prometheus_client.Histogram):
+        self._metric = metric
+        self.labelnames: tuple[str, ...] = tuple(metric._labelnames)
+
+    def _child(self, labels: Sequence[str]):  # type: ignore[no-untyped-def]
         if len(labels) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {tuple(labels)}")
-        return tuple(labels)
+            raise ValueError(f"{self._metric._name} takes labels {self.labelnames}, got {tuple(labels)}")
+        # A lone surrogate (valid in a JSON string, from a request) is not UTF-8: replaced, so that the
+        # exposition can never fail.
+        return (
+            self._metric.labels(*(v.encode("utf-8", "replace").decode("utf-8") for v in labels))
+            if labels
+            else self._metric
+        )
 
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.type_name}"]
-
-    def render(self) -> list[str]:
-        raise NotImplementedError
-
-
-class Counter(_Metric):
-    """A monotonic count per label set. ``samples`` is the live dict (label values -> count)."""
-
-    type_name = "counter"
-
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        self.samples: dict[LabelValues, int | float] = {}
-
-    def inc(self, *labels: str, amount: int | float = 1) -> None:
-        key = self._key(labels)
-        self.samples[key] = self.samples.get(key, 0) + amount
-
-    def set_total(self, value: int | float, *labels: str) -> None:
-        """For a count kept elsewhere (e.g. by the certificate reloader): the total as it stands."""
-        self.samples[self._key(labels)] = value
-
-    def render(self) -> list[str]:
-        return self.header() + [
-            f"{self.name}{labels(zip(self.labelnames, k, strict=True))} {number(v)}" for k, v in self.samples.items()
-        ]
+    def samples(self, suffix: str = "") -> dict[LabelValues, float]:
+        """Label values -> value of every sample named ``<name><suffix>`` (tests, bounded-label checks)."""
+        out: dict[LabelValues, float] = {}
+        for family in self._metric.collect():
+            for s in family.samples:  # a counter's family is named without _total, its samples with
+                if s.name == family.name + suffix or (suffix == "" and s.name == family.name + "_total"):
+                    out[tuple(s.labels[n] for n in self.labelnames)] = s.value
+        return out
 
 
-class Gauge(_Metric):
-    type_name = "gauge"
+class Counter(_Wrapped):
+    def __init__(self, reg: CollectorRegistry, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
+        super().__init__(prometheus_client.Counter(name, help_text, labelnames, registry=reg))
 
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        self.samples: dict[LabelValues, int | float] = {}
-
-    def set(self, value: int | float, *labels: str) -> None:
-        self.samples[self._key(labels)] = value
-
-    def render(self) -> list[str]:
-        return self.header() + [
-            f"{self.name}{labels(zip(self.labelnames, k, strict=True))} {number(v)}" for k, v in self.samples.items()
-        ]
+    def inc(self, *labels: str, amount: float = 1) -> None:
+        self._child(labels).inc(amount)
 
 
-class Histogram(_Metric):
-    """Observations in fixed buckets (upper bounds, seconds or whatever the name says), per label set."""
+class Gauge(_Wrapped):
+    def __init__(self, reg: CollectorRegistry, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
+        super().__init__(prometheus_client.Gauge(name, help_text, labelnames, registry=reg))
 
-    type_name = "histogram"
+    def set(self, value: float, *labels: str) -> None:
+        self._child(labels).set(value)
 
-    def __init__(self, name: str, help_text: str, buckets: Sequence[float], labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        if list(buckets) != sorted(set(buckets)):
-            raise ValueError(f"{name}: buckets must increase strictly")
-        self.buckets = tuple(buckets)
-        # Stored non-cumulative (one increment per observation) and summed when rendered.
-        self._counts: dict[LabelValues, list[int]] = {}
-        self._sums: dict[LabelValues, float] = {}
+
+class Histogram(_Wrapped):
+    def __init__(
+        self,
+        reg: CollectorRegistry,
+        name: str,
+        help_text: str,
+        buckets: Sequence[float],
+        labelnames: Sequence[str] = (),
+    ) -> None:
+        super().__init__(prometheus_client.Histogram(name, help_text, labelnames, buckets=buckets, registry=reg))
 
     def observe(self, value: float, *labels: str) -> None:
-        key = self._key(labels)
-        counts = self._counts.setdefault(key, [0] * (len(self.buckets) + 1))
-        counts[bisect.bisect_left(self.buckets, value)] += 1  # le: a value on a bound counts in that bucket
-        self._sums[key] = self._sums.get(key, 0.0) + value
+        self._child(labels).observe(value)
 
-    def count(self, *labels: str) -> int:
-        return sum(self._counts.get(self._key(labels), ()))
-
-    def render(self) -> list[str]:
-        lines = self.header()
-        for key, counts in self._counts.items():
-            pairs = list(zip(self.labelnames, key, strict=True))
-            cumulative = 0
-            for bound, n in zip((*self.buckets, math.inf), counts, strict=True):
-                cumulative += n
-                le = "+Inf" if bound == math.inf else repr(float(bound))
-                lines.append(f"{self.name}_bucket{labels([*pairs, ('le', le)])} {cumulative}")
-            lines.append(f"{self.name}_sum{labels(pairs)} {self._sums[key]!r}")
-            lines.append(f"{self.name}_count{labels(pairs)} {cumulative}")
-        return lines
+    def count(self, *labels: str) -> float:
+        return self.samples("_count").get(tuple(labels), 0.0)
 
 
-def render(metrics: Iterable[_Metric]) -> str:
-    """The exposition text of ``metrics``, in the order given."""
-    lines: list[str] = []
-    for metric in metrics:
-        lines += metric.render()
-    return "\n".join(lines) + "\n"
+class CertificateState(Protocol):
+    """What a server knows of the certificate it serves (certs.reload.ReloadingServerContext)."""
+
+    reloads: int
+    failures: int
+
+    @property
+    def not_after_timestamp(self) -> float: ...
 
 
-def number(value: int | float) -> str:
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, int):
-        return str(value)
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+class CertificateCollector(Collector):
+    """``<prefix>_certificate_expiration_timestamp_seconds`` and ``<prefix>_certificate_reloads_total``, read
+    from the served certificate at every scrape (the reloader keeps the counts; nothing is copied)."""
 
+    def __init__(self, prefix: str, state: CertificateState | None = None) -> None:
+        self.prefix = prefix
+        self.state = state
 
-def labels(pairs: Iterable[tuple[str, str]]) -> str:
-    text = ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
-    return "{" + text + "}" if text else ""
-
-
-def escape(value: str) -> str:
-    # The exposition format's escapes; lone surrogates (valid in a JSON string, not in UTF-8) are replaced
-    # so that rendering can never fail.
-    value = value.encode("utf-8", "replace").decode("utf-8")
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    def collect(self) -> Iterable[Metric]:
+        state = self.state
+        if state is None:
+            return
+        yield GaugeMetricFamily(
+            f"{self.prefix}_certificate_expiration_timestamp_seconds",
+            "When the served certificate expires (Unix seconds).",
+            value=state.not_after_timestamp,
+        )
+        reloads = CounterMetricFamily(
+            f"{self.prefix}_certificate_reloads",
+            "Certificate changes seen on disk, by result: loaded, or kept_old when the new pair was unusable.",
+            labels=("result",),
+        )
+        reloads.add_metric(("loaded",), state.reloads)
+        reloads.add_metric(("kept_old",), state.failures)
+        yield reloads

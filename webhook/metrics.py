@@ -1,13 +1,24 @@
 """The webhook's Prometheus metrics: reviews by verdict, their latency, bad requests and the certificate.
 
-The primitives and the exposition format are serving/prometheus.py, shared with the agent.
+The registry (with the process's own metrics) and the wrappers are serving/prometheus.py.
 """
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Final
 
-from serving.prometheus import CONTENT_TYPE, Counter, Gauge, Histogram, LabelValues, render
+from prometheus_client import CollectorRegistry
+
+from serving.prometheus import (
+    CONTENT_TYPE,
+    CertificateCollector,
+    CertificateState,
+    Counter,
+    Histogram,
+    LabelValues,
+    exposition,
+    registry,
+)
 from webhook.review import Request, Verdict
 
 __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "MAX_REVIEW_SERIES", "OTHER", "CertificateState", "Metrics"]
@@ -23,47 +34,44 @@ series, new ones are folded into resource="other" so memory and scrape size stay
 OTHER: Final = "other"
 
 
-class CertificateState(Protocol):
-    reloads: int
-    failures: int
-
-    @property
-    def not_after_timestamp(self) -> float: ...
-
-
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, reg: CollectorRegistry | None = None) -> None:
+        self.registry = reg if reg is not None else registry("webhook")
+        r = self.registry
         self._reviews = Counter(
+            r,
             "dispatch_webhook_reviews_total",
             "AdmissionReviews answered, by verdict and deciding rule.",
             ("endpoint", "resource", "operation", "verdict", "rule"),
         )
+        self._series: set[LabelValues] = set()
         self._duration = Histogram(
+            r,
             "dispatch_webhook_review_duration_seconds",
             "Time from request to answer, lookups included.",
             DURATION_BUCKETS,
             ("endpoint",),
         )
         self._bad_requests = Counter(
-            "dispatch_webhook_bad_requests_total", "Requests refused with an HTTP error.", ("endpoint", "code")
+            r, "dispatch_webhook_bad_requests_total", "Requests refused with an HTTP error.", ("endpoint", "code")
         )
-        self._not_after = Gauge("dispatch_webhook_certificate_not_after_seconds", "Expiry of the served certificate.")
-        self._reloads = Counter(
-            "dispatch_webhook_certificate_reloads_total", "Certificate changes seen, by result.", ("result",)
-        )
+        self._certificate = CertificateCollector("dispatch_webhook")
+        r.register(self._certificate)
 
     @property
-    def reviews(self) -> dict[LabelValues, int | float]:
-        return self._reviews.samples
+    def reviews(self) -> dict[LabelValues, float]:
+        return self._reviews.samples()
 
     @property
-    def bad_requests(self) -> dict[LabelValues, int | float]:
-        return self._bad_requests.samples
+    def bad_requests(self) -> dict[LabelValues, float]:
+        return self._bad_requests.samples()
 
     def observe_review(self, endpoint: str, request: Request, verdict: Verdict, seconds: float) -> None:
         key = (endpoint, request.resource, request.operation, _verdict(verdict), verdict.rule)
-        if key not in self.reviews and len(self.reviews) >= MAX_REVIEW_SERIES:
-            key = (endpoint, OTHER, request.operation, _verdict(verdict), verdict.rule)
+        if key not in self._series:
+            if len(self._series) >= MAX_REVIEW_SERIES:
+                key = (endpoint, OTHER, request.operation, _verdict(verdict), verdict.rule)
+            self._series.add(key)
         self._reviews.inc(*key)
         self._duration.observe(seconds, endpoint)
 
@@ -71,13 +79,10 @@ class Metrics:
         self._bad_requests.inc(endpoint, str(code))
 
     def render(self, certificate: CertificateState | None = None) -> str:
-        metrics = [self._reviews, self._duration, self._bad_requests]
+        """The exposition text; with ``certificate``, its expiry and reload counts from now on."""
         if certificate is not None:
-            self._not_after.set(certificate.not_after_timestamp)
-            self._reloads.set_total(certificate.reloads, "loaded")
-            self._reloads.set_total(certificate.failures, "kept_old")
-            metrics += [self._not_after, self._reloads]
-        return render(metrics)
+            self._certificate.state = certificate
+        return exposition(self.registry).decode()
 
 
 def _verdict(verdict: Verdict) -> str:

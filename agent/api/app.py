@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ValidationError
 
 from agent.api.auth import Authenticator, User, authorize, bearer_token
@@ -34,7 +35,7 @@ from agent.api.routes import OPENAPI_PATH, ROUTES, Route
 from agent.api.service import Service
 from agent.api.settings import ApiSettings
 from certs.reload import ReloadingServerContext
-from serving.prometheus import Counter, Histogram, render
+from serving.prometheus import Counter, Histogram, exposition, registry
 
 MAX_BODY: Final = 1024 * 1024
 """Bytes: a StartRequest is a few KiB; the API server refuses objects over 1.5 MiB anyway."""
@@ -46,11 +47,18 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ApiMetrics:
-    def __init__(self) -> None:
+    """In the agent's registry when it serves the API (one /metrics for both); a registry of its own alone."""
+
+    def __init__(self, reg: CollectorRegistry | None = None) -> None:
+        self.registry = reg if reg is not None else registry("agent")
         self.requests = Counter(
-            "dispatch_api_requests_total", "API calls answered, by operation and HTTP status.", ("operation", "code")
+            self.registry,
+            "dispatch_api_requests_total",
+            "API calls answered, by operation and HTTP status.",
+            ("operation", "code"),
         )
         self.duration = Histogram(
+            self.registry,
             "dispatch_api_request_duration_seconds",
             "Time to answer an API call (a log stream: until it ends).",
             DURATION_BUCKETS,
@@ -58,7 +66,7 @@ class ApiMetrics:
         )
 
     def render(self) -> str:
-        return render([self.requests, self.duration])
+        return exposition(self.registry).decode()
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -123,14 +131,21 @@ async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
 class ApiServer:
     """The API over one Kubernetes client. ``service`` holds the operations and the observe-only state."""
 
-    def __init__(self, kube: Kube, settings: ApiSettings, *, authenticator: Authenticator | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: ApiSettings,
+        *,
+        authenticator: Authenticator | None = None,
+        metrics: CollectorRegistry | None = None,
+    ) -> None:
         self.kube = kube
         self.settings = settings
         self.service = Service(kube, settings)
         self.authenticate = authenticator or Authenticator(
             kube, audiences=settings.token_audiences, ttl=settings.token_cache_seconds
         )
-        self.metrics = ApiMetrics()
+        self.metrics = ApiMetrics(metrics)
         self._openapi = json.dumps(document())
 
     def app(self) -> web.Application:

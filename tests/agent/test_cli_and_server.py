@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from agent.api.app import ApiMetrics
 from agent.cli import default_identity, main
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer
@@ -43,7 +44,7 @@ def test_identities_differ_per_process(monkeypatch):
 async def test_health_ready_and_metrics():
     state = {"ready": (False, "not listed yet: pods")}
     metrics = AgentMetrics()
-    server = HealthServer(metrics, lambda: state["ready"])
+    server = HealthServer(metrics.registry, lambda: state["ready"])
     async with TestClient(TestServer(server.app())) as client:
         assert (await client.get("/healthz")).status == 200
         response = await client.get("/readyz")
@@ -55,7 +56,7 @@ async def test_health_ready_and_metrics():
         metrics.decisions.inc("raise")
         response = await client.get("/metrics")
         assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-        assert 'dispatch_agent_decisions_total{action="raise"} 1' in await response.text()
+        assert 'dispatch_agent_decisions_total{action="raise"} 1.0' in await response.text()
 
 
 def test_the_tls_files_go_together(capsys, tmp_path):
@@ -72,9 +73,13 @@ def test_the_operators_client_is_the_same_command(capsys):
 
 @pytest.mark.asyncio(loop_scope="function")
 async def test_the_apis_metrics_share_the_health_port():
-    server = HealthServer(AgentMetrics(), lambda: (True, "ok"), lambda: "dispatch_api_example 1\n")
+    metrics = AgentMetrics()
+    ApiMetrics(metrics.registry).requests.inc("status", "200")
+    server = HealthServer(metrics.registry, lambda: (True, "ok"))
     async with TestClient(TestServer(server.app())) as client:
-        assert "dispatch_api_example 1" in await (await client.get("/metrics")).text()
+        text = await (await client.get("/metrics")).text()
+    assert 'dispatch_api_requests_total{code="200",operation="status"} 1.0' in text
+    assert text.count("# TYPE process_resident_memory_bytes ") == 1
 
 
 @pytest.mark.cluster

@@ -60,8 +60,8 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
         assert raised(leader, wl, 1)
         assert not raised(standby, wl, 1)
-        assert "dispatch_agent_leader 1" in leader.get("/metrics")[1]
-        assert "dispatch_agent_leader 0" in standby.get("/metrics")[1]
+        assert "dispatch_agent_leader 1.0" in leader.get("/metrics")[1]
+        assert "dispatch_agent_leader 0.0" in standby.get("/metrics")[1]
 
         # The leader dies without a word, and Kueue preempts and re-reserves meanwhile: the Workload waits at
         # the Pending check (the standby does not act) until the standby takes the expired Lease.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import platform
 import secrets
 import ssl
 import subprocess
@@ -25,9 +26,12 @@ from kubernetes_asyncio import client
 
 from certs import lifecycle as lc
 from certs.controller import FIELD_MANAGER, CertController, SecretMissingError, Target, utcnow
+from certs.metrics import certs_registry
 from certs.reload import ReloadingServerContext
 from harness.async_client import api_client as admin_api_client
 from serving.kube import api_client
+from serving.prometheus import exposition, version
+from tests.webhook.test_protocol import parse_exposition
 from webhook.configurations import webhook_configurations
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
@@ -203,6 +207,10 @@ async def test_a_missing_secret_is_reported_and_not_ready(env: Env):
     ready, why = controller.readiness.check()
     assert not ready
     assert "does not exist" in why
+    samples = parse_exposition(exposition(certs_registry(controller)).decode())
+    assert samples["dispatch_certs_pass_failures_total", frozenset()] == 1
+    assert samples["dispatch_certs_ready", frozenset()] == 0
+    assert not [name for name, _ in samples if name.endswith("_expiration_timestamp_seconds")]  # nothing read
 
 
 async def test_readiness_waits_for_injection(env: Env):
@@ -476,7 +484,29 @@ async def test_dispatch_certs_run_serves_readiness_and_stops_on_sigterm(env: Env
             assert process.returncode is None, (await process.stderr.read()).decode()
             assert time.monotonic() < deadline, "not ready in 30s"
             await asyncio.sleep(0.1)
-        assert env.bundles("MutatingWebhookConfiguration") == {lc.trust_bundle(lc.parse(env.secret_data()))}
+        material = lc.parse(env.secret_data())
+        assert env.bundles("MutatingWebhookConfiguration") == {lc.trust_bundle(material)}
+
+        # Its metrics, scraped from the same port as Prometheus would.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        head, _, body = (await reader.read()).partition(b"\r\n\r\n")
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 200")
+        samples = parse_exposition(body.decode())
+
+        def expiry(keyed: lc.KeyedCert | None) -> float:
+            assert keyed is not None
+            return keyed.cert.not_valid_after_utc.timestamp()
+
+        assert samples["dispatch_certs_ca_expiration_timestamp_seconds", frozenset()] == expiry(material.ca)
+        assert samples["dispatch_certs_serving_expiration_timestamp_seconds", frozenset()] == expiry(material.serving)
+        assert samples["dispatch_certs_pass_failures_total", frozenset()] == 0
+        assert samples["dispatch_certs_secret_writes_total", frozenset()] == 1
+        assert samples["dispatch_certs_ready", frozenset()] == 1
+        assert ("dispatch_build_info", frozenset({("component", "certs"), ("version", version()),
+                                                  ("python_version", platform.python_version())})) in samples  # fmt: skip
+        assert samples["process_resident_memory_bytes", frozenset()] > 0
     finally:
         if process.returncode is None:
             process.terminate()

@@ -1,5 +1,5 @@
 """Pure pieces of the agent's shell: config, the Active condition's patch, the watch index, Event bodies,
-which checks are due, and the Prometheus primitives."""
+which checks are due, and the agent's metrics."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from agent.events import event_body
 from agent.metrics import AgentMetrics
 from agent.reconcile import WorkloadKey, due_checks
 from agent.workload import check_state_apply, keep_our_entries
-from serving.prometheus import Counter, Gauge, Histogram, render
 from tests.unit.fixtures import trainjob
 from tests.unit.test_gate import CHECK, workload
 from tests.webhook.test_protocol import parse_exposition
@@ -250,37 +249,25 @@ def test_workload_key_prints_as_namespace_slash_name():
     assert str(WorkloadKey("ns", "wl")) == "ns/wl"
 
 
-# -- Prometheus -----------------------------------------------------------------------------------
-
-
-def test_primitives_render_parseable_text():
-    c = Counter("c_total", "A counter.", ("a",))
-    c.inc("x")
-    c.inc("x", amount=2)
-    g = Gauge("g", "A gauge.")
-    g.set(1.5)
-    h = Histogram("h_seconds", "A histogram.", (0.1, 1.0), ("r",))
-    for v in (0.05, 0.1, 0.5, 3.0):
-        h.observe(v, "ok")
-    samples = parse_exposition(render([c, g, h]))
-    assert samples["c_total", frozenset({("a", "x")})] == 3
-    assert samples["g", frozenset()] == 1.5
-    bucket = {dict(k[1])["le"]: v for k, v in samples.items() if k[0] == "h_seconds_bucket"}
-    assert bucket == {"0.1": 2, "1.0": 3, "+Inf": 4}
-    assert samples["h_seconds_count", frozenset({("r", "ok")})] == 4
-    assert h.count("ok") == 4
-
-
-def test_primitives_refuse_the_wrong_labels_and_bad_buckets():
-    with pytest.raises(ValueError, match="takes labels"):
-        Counter("c_total", "A counter.", ("a",)).inc()
-    with pytest.raises(ValueError, match="increase"):
-        Histogram("h", "H.", (1.0, 0.5))
+# -- Prometheus (the primitives: tests/unit/test_prometheus.py) --------------------------------------
 
 
 def test_agent_metrics_render_every_family_even_when_empty():
     text = AgentMetrics().render()
     for family in ("decisions_total", "reconcile_duration_seconds", "quota_reserved_to_ready_seconds",
-                   "write_conflicts_total", "foreign_reports_total", "leader", "watch_restarts_total"):  # fmt: skip
+                   "write_conflicts_total", "foreign_reports_total", "leader", "watch_restarts_total",
+                   "held_checks", "longest_held_check_seconds"):  # fmt: skip
         assert f"# TYPE dispatch_agent_{family} " in text
     assert parse_exposition(text)["dispatch_agent_leader", frozenset()] == 0
+
+
+def test_the_longest_hold_is_read_at_every_scrape():
+    metrics, since = AgentMetrics(), {"a": 100.0, "b": 160.0}
+    metrics.follow_holds(lambda: list(since.values()), clock=lambda: 200.0)
+    samples = parse_exposition(metrics.render())
+    assert samples["dispatch_agent_held_checks", frozenset()] == 2
+    assert samples["dispatch_agent_longest_held_check_seconds", frozenset()] == 100
+    since.clear()
+    samples = parse_exposition(metrics.render())
+    assert samples["dispatch_agent_held_checks", frozenset()] == 0
+    assert samples["dispatch_agent_longest_held_check_seconds", frozenset()] == 0

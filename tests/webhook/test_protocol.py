@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import itertools
 import json
+import platform
 import re
 import time
 
@@ -16,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 import webhook.admission
 from certs import pki
+from serving.prometheus import version
 from tests.unit.fixtures import runtime_copy
 from tests.webhook.conftest import HOST, Running, admission_review
 from webhook.review import Lookups, Verdict
@@ -233,5 +235,11 @@ async def test_metrics_count_reviews_bad_requests_and_latency(server: Running, m
     assert 0 < sample(f"{duration}_sum", endpoint="validate") < 3 * 5
 
     not_after = server.webhook.tls.info.not_after.timestamp()
-    assert sample("dispatch_webhook_certificate_not_after_seconds") == pytest.approx(not_after)
+    assert sample("dispatch_webhook_certificate_expiration_timestamp_seconds") == pytest.approx(not_after)
     assert sample("dispatch_webhook_certificate_reloads_total", result="loaded") == 0
+    # prometheus_client's process and runtime metrics, and the build, in the webhook's own registry.
+    build = {"component": "webhook", "version": version(), "python_version": platform.python_version()}
+    assert sample("dispatch_build_info", **build) == 1
+    assert sample("process_resident_memory_bytes") > 0
+    assert sample("process_open_fds") > 0
+    assert not [name for name, _ in samples if name.endswith("_created")]
