@@ -27,6 +27,7 @@ from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer, serving
 from certs.reload import CertificateLoadError, ReloadingServerContext
+from serving import logs
 from serving.kube import KubeConfigError, api_client
 from serving.prometheus import CertificateCollector
 
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert-file", help="PEM certificate of the supervisor API; the API is served only with it")
     serve.add_argument("--tls-private-key-file", help="PEM private key of the supervisor API")
     serve.add_argument("--api-port", type=_bounded(0, 65535), help="HTTPS port of the API (overrides api.port)")
+    logs.add_arguments(serve)
     return parser
 
 
@@ -81,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         print(f"{PROG}: --tls-cert-file and --tls-private-key-file go together", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     try:
         config = load_config(args.config)
         if args.workers is not None:  # the flags are range-checked by argparse

@@ -35,9 +35,11 @@ from agent.gate import Action, Blocker, Decision, decide
 from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
+from contract.admission import admission_count
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_api_error
+from serving.logs import fields
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
             # 409: the TrainJob changed since it was read; 422: a different object of that name, or Trainer
             # refused (it was unsuspended meanwhile). Never write Ready without the raise: decide again.
             reported = await _report_foreign(kube, trainjob, d)
-            log.info("%s: the raise of A to %s was refused: %s", key, d.new_a, describe_api_error(exc))
+            _log_decision(key, trainjob, check, d, "raise refused", describe_api_error(exc))
             return Outcome(
                 d.action,
                 f"the raise was refused: {describe_api_error(exc)}",
@@ -156,7 +158,6 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
                 foreign_reported=reported,
                 **base,
             )
-        log.info("%s: raised A to %d in TrainJob %s", key, d.new_a, dig(trainjob, "metadata", "name"))
         if hooks.after_raise is not None:
             await hooks.after_raise(trainjob)
 
@@ -169,9 +170,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
             # 409: the Workload changed since step a (Kueue's eviction above all). The approval of this read
             # must not land; the next pass reads afresh and raises again.
             reported = await _report_foreign(kube, trainjob, d)
-            log.info(
-                "%s: the %s write of check %s was refused: %s", key, d.action.value, check, describe_api_error(exc)
-            )
+            _log_decision(key, trainjob, check, d, "check write refused", describe_api_error(exc))
             return Outcome(
                 d.action,
                 f"the check write was refused: {describe_api_error(exc)}",
@@ -182,12 +181,10 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
                 **base,
             )
     ready = wrote and d.action in (Action.APPROVE, Action.RAISE)
-    if ready:
-        log.info("%s: check %s Ready: %s", key, check, d.message)
+    _log_decision(key, trainjob, check, d, "written" if wrote else "unchanged", d.message)
 
     # e. Reports, about the TrainJob that owns the Workload (not another object that took its name).
     if wrote and d.action is Action.HOLD and _owned(workload, trainjob) and is_dispatch(trainjob):
-        log.info("%s: check %s held: %s", key, check, d.message)
         await kube.events.held(trainjob, d.message)
     reported = await _report_foreign(kube, trainjob, d)
     return Outcome(
@@ -205,6 +202,32 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         foreign_reported=reported,
         **base,
     )
+
+
+def _log_decision(
+    key: WorkloadKey, trainjob: Mapping[str, Any] | None, check: str, d: Decision, result: str, why: str
+) -> None:
+    """The one line per decision, its keys as fields (serving/logs.py): a wait is routine, so debug."""
+    a = d.new_a if d.new_a is not None else _admission_count(trainjob)
+    name = dig(trainjob, "metadata", "name") if trainjob is not None else None
+    log.log(
+        logging.DEBUG if d.action is Action.WAIT else logging.INFO,
+        "Workload %s: %s (A %s), check %s %s: %s",
+        key,
+        d.action.value,
+        "-" if a is None else a,
+        check,
+        result,
+        why,
+        extra=fields(workload=str(key), trainjob=name, check=check, a=a, outcome=d.action.value, result=result),
+    )
+
+
+def _admission_count(trainjob: Mapping[str, Any] | None) -> int | None:
+    try:
+        return admission_count(trainjob) if trainjob is not None else None
+    except ValueError:  # a malformed A is the gate's to report; the log line just lacks it
+        return None
 
 
 async def _look(

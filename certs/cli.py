@@ -36,6 +36,7 @@ from certs.controller import CertController, Target
 from certs.files import write_plain
 from certs.injection import LABEL, LABEL_VALUE, is_ours
 from certs.metrics import certs_registry
+from serving import logs
 from serving.kube import KubeConfigError, api_client, describe_api_error
 from serving.prometheus import CONTENT_TYPE, exposition
 from webhook.configurations import NAME
@@ -149,12 +150,14 @@ def _parser() -> argparse.ArgumentParser:
         f"deleted only if it carries the label {LABEL}={LABEL_VALUE}",
     )
     uninstall.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    for command in (gen, run, uninstall):
+        logs.add_arguments(command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     try:
         if args.command == "generate":
             return generate(args.out, dns=args.dns, ips=args.ip, validity=args.validity)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from certs.reload import CertificateLoadError, ReloadingServerContext
+from serving import logs
 from serving.kube import KubeConfigError, api_client
 from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         help="after SIGTERM, report not ready and keep serving this long before closing, so the Service "
         "drops this pod before its listener goes (default 0s)",
     )
+    logs.add_arguments(serve)
     test = commands.add_parser(
         "selftest",
         help="prove the API server calls the webhook: a dry-run TrainJob must come back denied by dispatch-k8s "
@@ -70,12 +72,13 @@ def _parser() -> argparse.ArgumentParser:
         default=selftest.DEFAULT_RUNTIME,
         help=f"the probe's runtimeRef, for other webhooks that check it (default {selftest.DEFAULT_RUNTIME})",
     )
+    logs.add_arguments(test)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     try:
         if args.command == "selftest":
             return asyncio.run(_selftest(args))

@@ -25,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 import webhook.admission as admission  # through the module, so tests can replace a rule
 from certs.reload import ReloadingServerContext
 from serving.kube import describe_api_error
+from serving.logs import fields
 from webhook.config import Config
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
@@ -74,7 +75,9 @@ class Webhook:
         started = time.perf_counter()
         review = await self._decode(http, endpoint)
         verdict, body = await self._answer(endpoint, review, lookup_budget(http.query.get("timeout")))
-        self.metrics.observe_review(endpoint, review, verdict, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.metrics.observe_review(endpoint, review, verdict, seconds)
+        log_review(endpoint, review, verdict, seconds)
         return web.Response(body=body, content_type="application/json")
 
     async def _decode(self, http: web.Request, endpoint: str) -> Request:
@@ -154,6 +157,37 @@ class Webhook:
     async def _metrics(self, _: web.Request) -> web.Response:
         text = self.metrics.render(self.tls)
         return web.Response(body=text.encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+def log_review(endpoint: str, review: Request, verdict: Verdict, seconds: float) -> None:
+    """The one line per review, its keys as fields (serving/logs.py). A denial is news (info); an allow is
+    the API server's every write (debug)."""
+    outcome = "allowed" if verdict.allowed else "denied"
+    where = f"{review.namespace}/{review.name}" if review.namespace else review.name
+    log.log(
+        logging.DEBUG if verdict.allowed else logging.INFO,
+        "review %s: %s %s %s %s by rule %s%s",
+        review.uid,
+        review.operation,
+        review.resource,
+        where,
+        outcome,
+        verdict.rule,
+        f": {verdict.message}" if verdict.message else "",
+        extra=fields(
+            review_uid=review.uid,
+            endpoint=endpoint,
+            resource=review.resource,
+            operation=review.operation,
+            object=where or None,
+            user=review.user.username,
+            outcome=outcome,
+            rule=verdict.rule,
+            code=verdict.code,
+            dry_run=review.dry_run or None,
+            seconds=round(seconds, 6),
+        ),
+    )
 
 
 _HTTP_ERRORS: Final[dict[int, Callable[..., web.HTTPException]]] = {

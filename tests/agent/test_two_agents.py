@@ -4,6 +4,7 @@ Lease so the handover is quick."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -19,9 +20,14 @@ pytestmark = pytest.mark.cluster
 
 def start(cp: ControlPlane, namespace: str, kubeconfig: Path, identity: str, workdir: Path) -> AgentProcess:
     config = {"leaseNamespace": namespace, "leaseName": LEASE}
-    return start_agent(
-        cp, kubeconfig=kubeconfig, name=f"dispatch-agent-{namespace}-{identity}", config=config, workdir=workdir
-    )
+    name = f"dispatch-agent-{namespace}-{identity}"
+    extra = ("--log-format", "json", "--log-level", "debug")
+    return start_agent(cp, kubeconfig=kubeconfig, name=name, config=config, workdir=workdir, extra=extra)
+
+
+def json_lines(agent: AgentProcess) -> list[dict]:
+    """Every line the agent logged, each parsed as JSON (a line that is not fails the test)."""
+    return [json.loads(line) for line in agent.log().splitlines() if line.strip()]
 
 
 def holder(cp: ControlPlane, namespace: str) -> str:
@@ -40,7 +46,12 @@ def wait_for(fn, timeout: float, what: str):
 
 
 def raised(agent: AgentProcess, wl: dict, a: int) -> bool:
-    return f"{wl['metadata']['namespace']}/{wl['metadata']['name']}: raised A to {a} " in agent.log()
+    """The agent's decision line for ``wl``: A raised to ``a`` and the check written, as a JSON pipeline sees it."""
+    key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+    return any(
+        (line.get("workload"), line.get("outcome"), line.get("a"), line.get("result")) == (key, "raise", a, "written")
+        for line in json_lines(agent)
+    )
 
 
 def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, namespace, tmp_path):
@@ -60,6 +71,11 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
         assert raised(leader, wl, 1)
         assert not raised(standby, wl, 1)
+        (decision,) = [line for line in json_lines(leader) if line.get("outcome") == "raise"]
+        assert decision["trainjob"] == tj["metadata"]["name"]
+        assert decision["check"] == check
+        assert decision["level"] == "info"
+        assert decision["logger"] == "agent.reconcile"
         assert "dispatch_agent_leader 1.0" in leader.get("/metrics")[1]
         assert "dispatch_agent_leader 0.0" in standby.get("/metrics")[1]
 

@@ -4,6 +4,7 @@ serves until SIGTERM and then shuts down cleanly."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -133,3 +134,41 @@ async def test_serves_until_sigterm_then_stops_cleanly(tmp_path: Path, tls_files
                 await process.wait()
     assert any("stopped" in line for line in seen), "".join(seen)
     assert not any("Traceback" in line for line in seen), "".join(seen)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_json_logs_have_one_line_per_review_with_its_keys(tmp_path: Path, tls_files: Pki):
+    (tmp_path / "config.yaml").write_text("dispatch:\n  usernames: [system:serviceaccount:d:d]\n")
+    fake = FakeApi()
+    async with running(fake) as api_url:
+        kubeconfig = fake.kubeconfig(api_url, tmp_path / "kubeconfig")
+        args = _serve_args(tls_files, tmp_path / "config.yaml", "--kubeconfig", str(kubeconfig),
+                           "--log-format", "json", "--log-level", "debug")  # fmt: skip
+        process = await asyncio.create_subprocess_exec(
+            *args, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env=_env()
+        )
+        seen: list[str] = []
+        try:
+            started = await asyncio.wait_for(
+                _wait_for_line(process.stderr, r"serving https on .*:(\d+)", seen), START_TIMEOUT
+            )
+            connector = aiohttp.TCPConnector(ssl=tls_files.client_context())
+            async with aiohttp.ClientSession(connector=connector) as session:
+                url = f"https://{HOST}:{started[1]}/validate"
+                async with session.post(url, json=admission_review(uid="json-1")) as resp:
+                    verdict = (await resp.json())["response"]
+            await asyncio.wait_for(_wait_for_line(process.stderr, r'"review_uid": "json-1"', seen), 10)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 15) == 0
+            seen += (await process.stderr.read()).decode().splitlines(keepends=True)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    lines = [json.loads(line) for line in seen]  # every line is one JSON object
+    (review,) = [line for line in lines if line.get("review_uid") == "json-1"]
+    assert review["outcome"] == ("allowed" if verdict["allowed"] else "denied")
+    assert review["level"] == ("debug" if verdict["allowed"] else "info")
+    assert (review["endpoint"], review["resource"], review["operation"]) == ("validate", "trainjobs", "CREATE")
+    assert review["rule"]
+    assert review["logger"] == "webhook.server"
