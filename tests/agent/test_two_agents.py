@@ -26,8 +26,9 @@ def start(cp: ControlPlane, namespace: str, kubeconfig: Path, identity: str, wor
 
 
 def json_lines(agent: AgentProcess) -> list[dict]:
-    """Every line the agent logged, each parsed as JSON (a line that is not fails the test)."""
-    return [json.loads(line) for line in agent.log().splitlines() if line.strip()]
+    """Every line the agent logged, each parsed as JSON (a line that is not fails the test); the supervisor's
+    own first line, ``+ argv``, is not the agent's."""
+    return [json.loads(line) for line in agent.log().splitlines() if line.strip() and not line.startswith("+ ")]
 
 
 def holder(cp: ControlPlane, namespace: str) -> str:

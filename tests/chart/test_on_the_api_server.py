@@ -1,7 +1,8 @@
 """The rendered chart on a real kube-apiserver (tier A, with the Trainer, JobSet and Kueue CRDs).
 
 * Every object of every value set passes a server-side dry run (strict field validation), as Helm 4's
-  server-side apply sends it; the ServiceMonitor against the Prometheus Operator's real CRD.
+  server-side apply sends it; the ServiceMonitor and the PrometheusRule against the Prometheus Operator's
+  real CRDs.
 * The pods are admitted in a namespace enforcing the restricted Pod Security Standard.
 * The RBAC, applied for real: SubjectAccessReviews as the chart's ServiceAccount allow every call the
   agent, the webhook, the certificate controller and the agent API make, and deny a sample of what they
@@ -41,7 +42,10 @@ from tests.chart.sets import VALUE_SETS, value_set
 
 pytestmark = pytest.mark.cluster
 
-CRD = Path(__file__).parent / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
+CRDS = [
+    Path(__file__).parent / "crds" / f"monitoring.coreos.com_{plural}.yaml"
+    for plural in ("servicemonitors", "prometheusrules")
+]
 RBAC = "rbac.authorization.k8s.io/v1"
 ADMISSION = "admissionregistration.k8s.io/v1"
 HOOK_ANNOTATION = "helm.sh/hook"
@@ -49,10 +53,12 @@ HOOK_ANNOTATION = "helm.sh/hook"
 
 @pytest.fixture(scope="module")
 def service_monitor_crd(control_plane: ControlPlane) -> None:
-    """The ServiceMonitor's real CRD (cluster-scoped, left installed: nothing else uses it)."""
-    (crd,) = [d for d in yaml.safe_load_all(CRD.read_text()) if d]
-    control_plane.admin.apply(crd)
-    control_plane.wait_crds_established([crd["metadata"]["name"]])
+    """The ServiceMonitor's and the PrometheusRule's real CRDs (cluster-scoped, left installed: nothing else
+    uses them)."""
+    crds = [d for path in CRDS for d in yaml.safe_load_all(path.read_text()) if d]
+    for crd in crds:
+        control_plane.admin.apply(crd)
+    control_plane.wait_crds_established([crd["metadata"]["name"] for crd in crds])
 
 
 def _release() -> str:

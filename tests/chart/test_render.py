@@ -147,7 +147,7 @@ def test_the_value_sets_render_what_they_turn_on_and_off():
         "Job",
         "Pod",
     }
-    assert rendered("observability").kinds() == defaults | {"NetworkPolicy", "ServiceMonitor"}
+    assert rendered("observability").kinds() == defaults | {"NetworkPolicy", "ServiceMonitor", "PrometheusRule"}
     assert rendered("minimal").kinds() == expected
     assert not [d for d in rendered("minimal").of("ClusterRole") if d["metadata"]["name"].endswith("-api")]
 
@@ -568,24 +568,42 @@ def test_the_network_policy_opens_the_webhook_and_api_ports_and_metrics_to_monit
     assert "from" not in open_, "the API server's address is no pod's: any source"
     assert {p["port"] for p in open_["ports"]} == {"webhook", "api"} <= names
     assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
-    assert [p["port"] for p in metrics["ports"]] == ["health"]
+    assert [p["port"] for p in metrics["ports"]] == ["health", "certs-health"]
     (egress,) = policy["egress"]
     assert {p["port"] for p in egress["ports"]} == {443, 6443}
     assert egress["to"] == [{"ipBlock": {"cidr": "10.0.0.0/8"}}, {"ipBlock": {"cidr": "192.168.0.0/16"}}]
 
 
-def test_the_service_monitor_scrapes_both_servers_verifying_the_webhooks_certificate():
+def test_the_service_monitor_scrapes_all_three_servers_verifying_the_webhooks_certificate():
     r = rendered("observability")
     monitor = r.one("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    service_ports = {p["name"] for p in r.one("Service")["spec"]["ports"]}
-    webhook, agent = monitor["spec"]["endpoints"]
-    assert {webhook["port"], agent["port"]} <= service_ports
+    service_ports = {p["name"]: p for p in r.one("Service")["spec"]["ports"]}
+    webhook, agent, certs = monitor["spec"]["endpoints"]
+    assert {webhook["port"], agent["port"], certs["port"]} <= set(service_ports)
+    assert service_ports[certs["port"]]["targetPort"] == "certs-health"
+    assert port(containers(r)["certs"], "certs-health") == parse_args(containers(r)["certs"]).health_port
     assert webhook["scheme"] == "https"
-    assert agent["scheme"] == "http"
+    assert agent["scheme"] == certs["scheme"] == "http"
     assert webhook["tlsConfig"]["ca"]["secret"] == {"name": f"{fullname(r)}-certs", "key": "ca.crt"}
     names = lifecycle.service_dns_names(fullname(r), r.namespace)
     assert webhook["tlsConfig"]["serverName"] in names, "a name the serving certificate carries"
+
+
+def test_every_command_logs_at_the_level_and_in_the_format_of_the_values():
+    for name, want in (("defaults", ("info", "text")), ("observability", ("debug", "json"))):
+        r = rendered(name)
+        pods = [pod_spec(r)] + [j["spec"]["template"]["spec"] for j in r.of("Job")]
+        for spec in pods:
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                args = parse_args(container)
+                assert (args.log_level, args.log_format) == want, container["name"]
+
+
+def test_the_prometheus_rule_is_opt_in_and_selected_by_its_labels():
+    assert not rendered("defaults").of("PrometheusRule")
+    rule = rendered("observability").one("PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
 
 
 # --- values.schema.json --------------------------------------------------------------------------------------

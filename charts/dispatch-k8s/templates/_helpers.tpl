@@ -114,6 +114,12 @@ each string JSON-quoted (valid CEL escaping), ", " between them.
 {{- end }}
 
 {{/* The directory the certificate controller writes tls.crt, tls.key and ca.crt to (a memory emptyDir). */}}
+{{/* The logging flags every command takes (serving/logs.py). */}}
+{{- define "dispatch-k8s.logArgs" -}}
+- --log-level={{ .Values.logging.level }}
+- --log-format={{ .Values.logging.format }}
+{{- end }}
+
 {{- define "dispatch-k8s.tlsDir" -}}
 /run/dispatch/tls
 {{- end }}
