@@ -190,14 +190,22 @@ class Kube:
         )
 
     async def create_event(self, namespace: str, body: Mapping[str, Any]) -> Obj:
-        return await read_json(self.core.create_namespaced_event(namespace, body, **self._opts()))
+        return await read_json(
+            self.core.create_namespaced_event(namespace, body, field_manager=FIELD_MANAGER, **self._opts())
+        )
 
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
-        return await read_json(self.coordination.create_namespaced_lease(namespace, body, **self._opts()))
+        return await read_json(
+            self.coordination.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, **self._opts())
+        )
 
     async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
         """A PUT carrying the resourceVersion read: 409 when anyone wrote the Lease since."""
-        return await read_json(self.coordination.replace_namespaced_lease(name, namespace, body, **self._opts()))
+        return await read_json(
+            self.coordination.replace_namespaced_lease(
+                name, namespace, body, field_manager=FIELD_MANAGER, **self._opts()
+            )
+        )
 
     # -- what the watches list and watch -----------------------------------------------------------
 

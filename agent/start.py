@@ -2,8 +2,9 @@
 
 Start reads the TrainJob back and refuses it, stopping the object, if anything it wrote has changed —
 labels, annotations, runtimeRef, trainer, activeDeadlineSeconds, its runtime patch, or a managedBy set by
-someone else. It does not compare fields others own by design, such as spec.suspend in Kueue mode. In Kueue
-mode the Workload must carry the gate and list dispatch's AdmissionCheck.
+someone else; and in plain mode spec.suspend, dispatch's own field there (its start gate). It does not
+compare fields others own by design, such as spec.suspend in Kueue mode (Kueue's). In Kueue mode the
+Workload must carry the gate and list dispatch's AdmissionCheck.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Final
 from contract.gates import gates_of
 from contract.keys import GATE, TRAINER_GROUP
 from contract.objects import annotations, dig, labels
-from contract.ownership import dispatch_patch
+from contract.ownership import dispatch_patch, is_kueue_mode
 
 DEFAULT_MANAGED_BY: Final = "trainer.kubeflow.org/trainjob-controller"
 NOT_MANAGED: Final = "Kueue is not managing this TrainJob"
@@ -54,6 +55,11 @@ def readback_changes(written: Mapping[str, Any], read: Mapping[str, Any]) -> lis
     ):
         if read_value != written_value:
             changes.append(f"{name} is not as written")
+    if not is_kueue_mode(written) and dig(read, "spec", "suspend") != dig(written, "spec", "suspend"):
+        # Plain mode's start gate is spec.suspend, and it is dispatch's: anything else lets the job run unopened.
+        changes.append(
+            f"spec.suspend: wrote {dig(written, 'spec', 'suspend')!r}, read {dig(read, 'spec', 'suspend')!r}"
+        )
     managed_by = dig(read, "spec", "managedBy")
     if managed_by not in (None, DEFAULT_MANAGED_BY, dig(written, "spec", "managedBy")):
         changes.append(f"spec.managedBy is {managed_by!r}, set by someone else")

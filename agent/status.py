@@ -7,19 +7,27 @@ DISPATCH_ATTEMPT of every execution the cluster still shows can be recomputed ex
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.nodeloss import assess
-from agent.operations import finished, is_opened
+from agent.nodeloss import Assessment, assess
+from agent.operations import finished, held_by, is_held, is_opened
 from agent.workload import QUOTA_RESERVED, check_state, condition_true
 from contract.admission import admission_count, admission_floor, parse_count
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons, trainer_pods
-from contract.gates import gates_of
 from contract.identity import Execution
-from contract.keys import ANNOTATION_ADMISSION, GATE, HOLD_ANNOTATIONS, LABEL_RESTART_ATTEMPT
+from contract.keys import (
+    ANNOTATION_ADMISSION,
+    ANNOTATION_HOLD_INSTANCE,
+    ANNOTATION_HOLD_REASON,
+    ANNOTATION_HOLD_SINCE,
+    ANNOTATION_HOLD_UNTIL,
+    ANNOTATION_HOLD_WHO,
+    LABEL_RESTART_ATTEMPT,
+)
 from contract.objects import annotations, dig, labels
 from contract.ownership import is_kueue_mode
 from contract.trainer import prefixes_from_env
@@ -48,6 +56,21 @@ class ExecutionStatus:
 
 
 @dataclass(frozen=True)
+class HoldStatus:
+    """dispatch's hold as recorded (on the TrainJob in plain mode, on the Workload in Kueue mode).
+
+    ``until`` is reported, never acted on: the agent does not release a hold by itself (a release lets
+    something run, which is the supervisor's or a person's call); ``expired`` says the time has passed."""
+
+    instance: str | None
+    since: str | None
+    who: str | None
+    reason: str | None
+    until: str | None
+    expired: bool
+
+
+@dataclass(frozen=True)
 class Status:
     phase: str
     mode: str
@@ -64,6 +87,8 @@ class Status:
     ceased: bool
     foreign: tuple[str, ...]
     orphans: tuple[str, ...] = field(default_factory=tuple)
+    ceased_reason: str = ""
+    hold: HoldStatus | None = None
 
 
 def _count(read: Any, obj: object) -> int | None:
@@ -94,8 +119,102 @@ def phase(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, check
             return "Admitting" if condition_true(workload, QUOTA_RESERVED) and pending else "Queued"
         return "Running"
     if dig(trainjob, "spec", "suspend") is True:
-        return "Held" if any(k in annotations(trainjob) for k in HOLD_ANNOTATIONS) else "Suspended"
+        return "Held" if is_held(trainjob) else "Suspended"
     return "Running"
+
+
+def _restartable(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
+    """Why no new execution of the TrainJob can start without a dispatch call, or None when one can.
+
+    Never opened: the start gate. Ended: Trainer starts nothing more. Being deleted: nothing is recreated.
+    Held by dispatch: plain mode's suspended TrainJob, Kueue mode's inactive Workload, lifted only by
+    Release. Anything else (Queued, Admitting, Running, or suspended by someone else) may start one at any
+    time: Kueue admits, Trainer and JobSet create pods, someone unsuspends."""
+    end = finished(trainjob)
+    if not is_opened(trainjob):
+        return "it was never opened"
+    if end:
+        return f"it ended ({end})"
+    if dig(trainjob, "metadata", "deletionTimestamp"):
+        return "it is being deleted"
+    if is_kueue_mode(trainjob):
+        if dig(workload, "spec", "active") is False:
+            return "its Workload is held (inactive)"
+        return None
+    if dig(trainjob, "spec", "suspend") is True and is_held(trainjob):
+        return "it is held (suspended)"
+    return None
+
+
+def ceased(
+    trainjob: Mapping[str, Any],
+    workload: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    assessment: Assessment,
+) -> tuple[bool, str]:
+    """Ceased: every process of the TrainJob is certainly gone, and none can start without a dispatch call.
+
+    All three must hold:
+
+    1. no pod the API shows may still run (the node-loss classification: Ended, NotScheduled or Ceased);
+    2. no new execution can start by itself (``_restartable``): never opened, ended, being deleted, or held;
+    3. the pods of the current execution were seen to end. A pod gone from the API is no evidence: a graceful
+       deletion and a force delete from a lost node leave the same nothing. So once an execution was admitted
+       (A raised: the floor is set) and none of its trainer pods (those carrying that A) is listed, it is
+       not Ceased. Pods of earlier executions need no look: no execution starts while one of the previous
+       may still run (the readmission gate; plain mode's Open and Release).
+
+    No pods at all is Ceased only for a TrainJob no execution was ever admitted for.
+    """
+    live = [c for c in assessment.classifications if c.may_still_run]
+    if live:
+        return False, f"{len(live)} pod(s) may still run: " + ", ".join(c.pod for c in live)
+    why_not = _restartable(trainjob, workload)
+    if why_not is None:
+        return False, "a new execution may start without a dispatch call (it is queued, admitted or running)"
+    floor, a = _count(admission_floor, trainjob), _count(admission_count, trainjob)
+    current = max(floor or 0, a or 0)
+    if current == 0:
+        return True, f"no execution was ever admitted and none can start: {why_not}"
+    ran = [p for p in trainer_pods(trainjob, pods) if _pod_count(annotations(p).get(ANNOTATION_ADMISSION)) == current]
+    if not ran:
+        return False, (
+            f"no pod of the current execution (A={current}) is listed: a pod gone from the API is no evidence "
+            "that its processes ended"
+        )
+    return True, f"every pod of the current execution (A={current}) ended, and none can start: {why_not}"
+
+
+def _parse_time(text: object) -> dt.datetime | None:
+    if not isinstance(text, str) or "T" not in text.upper():
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def hold_status(holder: object, now: dt.datetime | None) -> HoldStatus | None:
+    """dispatch's hold annotations as recorded on ``holder``, or None when there is no hold."""
+    if not is_held(holder):
+        return None
+    values = annotations(holder)
+
+    def get(key: str) -> str | None:
+        value = values.get(key)
+        return value if isinstance(value, str) else None
+
+    until = get(ANNOTATION_HOLD_UNTIL)
+    moment = _parse_time(until)
+    return HoldStatus(
+        instance=get(ANNOTATION_HOLD_INSTANCE),
+        since=get(ANNOTATION_HOLD_SINCE),
+        who=get(ANNOTATION_HOLD_WHO),
+        reason=get(ANNOTATION_HOLD_REASON),
+        until=until,
+        expired=moment is not None and now is not None and moment <= now,
+    )
 
 
 def executions(trainjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> tuple[ExecutionStatus, ...]:
@@ -131,7 +250,9 @@ def status(
     runtime_copy: Mapping[str, Any] | None,
     checks: Iterable[str],
     node_loss_taints: Iterable[str] = (),
+    now: dt.datetime | None = None,
 ) -> Status:
+    """``now``: to tell whether a hold's ``until`` has passed (not reported as expired without it)."""
     checks = list(checks)
     assessment = assess(pods, nodes, node_loss_taints)
     pod_statuses = tuple(
@@ -151,12 +272,12 @@ def status(
     restarts = dig(jobset, "status", "restarts")
     j = restarts if isinstance(restarts, int) else (0 if jobset is not None else None)
     entry = next((check_state(workload, c) for c in checks if check_state(workload, c)), None)
-    others = tuple(g for g in gates_of(trainjob) if g != GATE)
+    is_ceased, ceased_why = ceased(trainjob, workload, pods, assessment)
     return Status(
         phase=phase(trainjob, workload, checks),
         mode="kueue" if is_kueue_mode(trainjob) else "plain",
         gate="open" if is_opened(trainjob) else "closed",
-        held_by=others,
+        held_by=held_by(trainjob, workload),
         check_state=entry.get("state") if entry else None,
         check_message=entry.get("message") if entry else None,
         a=a,
@@ -165,9 +286,11 @@ def status(
         r=a + j if a is not None and j is not None else None,
         executions=executions(trainjob, pods),
         pods=pod_statuses,
-        ceased=assessment.ceased,
+        ceased=is_ceased,
         foreign=tuple(foreign_reasons(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy)),
         orphans=orphans(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy),
+        ceased_reason=ceased_why,
+        hold=hold_status(workload if is_kueue_mode(trainjob) else trainjob, now),
     )
 
 

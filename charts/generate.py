@@ -116,9 +116,9 @@ def _is_lease_rule(rule: dict[str, Any]) -> bool:
 def _rbac_api() -> str:
     rules = [copy.deepcopy(r) for r in AGENT_RULES if not _is_lease_rule(r)]
     for rule in AGENT_RULES:
-        # The Lease's GET (Preflight's heartbeat) is covered by the agent's Role on the one Lease, in its
-        # namespace; a ClusterRole would grant it in every namespace.
-        if _is_lease_rule(rule) and not set(rule["verbs"]) <= {"get"}:
+        # The Lease's rights (Preflight's heartbeat and its verdict) are covered by the agent's Role on the one
+        # Lease, in its namespace (get, update; create); a ClusterRole would grant them in every namespace.
+        if _is_lease_rule(rule) and not set(rule["verbs"]) <= {"get", "update", "create"}:
             raise ValueError(f"the API needs more on the Lease than the agent's Role grants: {rule}")
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "api"}
     subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}

@@ -98,6 +98,8 @@ RESERVED_KEY_PREFIXES: Final = (
 TRAINER_CONTAINER: Final = "node"
 LEASE_NAMESPACE: Final = "dispatch-system"
 LEASE_NAME: Final = "dispatch-admission"
+ANNOTATION_PREFLIGHT: Final = "dispatch.phpboyscout.uk/preflight"
+"""On the Lease: the last Preflight's verdict (observe-only or not), cluster state every replica reads."""
 PROBE_IMAGE: Final = "dispatch.invalid/never:probe"
 PROBE_NODE_SELECTOR_KEY: Final = "dispatch.phpboyscout.uk/probe"
 PROBE_NODE_SELECTOR_VALUE: Final = "never"

@@ -7,7 +7,8 @@ Mount it in the agent's ``serve``::
         ...
 
 Order of checks, for every route but the OpenAPI document: a bearer token (401), TokenReview (401), the
-body (400), SubjectAccessReview for each right the route needs (403), observe-only for writes (503) —
+body (400), SubjectAccessReview for each right the route needs (403), observe-only for the calls that may let
+something run (503: Start, Open, Release; read from the cluster, so every replica answers alike) —
 and only then does the agent read or write anything on the caller's behalf.
 """
 
@@ -182,8 +183,8 @@ class ApiServer:
         body = await parse(request, route.request) if route.request is not None else None
         for access in route.rights(body):
             await authorize(self.kube, user, access)
-        if route.mutating:
-            self.service.state.refuse_if_observe_only()
+        if route.may_run:
+            await self.service.refuse_if_observe_only()
         log.info("%s by %s", route.operation, user.username)
         if route.response is None:
             assert isinstance(body, OutputRequest)

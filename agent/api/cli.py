@@ -1,8 +1,9 @@
-"""``dispatch-agent start|open|hold|release|stop|status|output|preflight|capabilities``: the API for operators.
+"""``dispatch-agent start|open|hold|release|stop|status|list|output|preflight|capabilities``: the API for operators.
 
 JSON in, JSON out. The request is the API's JSON (``--request FILE``, ``-`` for stdin); the operations on one
 object also take ``--namespace --name --uid`` instead. The answer is printed on stdout; an error's JSON body
-goes to stderr with exit status 1 (2 for a usage error). ``output`` prints the log as it comes.
+goes to stderr with exit status 1 (2 for a usage error). ``output`` prints the log as it comes. ``list`` takes
+``--namespace`` and optionally ``--job-id``, ``--limit`` and ``--continue`` (one page; ``--all`` follows every page).
 
     dispatch-agent status --server https://dispatch-agent:8443 --token-file token --ca-file ca.crt \\
         --namespace team-a --name dj-01arz3ndektsv4rrffq69g5fav-s3 --uid 6c1f...
@@ -23,10 +24,29 @@ from pydantic import BaseModel, ValidationError
 
 from agent.api.client import AgentClient, AgentError, token_from_file
 from agent.api.errors import ErrorKind
-from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartRequest
+from agent.api.models import (
+    HoldRequest,
+    ListRequest,
+    ListResponse,
+    ObjectRef,
+    OutputRequest,
+    PreflightRequest,
+    StartRequest,
+)
 
 PROG: Final = "dispatch-agent"
-COMMANDS: Final = ("start", "open", "hold", "release", "stop", "status", "output", "preflight", "capabilities")
+COMMANDS: Final = (
+    "start",
+    "open",
+    "hold",
+    "release",
+    "stop",
+    "status",
+    "list",
+    "output",
+    "preflight",
+    "capabilities",
+)
 """The subcommands this module serves; the agent's own CLI hands these over to ``main``."""
 REQUESTS: Final[dict[str, type[BaseModel] | None]] = {
     "start": StartRequest,
@@ -35,6 +55,7 @@ REQUESTS: Final[dict[str, type[BaseModel] | None]] = {
     "release": ObjectRef,
     "stop": ObjectRef,
     "status": ObjectRef,
+    "list": ListRequest,
     "output": OutputRequest,
     "preflight": PreflightRequest,
     "capabilities": None,
@@ -71,6 +92,12 @@ def parser() -> argparse.ArgumentParser:
             cmd.add_argument("--who")
             cmd.add_argument("--reason")
             cmd.add_argument("--until", help="RFC 3339; a hold until released when absent")
+        if name == "list":
+            cmd.add_argument("--namespace")
+            cmd.add_argument("--job-id", dest="jobId")
+            cmd.add_argument("--limit", type=int)
+            cmd.add_argument("--continue", dest="continue")
+            cmd.add_argument("--all", action="store_true", help="follow every page; print one list of all items")
         if name == "output":
             cmd.add_argument("--follow", action="store_true", default=None)
             cmd.add_argument("--tail-lines", type=int, dest="tailLines")
@@ -89,7 +116,8 @@ def request_of(args: argparse.Namespace) -> BaseModel | None:
         if not isinstance(loaded, dict):
             raise ValueError("the request must be a JSON object")
         data.update(loaded)
-    for key in ("namespace", "name", "uid", "who", "reason", "until", "follow", "tailLines"):
+    flags = ("namespace", "name", "uid", "who", "reason", "until", "follow", "tailLines", "jobId", "limit", "continue")
+    for key in flags:
         value = getattr(args, key, None)
         if value is not None:
             data[key] = value
@@ -104,6 +132,11 @@ async def run(args: argparse.Namespace, request: BaseModel | None) -> int:
             async for chunk in agent.output(request):
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.buffer.flush()
+            return 0
+        if args.command == "list" and getattr(args, "all", False):
+            assert isinstance(request, ListRequest)
+            items = await agent.list_all(request.namespace, request.job_id, request.limit or 100)
+            print(ListResponse(items=items).model_dump_json(by_alias=True, indent=2, exclude_none=True))
             return 0
         call = getattr(agent, args.command)
         answer = await (call(request) if request is not None else call())

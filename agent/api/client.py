@@ -24,6 +24,9 @@ from agent.api.models import (
     Capabilities,
     ErrorResponse,
     HoldRequest,
+    ListItem,
+    ListRequest,
+    ListResponse,
     ObjectRef,
     OpenResponse,
     OutcomeResponse,
@@ -161,6 +164,21 @@ class AgentClient:
 
     async def status(self, ref: ObjectRef) -> StatusResponse:
         return await self._call("POST", f"{PREFIX}/status", _ref(ref), StatusResponse)
+
+    async def list(self, req: ListRequest) -> ListResponse:
+        """One page of dispatch's TrainJobs in a namespace; pass ``continue`` back for the next."""
+        return await self._call("POST", f"{PREFIX}/list", req, ListResponse)
+
+    async def list_all(self, namespace: str, job_id: str | None = None, limit: int = 100) -> list[ListItem]:
+        """Every page of List, concatenated."""
+        items: list[ListItem] = []
+        token: str | None = None
+        while True:
+            page = await self.list(ListRequest(namespace=namespace, job_id=job_id, limit=limit, continue_=token))
+            items += page.items
+            token = page.continue_
+            if not token:
+                return items
 
     async def preflight(self, req: PreflightRequest) -> Capabilities:
         return await self._call("POST", f"{PREFIX}/preflight", req, Capabilities)

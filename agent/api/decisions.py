@@ -7,20 +7,26 @@ Also the one mapping of the API server's answers to the API's typed errors.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from pydantic import ValidationError
+
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import KubeError
-from agent.api.models import Capabilities, ObjectRef
+from agent.api.models import Capabilities, ListItem, ObjectRef
+from agent.leader import record_of
 from agent.operations import Hold, Refused
 from agent.start import readback_changes
+from agent.status import phase
 from agent.workload import condition_true
 from contract.admission import preconditions
 from contract.errors import ContractError
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
+    ANNOTATION_PREFLIGHT,
     LABEL_JOB_COMPLETION_INDEX,
     LABEL_JOB_ID,
     LABEL_RESTART_ATTEMPT,
@@ -29,8 +35,9 @@ from contract.keys import (
     PROBE_NODE_SELECTOR_VALUE,
     TRAINER_GROUP,
 )
-from contract.objects import add_op, dig, labels
-from contract.ownership import dispatch_patch_index, is_dispatch
+from contract.names import parse_name, validate_job_id
+from contract.objects import add_op, annotations, dig, labels
+from contract.ownership import dispatch_patch_index, is_dispatch, is_kueue_mode
 from contract.trainjob import Submission, build_trainjob
 
 T = TypeVar("T")
@@ -234,6 +241,53 @@ def owner_patch(copy_read: Mapping[str, Any], owner_ref: Mapping[str, Any]) -> l
     return ops
 
 
+# -- List -----------------------------------------------------------------------------------------
+
+
+def name_prefix(job_id: str | None) -> str | None:
+    """The name prefix of a JobID's TrainJobs (``dj-<lowercase JobID>-s``): the name, not a label, says whose
+    a TrainJob is, so a stripped label hides nothing."""
+    if job_id is None:
+        return None
+    contract(validate_job_id, job_id)
+    return f"dj-{job_id.lower()}-s"
+
+
+def list_items(
+    trainjobs: Iterable[Mapping[str, Any]],
+    workloads: Iterable[Mapping[str, Any]],
+    checks: Sequence[str],
+    prefix: str | None,
+) -> list[ListItem]:
+    """dispatch's TrainJobs among those listed (the spec's test: the name, or dispatch's runtime patch; never
+    labels), with their phase as Status computes it and their orphan reference ``<namespace>/<name>``."""
+    found = []
+    workloads = list(workloads)
+    for tj in trainjobs:
+        name, ns, uid = dig(tj, "metadata", "name"), dig(tj, "metadata", "namespace"), dig(tj, "metadata", "uid")
+        if not is_dispatch(tj) or not isinstance(name, str) or (prefix and not name.startswith(prefix)):
+            continue
+        try:
+            parsed = parse_name(name)
+            job_id, n = parsed.job_id, parsed.n
+        except ContractError:
+            job_id, n = None, None
+        workload = workload_of(workloads, str(uid)) if is_kueue_mode(tj) else None
+        found.append(
+            ListItem(
+                namespace=str(ns),
+                name=name,
+                uid=str(uid),
+                job_id=job_id,
+                n=n,
+                phase=phase(tj, workload, checks),
+                orphan=f"{ns}/{name}",
+                deletion_timestamp=dig(tj, "metadata", "deletionTimestamp"),
+            )
+        )
+    return found
+
+
 # -- Hold -----------------------------------------------------------------------------------------
 
 
@@ -311,26 +365,91 @@ class LeaseState:
     renewed: str | None
     fresh: bool
     reason: str
+    settled: bool = True
+    """False: not known yet; watch the Lease longer."""
 
 
-def lease_state(lease: Mapping[str, Any] | None, now: dt.datetime, where: str) -> LeaseState:
-    """The readmission controller's heartbeat: fresh while renewTime + leaseDurationSeconds is ahead."""
-    if lease is None:
+def _renew_time(lease: Mapping[str, Any] | None) -> str | None:
+    value = dig(lease, "spec", "renewTime")
+    return value if isinstance(value, str) else None
+
+
+def lease_state(
+    first: Mapping[str, Any] | None, last: Mapping[str, Any] | None, watched: float, where: str
+) -> LeaseState:
+    """The readmission controller's heartbeat, judged as agent/leader.py judges expiry: by watching the
+    Lease's record change over ``watched`` seconds of this agent's own monotonic clock, never by comparing
+    the renewTime another machine wrote with this one's wall clock (clock skew would decide).
+
+    Alive: the record (holder, renewTime, …) changed while watched and someone holds it. Dead: no Lease,
+    a Lease released on shutdown (no holder), or one unchanged for its leaseDurationSeconds of watching.
+    Otherwise not settled: watch longer."""
+    if last is None:
         return LeaseState(None, False, f"the readmission controller's Lease {where} does not exist")
-    renewed = dig(lease, "spec", "renewTime")
-    duration = dig(lease, "spec", "leaseDurationSeconds")
-    moment = parse_rfc3339(renewed) if isinstance(renewed, str) else None
-    if moment is None or not isinstance(duration, int) or isinstance(duration, bool):
-        return LeaseState(renewed if isinstance(renewed, str) else None, False, f"the Lease {where} is never renewed")
-    age = (now - moment).total_seconds()
-    if age > duration:
+    renewed, record = _renew_time(last), record_of(last)
+    if not record.holder:
         return LeaseState(
             renewed,
             False,
-            f"the readmission controller is dead: its Lease {where} was last renewed {age:.0f}s ago ({renewed}), "
-            f"longer than its leaseDurationSeconds ({duration})",
+            f"the readmission controller is dead: its Lease {where} was released (it has no holder): the controller "
+            "stopped",
         )
-    return LeaseState(renewed, True, f"the Lease {where} was renewed {max(age, 0):.0f}s ago")
+    if first is not None and record_of(first) != record:
+        return LeaseState(renewed, True, f"the Lease {where} was renewed by {record.holder} while watched")
+    if watched >= record.duration:
+        return LeaseState(
+            renewed,
+            False,
+            f"the readmission controller is dead: its Lease {where} was not renewed in {watched:.0f}s of watching, "
+            f"its leaseDurationSeconds ({record.duration})",
+        )
+    return LeaseState(renewed, False, f"the Lease {where} has not changed yet", settled=False)
+
+
+def not_watched(lease: Mapping[str, Any] | None) -> LeaseState:
+    """Plain mode needs no readmission controller: its Lease is reported, not judged."""
+    return LeaseState(_renew_time(lease), False, "not watched: plain mode needs no readmission controller")
+
+
+# -- The verdict, shared on the Lease --------------------------------------------------------------
+
+
+def verdict_text(report: Capabilities, at: str) -> str:
+    """The annotation's value: the report as the API answers it, and when it was made."""
+    return json.dumps(
+        {"at": at, "report": report.model_dump(mode="json", by_alias=True)}, separators=(",", ":"), sort_keys=True
+    )
+
+
+UNREADABLE_VERDICT: Final = "the Preflight verdict recorded on the Lease cannot be read"
+
+
+def verdict_of(lease: Mapping[str, Any] | None) -> Capabilities | None:
+    """The last Preflight's report as recorded on the Lease; None when none is recorded. One that cannot be
+    read (edited by someone) is observe-only, naming why: the gates are not proven by it."""
+    text = annotations(lease).get(ANNOTATION_PREFLIGHT)
+    if text is None:
+        return None
+    try:
+        return Capabilities.model_validate(json.loads(text)["report"], by_alias=True)
+    except (ValueError, TypeError, KeyError, ValidationError):
+        return unproven(UNREADABLE_VERDICT, observe_only=True)
+
+
+def lease_with_verdict(lease: Mapping[str, Any] | None, text: str, namespace: str, name: str) -> dict[str, Any]:
+    """The Lease as read with the verdict annotation set (resourceVersion kept: the PUT's precondition), or a
+    new Lease that carries only the verdict (no holder: leader election takes it over as an expired one)."""
+    if lease is None:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace, "annotations": {ANNOTATION_PREFLIGHT: text}},
+            "spec": {},
+        }
+    meta = dict(lease.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), ANNOTATION_PREFLIGHT: text}
+    meta.pop("managedFields", None)
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **dict(lease), "metadata": meta}
 
 
 def api_versions(discovery: Any) -> dict[str, list[str]]:
@@ -362,6 +481,31 @@ class ProbeResult:
     """Kueue mode: why the probe's Workload shows that Kueue does not manage it as dispatch needs."""
     error: str | None = None
     """The probe could not be run (created, watched) at all."""
+    open_refused: str | None = None
+    """Plain mode: why the API server refused Open's write on the probe (a dry run), or None."""
+
+
+TRAINJOB_KIND: Final = {"group": TRAINER_GROUP, "version": "v1alpha1", "kind": "TrainJob"}
+MINIMUM_TRAINER: Final = "v2.2.1"
+
+
+def trainjob_schema_problems(document: Mapping[str, Any] | None) -> list[str]:
+    """What the served TrainJob schema (OpenAPI v3 of trainer.kubeflow.org/v1alpha1) lacks that dispatch
+    writes. ``spec.runtimePatches`` (where A lives) and ``spec.activeDeadlineSeconds`` came with Trainer
+    v2.2.0; an API server prunes fields its schema does not know, silently, so an older Trainer would store
+    a TrainJob without A."""
+    schemas = dig(document, "components", "schemas")
+    for schema in schemas.values() if isinstance(schemas, Mapping) else []:
+        kinds = schema.get("x-kubernetes-group-version-kind") if isinstance(schema, Mapping) else None
+        if isinstance(kinds, list) and TRAINJOB_KIND in kinds:
+            spec = dig(schema, "properties", "spec", "properties") or {}
+            missing = [f for f in ("runtimePatches", "activeDeadlineSeconds") if f not in spec]
+            return [
+                f"the served TrainJob has no spec.{f}: Trainer is older than v2.2.0; dispatch needs "
+                f"Trainer {MINIMUM_TRAINER} or later"
+                for f in missing
+            ]
+    return [f"the API server serves no TrainJob schema in {TRAINER_GROUP}/v1alpha1 (is Trainer installed?)"]
 
 
 def capabilities(
@@ -372,6 +516,7 @@ def capabilities(
     versions: Mapping[str, list[str]],
     checks: Sequence[str],
     active_checks: Sequence[str],
+    trainer_problems: Sequence[str] = (),
 ) -> Capabilities:
     """The capabilities report, and whether the adapter must be observe-only (and why)."""
     if probe.error is not None:
@@ -402,7 +547,21 @@ def capabilities(
             else "; ".join(problems)
         )
         trouble = ([] if start_gate else [start_reason]) + ([] if readmission else [readmission_reason])
+    trainer = list(trainer_problems)
+    if probe.open_refused is not None:
+        trainer.append(
+            "the API server refuses Open's own write on the probe (raise A and unsuspend in one update, a dry run): "
+            f"{probe.open_refused}; Trainer's webhook accepts it from {MINIMUM_TRAINER} on (v2.2.0 refuses a runtime "
+            "patch change unless the TrainJob stays suspended), so plain-mode Open and Release could not raise A"
+        )
+    trainer_reason = "; ".join(trainer) or (
+        "the served TrainJob has spec.runtimePatches and spec.activeDeadlineSeconds"
+        + ("" if kueue else "; Open's write (raise A, unsuspend) is accepted (a dry run on the probe)")
+    )
+    trouble += trainer
     return Capabilities(
+        trainer=not trainer,
+        trainer_reason=trainer_reason,
         start_gate=start_gate,
         start_gate_reason=start_reason,
         readmission_gate=readmission,
@@ -417,6 +576,8 @@ def capabilities(
 def unproven(reason: str, observe_only: bool) -> Capabilities:
     """The report before any Preflight has run in this process."""
     return Capabilities(
+        trainer=False,
+        trainer_reason=reason,
         start_gate=False,
         start_gate_reason=reason,
         readmission_gate=False,

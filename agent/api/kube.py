@@ -154,13 +154,23 @@ class Kube:
         query = [("labelSelector", selector(labels))] if labels else []
         return list((await self.request("GET", path, query=query)).get("items") or [])
 
+    async def page(self, path: str, *, limit: int | None = None, token: str | None = None) -> dict[str, Any]:
+        """One page of a LIST: the whole answer (``items`` and ``metadata.continue``)."""
+        query = ([("limit", str(limit))] if limit else []) + ([("continue", token)] if token else [])
+        return dict(await self.request("GET", path, query=query) or {})
+
     async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, query=[("fieldManager", FIELD_MANAGER)], body=dict(body))
 
-    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return await self.request(
-            "PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=list(ops), content_type=JSON_PATCH
-        )
+    async def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A PUT; the body's resourceVersion makes it fail with 409 if the object changed since it was read.
+        Only for the Lease, which leader election writes whole the same way (never a TrainJob)."""
+        return await self.request("PUT", path, query=[("fieldManager", FIELD_MANAGER)], body=dict(body))
+
+    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]], *, dry_run: bool = False) -> dict[str, Any]:
+        """A JSON Patch; ``dry_run``: judged by validation and every admission webhook and policy, never stored."""
+        query = [("fieldManager", FIELD_MANAGER)] + ([("dryRun", "All")] if dry_run else [])
+        return await self.request("PATCH", path, query=query, body=list(ops), content_type=JSON_PATCH)
 
     async def delete(self, path: str, *, uid: str, propagation: str) -> bool:
         """Delete the object if it is still the one with ``uid``; False when it was already gone.
@@ -183,6 +193,18 @@ class Kube:
 
     async def discovery(self) -> dict[str, Any]:
         return await self.request("GET", "/apis")
+
+    async def openapi_v3(self, group_version: str) -> dict[str, Any] | None:
+        """The served OpenAPI v3 document of one group/version (``/openapi/v3``, readable by every
+        authenticated user through ``system:discovery``), or None when it is not served."""
+        index = await self.request("GET", "/openapi/v3")
+        entry = ((index or {}).get("paths") or {}).get(f"apis/{group_version}")
+        url = entry.get("serverRelativeURL") if isinstance(entry, Mapping) else None
+        if not isinstance(url, str):
+            return None
+        path, _, raw_query = url.partition("?")
+        query = [tuple(part.split("=", 1)) for part in raw_query.split("&") if "=" in part]
+        return await self.request("GET", path, query=query)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def stream(self, path: str, query: Sequence[tuple[str, str]]) -> AsyncIterator[aiohttp.ClientResponse]:

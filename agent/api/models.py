@@ -136,6 +136,15 @@ class ExecutionModel(_Model):
     pods: list[str]
 
 
+class HoldModel(_Model):
+    instance: str | None
+    since: str | None
+    who: str | None
+    reason: str | None
+    until: str | None = Field(description="reported, never acted on: the agent does not release a hold by itself")
+    expired: bool = Field(description="until has passed; the hold stays until Release")
+
+
 class StatusResponse(_Model):
     namespace: str
     name: str
@@ -152,7 +161,12 @@ class StatusResponse(_Model):
     r: int | None
     executions: list[ExecutionModel]
     pods: list[PodStatusModel]
-    ceased: bool
+    ceased: bool = Field(
+        description="every process of the TrainJob is certainly gone and none can start without a dispatch call "
+        "(docs/api.md, Ceased)"
+    )
+    ceased_reason: str = Field("", alias="ceasedReason", description="why ceased is true or false")
+    hold: HoldModel | None = Field(None, description="dispatch's hold, when there is one")
     foreign: list[str]
     orphans: list[str]
     deletion_timestamp: str | None = Field(
@@ -180,12 +194,19 @@ class StatusResponse(_Model):
             executions=[ExecutionModel(**vars(e) | {"pods": list(e.pods)}) for e in s.executions],
             pods=[PodStatusModel(**vars(p)) for p in s.pods],
             ceased=s.ceased,
+            ceased_reason=s.ceased_reason,
+            hold=HoldModel(**vars(s.hold)) if s.hold is not None else None,
             foreign=list(s.foreign),
             orphans=list(s.orphans),
         )
 
 
 class Capabilities(_Model):
+    trainer: bool = Field(
+        description="the served Trainer is one dispatch works with (spec.runtimePatches served; in plain mode, "
+        "Open's write accepted): v2.2.1 or later"
+    )
+    trainer_reason: str = Field(alias="trainerReason")
     start_gate: bool = Field(alias="startGate", description="the probe proved that nothing runs before Open")
     start_gate_reason: str = Field(alias="startGateReason")
     readmission_gate: bool = Field(alias="readmissionGate")
@@ -205,6 +226,33 @@ class PreflightRequest(_Model):
     namespace: Name = Field(description="where the probe TrainJob is created (and removed again)")
     runtime: RuntimeRef = Field(description="the runtime the probe is copied from, as Start would")
     kueue: KueueSpec | None = Field(None, description="Kueue mode, through this LocalQueue; absent is plain mode")
+
+
+class ListRequest(_Model):
+    namespace: Name = Field(description="where to list dispatch's TrainJobs")
+    job_id: str | None = Field(None, alias="jobId", description="only this JobID's TrainJobs (every submission N)")
+    limit: int | None = Field(None, ge=1, le=500, description="TrainJobs read per page (the API server's limit)")
+    continue_: str | None = Field(
+        None, alias="continue", min_length=1, description="the continue token of the previous page"
+    )
+
+
+class ListItem(_Model):
+    namespace: str
+    name: str
+    uid: str
+    job_id: str | None = Field(alias="jobId", description="from the name; None for a TrainJob dispatch's by its patch")
+    n: int | None = Field(description="the submission number N, from the name")
+    phase: str
+    orphan: str = Field(description="the TrainJob as an orphan reference: <namespace>/<name>")
+    deletion_timestamp: str | None = Field(None, alias="deletionTimestamp")
+
+
+class ListResponse(_Model):
+    items: list[ListItem] = Field(description="dispatch's TrainJobs of this page, by name")
+    continue_: str | None = Field(
+        None, alias="continue", description="pass it back for the next page; absent on the last page"
+    )
 
 
 class ErrorResponse(_Model):

@@ -23,7 +23,7 @@ def _kinds(code: int) -> list[str]:
 
 def _error_response(code: int, route: Route) -> dict[str, Any]:
     kinds = _kinds(code)
-    if code == 503 and not route.mutating:
+    if code == 503 and not route.may_run:
         kinds = [k for k in kinds if k != ErrorKind.OBSERVE_ONLY.value]
     return {
         "description": " or ".join(kinds) or "error",

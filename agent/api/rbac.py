@@ -17,7 +17,8 @@ Rule = dict[str, Any]
 AGENT_RULES: Final[list[Rule]] = [
     # Start creates the copy and the TrainJob, adds the copy's ownerReference (patch), reads them back, and
     # deletes what it refuses; Open/Hold/Release patch the TrainJob; Stop deletes it; Preflight's probe.
-    {"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get", "create", "patch", "delete"]},
+    # List: dispatch's TrainJobs in a namespace.
+    {"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [TRAINER_GROUP], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch", "delete"]},
     # The source runtime Start copies.
     {"apiGroups": [TRAINER_GROUP], "resources": ["clustertrainingruntimes"], "verbs": ["get"]},
@@ -32,9 +33,16 @@ AGENT_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # Output.
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    # Preflight: the readmission controller's heartbeat (the controller's own RBAC already covers it when
-    # both run in one process; listed for an API served alone).
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"], "resourceNames": [LEASE_NAME]},
+    # Preflight: the readmission controller's heartbeat, and the verdict (observe-only or not) recorded on
+    # that Lease, which every call that may let something run reads; created if the controller has not yet.
+    # The agent's own Role on its one Lease grants the same (the chart folds these into it).
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "update"],
+        "resourceNames": [LEASE_NAME],
+    },
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     # Every call: who is calling, and may they (the same two rules as system:auth-delegator).
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
@@ -43,7 +51,7 @@ AGENT_RULES: Final[list[Rule]] = [
 for Preflight's versions) is every authenticated user's through the default ``system:discovery``."""
 
 SUPERVISOR_RULES: Final[list[Rule]] = [
-    {"apiGroups": [API_GROUP], "resources": [TRAINJOBS], "verbs": ["create", "update", "delete", "get"]},
+    {"apiGroups": [API_GROUP], "resources": [TRAINJOBS], "verbs": ["create", "update", "delete", "get", "list"]},
     {"apiGroups": [API_GROUP], "resources": [f"{TRAINJOBS}/{LOG}"], "verbs": ["get"]},
 ]
 """A Role in each namespace the supervisor runs jobs in (``resourceNames`` may narrow it further: Start is

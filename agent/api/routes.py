@@ -16,6 +16,8 @@ from agent.api.decisions import contract
 from agent.api.models import (
     Capabilities,
     HoldRequest,
+    ListRequest,
+    ListResponse,
     ObjectRef,
     OpenResponse,
     OutcomeResponse,
@@ -57,9 +59,12 @@ class Route:
     """None: the body is text (Output's log stream)."""
     needs: tuple[Need, ...]
     mutating: bool
-    """Refused while the agent is observe-only."""
+    """It writes to the cluster."""
     errors: tuple[int, ...]
     """HTTP codes of typed errors besides those every route can answer (400, 401, 403, 500, 503)."""
+    may_run: bool = False
+    """It may let something run (Start, Open, Release): refused while the agent is observe-only. Stop and
+    Hold write too, but only reduce risk, so they go on."""
 
     @property
     def path(self) -> str:
@@ -101,6 +106,7 @@ ROUTES: Final = (
         (Need("create", TRAINJOBS),),
         True,
         (409,),
+        may_run=True,
     ),
     Route(
         "open",
@@ -113,6 +119,7 @@ ROUTES: Final = (
         (Need("update", TRAINJOBS),),
         True,
         (404, 409),
+        may_run=True,
     ),
     Route(
         "hold",
@@ -136,6 +143,7 @@ ROUTES: Final = (
         (Need("update", TRAINJOBS),),
         True,
         (404, 409),
+        may_run=True,
     ),
     Route(
         "stop",
@@ -160,6 +168,19 @@ ROUTES: Final = (
         (Need("get", TRAINJOBS),),
         False,
         (404,),
+    ),
+    Route(
+        "list",
+        "POST",
+        "List: dispatch's TrainJobs in a namespace",
+        "Each dispatch TrainJob (by its name or dispatch's runtime patch, never by labels) with its uid, JobID, N, "
+        "phase and orphan reference <namespace>/<name>; optionally only one JobID's; paginated with the API "
+        "server's limit and continue. For a supervisor that lost its state: find what it started, and Stop it.",
+        ListRequest,
+        ListResponse,
+        (Need("list", TRAINJOBS, "namespace"),),
+        False,
+        (),
     ),
     Route(
         "output",

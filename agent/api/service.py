@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import aiohttp
@@ -38,6 +38,8 @@ from agent.api.kube import (
 from agent.api.models import (
     Capabilities,
     HoldRequest,
+    ListRequest,
+    ListResponse,
     ObjectRef,
     OpenResponse,
     OutcomeResponse,
@@ -49,9 +51,12 @@ from agent.api.models import (
     StatusResponse,
 )
 from agent.api.settings import ApiSettings
-from agent.operations import Plan, Refused, Target, plan_hold, plan_open, plan_release
+from agent.gate import Blocker
+from agent.nodeloss import assess
+from agent.operations import Plan, Refused, Target, jobset_uid_ops, plan_hold, plan_open, plan_release
 from agent.start import NOT_MANAGED, readback_changes, workload_problems
 from agent.status import orphans, status
+from contract.admission import preconditions
 from contract.foreign import trainer_job_name
 from contract.keys import (
     KIND_CLUSTER_TRAINING_RUNTIME,
@@ -72,7 +77,7 @@ CONFLICT_ATTEMPTS: Final = 3
 RUNTIME_CACHE_SECONDS: Final = 10.0
 """How long a TrainJob create is retried while Kueue's or Trainer's webhook has not yet seen its runtime copy."""
 """Open, Hold and Release re-read and re-plan this often when the object changed under the write."""
-Planner = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Plan]
+Planner = Callable[["Seen"], Plan]
 STOP_PROPAGATION: Final = "Foreground"
 """Stop deletes in the foreground: the TrainJob stays readable (with a deletionTimestamp) until every
 dependent that blocks its deletion — JobSet, Jobs, pods — is gone, so Status keeps reporting each pod's
@@ -84,22 +89,22 @@ DISCARD_PROPAGATION: Final = "Background"
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class State:
-    """What this agent process knows about its gates: the last Preflight's report."""
+@dataclass(frozen=True)
+class Seen:
+    """What Open, Hold and Release plan from: the TrainJob, and (as the operation needs them) its Workload,
+    its JobSet, and the pods of a previous execution that may still run."""
 
-    capabilities: Capabilities
-
-    def refuse_if_observe_only(self) -> None:
-        if self.capabilities.observe_only:
-            reason = self.capabilities.observe_only_reason or "the gates are not proven"
-            raise ApiError(ErrorKind.OBSERVE_ONLY, f"observe-only until a Preflight passes: {reason}")
+    trainjob: Mapping[str, Any]
+    workload: Mapping[str, Any] | None = None
+    jobset: Mapping[str, Any] | None = None
+    blockers: tuple[Blocker, ...] = ()
 
 
-def initial_state(settings: ApiSettings) -> State:
+def no_verdict(settings: ApiSettings) -> Capabilities:
+    """The report while no Preflight has recorded a verdict in the cluster."""
     if settings.require_preflight:
-        return State(d.unproven("no Preflight has passed yet", observe_only=True))
-    return State(d.unproven("no Preflight has run yet", observe_only=False))
+        return d.unproven("no Preflight has passed yet", observe_only=True)
+    return d.unproven("no Preflight has run yet", observe_only=False)
 
 
 def _now() -> dt.datetime:
@@ -110,11 +115,7 @@ def _now() -> dt.datetime:
 class Service:
     kube: Kube
     settings: ApiSettings
-    state: State = field(init=False)
     now: Any = _now
-
-    def __post_init__(self) -> None:
-        self.state = initial_state(self.settings)
 
     # -- shared reads ------------------------------------------------------------------------------
 
@@ -376,7 +377,24 @@ class Service:
             raise d.write_failed(exc, f"{plan.target.value} {ns}/{name}") from None
         return True
 
-    async def _plan_and_apply(self, ref: ObjectRef, planner: Planner, *, workload_too: bool) -> Plan:
+    async def _blockers(self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> tuple[Blocker, ...]:
+        """The TrainJob's pods that may still run (the node-loss classification), each with why; sorted by the
+        ownership chain as the gate sorts them (a stranger's pod carrying the label is not waited on). Called
+        only for a suspended TrainJob about to be unsuspended, so each of them is of a previous execution."""
+        owned = await self._owned_pods(trainjob, jobset, {LABEL_JOBSET_NAME: str(dig(trainjob, "metadata", "name"))})
+        pods = list(owned.ours)
+        assessment = assess(pods, await self._nodes(pods), self.settings.node_loss_taints)
+        return tuple(Blocker(pod, f"{c.verdict.value}: {c.reason}") for pod, c in assessment.may_still_run)
+
+    async def _nodes(self, pods: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+        nodes: dict[str, Mapping[str, Any]] = {}
+        for node_name in sorted({dig(p, "spec", "nodeName") for p in pods} - {None}):
+            node = await self._read(NODES.path(name=node_name), f"Node {node_name}")
+            if node is not None:
+                nodes[node_name] = node
+        return nodes
+
+    async def _plan_and_apply(self, ref: ObjectRef, planner: Planner, *, unsuspends: bool = False) -> Plan:
         """Read, plan with the core, write; on a resourceVersion conflict, all of it again from a fresh read.
 
         Why retry here rather than answer conflict: Trainer and Kueue write the TrainJob and the Workload
@@ -384,13 +402,19 @@ class Service:
         race right after Start or an admission. Re-planning from a new read is exactly what the supervisor
         would do on a conflict, and the precondition still guarantees that nothing is written from a stale
         read. A different UID is never retried: the read refuses it.
+
+        ``unsuspends``: the operation may unsuspend a plain-mode TrainJob (Open, Release), so the pods of a
+        previous execution are read after the TrainJob (a pod seen gone here stays gone: the TrainJob is
+        suspended as read, and the write is preconditioned on that read).
         """
         for _ in range(CONFLICT_ATTEMPTS):
             trainjob = await self._own(ref)
-            kueue = workload_too and is_kueue_mode(trainjob)
+            kueue = is_kueue_mode(trainjob)
             workload = await self._workload(ref.namespace, ref.uid) if kueue else None
+            jobset = await self._read(JOBSETS.path(ref.namespace, ref.name), f"JobSet {ref.namespace}/{ref.name}")
+            blockers = await self._blockers(trainjob, jobset) if unsuspends and not kueue else ()
             try:
-                plan = planner(trainjob, workload)
+                plan = planner(Seen(trainjob, workload, jobset, blockers))
             except Refused as exc:
                 raise d.refused(exc) from None
             if await self._apply(plan, trainjob, workload):
@@ -402,16 +426,24 @@ class Service:
         )
 
     async def open(self, ref: ObjectRef) -> OpenResponse:
-        plan = await self._plan_and_apply(ref, lambda tj, _: plan_open(tj), workload_too=False)
+        plan = await self._plan_and_apply(
+            ref,
+            lambda s: plan_open(s.trainjob, jobset=s.jobset, blockers=s.blockers, workload=s.workload),
+            unsuspends=True,
+        )
         return OpenResponse(outcome=plan.outcome, held_by=list(plan.held_by), a=plan.new_a)
 
     async def hold(self, req: HoldRequest) -> OutcomeResponse:
         hold = d.hold_of(instance=str(ULID()), now=self.now(), who=req.who, reason=req.reason, until=req.until)
-        plan = await self._plan_and_apply(req, lambda tj, wl: plan_hold(tj, wl, hold), workload_too=True)
+        plan = await self._plan_and_apply(req, lambda s: plan_hold(s.trainjob, s.workload, hold))
         return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
 
     async def release(self, ref: ObjectRef) -> OutcomeResponse:
-        plan = await self._plan_and_apply(ref, plan_release, workload_too=True)
+        plan = await self._plan_and_apply(
+            ref,
+            lambda s: plan_release(s.trainjob, s.workload, jobset=s.jobset, blockers=s.blockers),
+            unsuspends=True,
+        )
         return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
 
     # -- Stop ----------------------------------------------------------------------------------------
@@ -456,11 +488,8 @@ class Service:
         kueue = is_kueue_mode(trainjob)
         workload = await self._workload(ns, ref.uid) if kueue else None
         checks = d.our_checks(await self._admission_checks()) if kueue else []
-        nodes: dict[str, Mapping[str, Any]] = {}
-        for node_name in sorted({dig(p, "spec", "nodeName") for p in pods} - {None}):
-            node = await self._read(NODES.path(name=node_name), f"Node {node_name}")
-            if node is not None:
-                nodes[node_name] = node
+        nodes = await self._nodes(pods)
+        trainjob = await self._record_jobset(trainjob, jobset)
         s = status(
             trainjob=trainjob,
             workload=workload,
@@ -470,10 +499,48 @@ class Service:
             runtime_copy=runtime_copy,
             checks=checks,
             node_loss_taints=self.settings.node_loss_taints,
+            now=self.now(),
         )
         s = replace(s, foreign=(*s.foreign, *(p.report() for p in owned.foreign)))
         deleting = dig(trainjob, "metadata", "deletionTimestamp")
         return StatusResponse.of(ref, s).model_copy(update={"deletion_timestamp": deleting})
+
+    async def _record_jobset(self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        """Record the JobSet's UID the first time Status sees it (in plain mode no gate ever does), so that a
+        JobSet Trainer recreates later is reported (foreign). Best effort: a write that loses a race is left
+        to the next call; the TrainJob as written (or as read) is what Status reports on."""
+        ops = jobset_uid_ops(trainjob, jobset)
+        if not ops:
+            return trainjob
+        ns, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
+        try:
+            return await self.kube.json_patch(TRAINJOBS.path(ns, name), [*preconditions(trainjob), *ops])
+        except KubeError as exc:
+            log.info("could not record the JobSet UID on TrainJob %s/%s: %s", ns, name, exc.describe())
+            return trainjob
+
+    # -- List ----------------------------------------------------------------------------------------
+
+    async def list(self, req: ListRequest) -> ListResponse:
+        """One page of dispatch's TrainJobs in a namespace, so a supervisor that lost its state can find (and
+        Stop) what it started. Pages are the API server's (``limit``, ``continue``): a page lists fewer items
+        than ``limit`` when some TrainJobs read are not dispatch's, and may be empty with a token."""
+        prefix = d.name_prefix(req.job_id)
+        try:
+            page = await self.kube.page(TRAINJOBS.path(req.namespace), limit=req.limit, token=req.continue_)
+        except KubeError as exc:
+            if exc.status in (400, 410) and req.continue_:
+                raise ApiError(
+                    ErrorKind.INVALID, f"the continue token is not valid (any more): {exc.describe()}", field="continue"
+                ) from None
+            raise d.read_failed(exc, f"the TrainJobs in {req.namespace}") from None
+        trainjobs = list(page.get("items") or [])
+        kueue = any(is_kueue_mode(tj) for tj in trainjobs)
+        where = f"the Workloads in {req.namespace}"
+        workloads = await self._list(WORKLOADS.path(req.namespace), None, where) if kueue else []
+        checks = d.our_checks(await self._admission_checks()) if kueue else []
+        items = d.list_items(trainjobs, workloads, checks, prefix)
+        return ListResponse(items=items, continue_=dig(page, "metadata", "continue") or None)
 
     # -- Output --------------------------------------------------------------------------------------
 
@@ -509,8 +576,64 @@ class Service:
 
     # -- Preflight -----------------------------------------------------------------------------------
 
+    # The verdict is cluster state, an annotation on the readmission controller's Lease, so that every replica
+    # behind the Service answers alike (a Preflight reaches one of them), and a restart forgets nothing.
+
+    @property
+    def _lease_path(self) -> str:
+        return LEASES.path(self.settings.lease_namespace, self.settings.lease_name)
+
+    @property
+    def _lease_where(self) -> str:
+        return f"{self.settings.lease_namespace}/{self.settings.lease_name}"
+
     async def capabilities(self) -> Capabilities:
-        return self.state.capabilities
+        """The last Preflight's report, whichever replica ran it; before any, what ``requirePreflight`` says."""
+        lease = await self._read(self._lease_path, f"Lease {self._lease_where}")
+        return d.verdict_of(lease) or no_verdict(self.settings)
+
+    async def refuse_if_observe_only(self) -> None:
+        caps = await self.capabilities()
+        if caps.observe_only:
+            reason = caps.observe_only_reason or "the gates are not proven"
+            raise ApiError(ErrorKind.OBSERVE_ONLY, f"observe-only until a Preflight passes: {reason}")
+
+    async def _record(self, report: Capabilities) -> None:
+        """Write the verdict onto the Lease: a PUT carrying the resourceVersion read (so neither this write nor
+        the leader's renewal, which writes the Lease as it read it, loses the other's), or a create when there
+        is no Lease yet (the leader then takes it over). Re-read and retried on a conflict."""
+        text = d.verdict_text(report, d.rfc3339(self.now()))
+        ns, name, where = self.settings.lease_namespace, self.settings.lease_name, self._lease_where
+        for _ in range(CONFLICT_ATTEMPTS):
+            lease = await self._read(self._lease_path, f"Lease {where}")
+            try:
+                if lease is None:
+                    await self.kube.create(LEASES.path(ns), d.lease_with_verdict(None, text, ns, name))
+                else:
+                    await self.kube.replace(self._lease_path, d.lease_with_verdict(lease, text, ns, name))
+                return
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise ApiError(
+                        ErrorKind.UNAVAILABLE,
+                        f"the Preflight's verdict could not be recorded on the Lease {where}, so the replicas "
+                        f"would not share it: {exc.describe()}",
+                    ) from None
+        raise ApiError(ErrorKind.UNAVAILABLE, f"the Lease {where} changed under each write of the verdict; retry")
+
+    async def _heartbeat(self, first: Mapping[str, Any] | None, since: float) -> d.LeaseState:
+        """Is the readmission controller alive? Judged by watching its Lease change, by this agent's own
+        monotonic clock, never by comparing the renewTime another machine wrote with this one's wall clock:
+        alive once the record changes while watched; dead when it is released (no holder), absent, or has not
+        changed for its leaseDurationSeconds of watching."""
+        while True:
+            last = await self._read(self._lease_path, f"Lease {self._lease_where}")
+            if first is None and last is not None:
+                first, since = last, time.monotonic()
+            state = d.lease_state(first, last, time.monotonic() - since, self._lease_where)
+            if state.settled:
+                return state
+            await asyncio.sleep(POLL_SECONDS)
 
     async def preflight(self, req: PreflightRequest) -> Capabilities:
         self._refuse_excluded(req.namespace)
@@ -522,18 +645,24 @@ class Service:
         source = await self._source_runtime(req.runtime, req.namespace)
         admission_checks = await self._admission_checks() if kueue else []
         checks = d.our_checks(admission_checks)
+        try:
+            trainer_problems = d.trainjob_schema_problems(await self.kube.openapi_v3(f"{TRAINJOBS.group}/v1alpha1"))
+        except KubeError as exc:
+            raise d.read_failed(exc, "the served TrainJob schema (/openapi/v3)") from None
+        first = await self._read(self._lease_path, f"Lease {self._lease_where}")
+        watching = time.monotonic()
         probe = await self._probe(req, source, checks)
-        where = f"{self.settings.lease_namespace}/{self.settings.lease_name}"
-        lease = await self._read(LEASES.path(self.settings.lease_namespace, self.settings.lease_name), f"Lease {where}")
+        lease = await self._heartbeat(first, watching) if kueue else d.not_watched(first)
         report = d.capabilities(
             kueue=kueue,
             probe=probe,
-            lease=d.lease_state(lease, self.now(), where),
+            lease=lease,
             versions=versions,
             checks=checks,
             active_checks=d.active(admission_checks, checks),
+            trainer_problems=trainer_problems,
         )
-        self.state = State(report)
+        await self._record(report)
         if report.observe_only:
             log.warning("Preflight failed, observe-only: %s", report.observe_only_reason)
         return report
@@ -564,13 +693,37 @@ class Service:
             except KubeError as exc:
                 raise d.create_failed(exc, "the probe", req.namespace) from None
             await self._own_copy(copy_read, trainjob)
-            return await self._watch_probe(req.namespace, trainjob, checks, seconds)
+            refusal = None if req.kueue else await self._try_open(req.namespace, trainjob)
+            result = await self._watch_probe(req.namespace, trainjob, checks, seconds)
+            return replace(result, open_refused=refusal)
         except ApiError as exc:
             if exc.kind is ErrorKind.INVALID:
                 raise
             return d.ProbeResult(seconds, error=exc.message)
         finally:
             await asyncio.shield(self._remove_probe(req.namespace, sub.name, trainjob, copy_read))
+
+    async def _try_open(self, namespace: str, trainjob: Mapping[str, Any]) -> str | None:
+        """Plain mode: send Open's own write for the probe (raise A, unsuspend, the opened mark, in one update)
+        as a dry run (``dryRun=All``: the webhooks judge it, nothing is stored). Trainer v2.2.0's webhook refuses
+        a runtime patch change unless the TrainJob is suspended after the update; only v2.2.1 accepts the atomic
+        unsuspend, so below it Open and Release could never raise A. The refusal, or None when it is accepted."""
+        name = str(dig(trainjob, "metadata", "name"))
+        for _ in range(CONFLICT_ATTEMPTS):
+            read = await self._read(TRAINJOBS.path(namespace, name), f"the probe {name}")
+            if read is None:
+                return f"the probe {namespace}/{name} vanished"
+            try:
+                plan = plan_open(read)
+                await self.kube.json_patch(TRAINJOBS.path(namespace, name), plan.patch, dry_run=True)
+                return None
+            except Refused as exc:
+                return exc.message
+            except KubeError as exc:
+                if exc.status == 409 and not exc.webhook_denial:
+                    continue
+                return exc.describe()
+        return None
 
     async def _watch_probe(
         self, namespace: str, trainjob: Mapping[str, Any], checks: list[str], seconds: float

@@ -56,7 +56,7 @@ def tls(tmp_path: Path) -> Tls:
 
 def supervisor_grants(namespace: str = NAMESPACE) -> list[Grant]:
     """What docs/api.md tells a cluster admin to grant a supervisor in its namespace (and Preflight)."""
-    verbs = ("create", "update", "delete", "get")
+    verbs = ("create", "update", "delete", "get", "list")
     grants = [Grant(SUPERVISOR, verb, "trainjobs", namespace) for verb in verbs]
     grants.append(Grant(SUPERVISOR, "get", "trainjobs", namespace, subresource="log"))
     grants += [Grant(SUPERVISOR, "create", "preflights"), Grant(SUPERVISOR, "get", "preflights")]
@@ -65,7 +65,7 @@ def supervisor_grants(namespace: str = NAMESPACE) -> list[Grant]:
 
 @pytest.fixture
 def fake() -> FakeKube:
-    kube = FakeKube(namespaces={NAMESPACE, "team-b"})
+    kube = FakeKube(namespaces={NAMESPACE, "team-b", "dispatch-system"})
     kube.user(SUPERVISOR_TOKEN, SUPERVISOR)
     kube.grants += supervisor_grants()
     source = runtime()

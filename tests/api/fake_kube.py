@@ -104,6 +104,12 @@ class FakeKube:
             "kueue.x-k8s.io": ["v1beta2", "v1beta1"],
         }
     )
+    trainjob_spec: tuple[str, ...] = ("runtimeRef", "trainer", "runtimePatches", "activeDeadlineSeconds", "suspend")
+    """The TrainJob spec's fields the fake's OpenAPI v3 document serves."""
+    dry_runs: list[str] = field(default_factory=list)
+    """Path and query of every dry-run patch (judged, never stored)."""
+    refuse_dry_runs: str | None = None
+    """A webhook's refusal of every dry-run patch (as Trainer v2.2.0 refuses Open's atomic unsuspend)."""
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1000))
 
     # -- setup helpers -----------------------------------------------------------------------------
@@ -147,6 +153,8 @@ class FakeKube:
             return await self._access_review(request)
         if path == "/apis":
             return self._discovery()
+        if path.startswith("/openapi/v3"):
+            return self._openapi_v3(path)
         self.calls.append((request.method, path))
         if request.headers.get("Authorization") != f"Bearer {AGENT_TOKEN}":
             return status(401, "Unauthorized", "Unauthorized")
@@ -176,7 +184,23 @@ class FakeKube:
             return await self._patch(request, where)
         if method == "DELETE":
             return await self._delete(request, where)
+        if method == "PUT":
+            self.writes.append(f"{method} {request.path_qs}")
+            return await self._replace(request, where)
         return status(405, "MethodNotAllowed", method)
+
+    def _openapi_v3(self, path: str) -> web.Response:
+        """The served schemas: only the TrainJob's, with the fields dispatch writes (``trainjob_spec``)."""
+        if path == "/openapi/v3":
+            url = "/openapi/v3/apis/trainer.kubeflow.org/v1alpha1?hash=F4KE"
+            return web.json_response({"paths": {"apis/trainer.kubeflow.org/v1alpha1": {"serverRelativeURL": url}}})
+        kind = {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"}
+        schema = {
+            "type": "object",
+            "properties": {"spec": {"type": "object", "properties": {f: {} for f in self.trainjob_spec}}},
+            "x-kubernetes-group-version-kind": [kind],
+        }
+        return web.json_response({"components": {"schemas": {"io.kubeflow.trainer.v1alpha1.TrainJob": schema}}})
 
     def _discovery(self) -> web.Response:
         groups = [
@@ -248,11 +272,33 @@ class FakeKube:
             )
         if patched["metadata"].get("uid") != current["metadata"]["uid"]:
             return status(422, "Invalid", "metadata.uid: field is immutable")
+        if request.query.get("dryRun") == "All":
+            self.dry_runs.append(request.path_qs)
+            if self.refuse_dry_runs is not None:
+                return status(
+                    403, "Forbidden", f'admission webhook "trainjob" denied the request: {self.refuse_dry_runs}'
+                )
+            return web.json_response(patched)
         patched["metadata"]["resourceVersion"] = str(next(self._rv))
         if patched.get("spec") != current.get("spec"):
             patched["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         self.objects[where.collection][where.name or ""] = patched
         self._hooks(where.collection, patched)
+        return web.json_response(self.get(where.collection, where.name or ""))
+
+    async def _replace(self, request: web.Request, where: Parsed) -> web.Response:
+        current = self.get(where.collection, where.name or "")
+        if current is None:
+            return status(404, "NotFound", f'{where.plural} "{where.name}" not found')
+        body = await request.json()
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return status(
+                409, "Conflict", "the object has been modified; please apply your changes to the latest version"
+            )
+        body["metadata"] = {**body["metadata"], "uid": current["metadata"]["uid"]}
+        body["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.objects[where.collection][where.name or ""] = body
+        self._hooks(where.collection, body)
         return web.json_response(self.get(where.collection, where.name or ""))
 
     async def _delete(self, request: web.Request, where: Parsed) -> web.Response:

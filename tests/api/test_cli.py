@@ -65,5 +65,5 @@ def test_usage(capsys, monkeypatch):
     monkeypatch.delenv("DISPATCH_AGENT_SERVER", raising=False)
     assert main(["status", "--namespace", "x"]) == 2
     assert "--server and --token-file are required" in capsys.readouterr().err
-    assert set(COMMANDS) == {"start", "open", "hold", "release", "stop", "status", "output", "preflight",
+    assert set(COMMANDS) == {"start", "open", "hold", "release", "stop", "status", "list", "output", "preflight",
                              "capabilities"}  # fmt: skip

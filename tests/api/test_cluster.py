@@ -226,6 +226,7 @@ async def test_plain_mode_preflight_on_the_api_server(setup: Setup):
     async with setup.client() as c:
         caps = await c.preflight(PreflightRequest.model_validate({"namespace": setup.ns, "runtime": {"name": RUNTIME}}))
     assert (caps.start_gate, caps.readmission_gate, caps.observe_only) == (True, False, False)
+    assert caps.trainer, caps.trainer_reason  # the served schema has spec.runtimePatches; Open's write accepted
     assert caps.versions["trainer.kubeflow.org"] == ["v1alpha1"]
     assert "v1beta2" in caps.versions["kueue.x-k8s.io"]
     assert setup.cp.admin.list(TRAINER, "TrainJob", setup.ns) == []
@@ -319,3 +320,55 @@ async def test_another_partys_gate_added_at_creation_is_a_read_back_change(setup
     finally:
         setup.cp.admin.delete("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding", name)
         setup.cp.admin.delete("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", name)
+
+
+async def test_preflight_refuses_a_trainer_whose_webhook_refuses_opens_atomic_unsuspend(setup: Setup):
+    """Trainer v2.2.0's webhook refuses a runtime patch change unless the TrainJob is suspended after the
+    update (v2.2.1 accepts the atomic unsuspend, #3489). A ValidatingAdmissionPolicy with v2.2.0's rule stands
+    for it on the real API server: Preflight sends Open's own write as a dry run, sees it refused, and makes
+    the agent observe-only, saying why."""
+    name = f"trainer-v220-{setup.ns}"[:60]
+    admin = setup.cp.admin
+    admin.create(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
+                                       "operations": ["UPDATE"], "resources": ["trainjobs"]}],
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": setup.ns}},
+                },
+                "validations": [{
+                    "expression": "object.spec.runtimePatches == oldObject.spec.runtimePatches || "
+                                  "(has(object.spec.suspend) && object.spec.suspend)",
+                    "message": "RuntimePatches can only be modified when the TrainJob is suspended",
+                }],
+            },
+        }
+    )  # fmt: skip
+    admin.create({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                  "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}})  # fmt: skip
+    req = PreflightRequest.model_validate({"namespace": setup.ns, "runtime": {"name": RUNTIME}})
+    try:
+        async with setup.client() as c:
+            for _ in range(100):  # until the policy is in effect
+                caps = await c.preflight(req)
+                if caps.observe_only:
+                    break
+            assert (caps.trainer, caps.start_gate, caps.observe_only) == (False, True, True), caps
+            assert "refuses Open's own write on the probe" in caps.observe_only_reason
+            assert "RuntimePatches can only be modified when the TrainJob is suspended" in caps.trainer_reason
+            assert setup.cp.admin.list(TRAINER, "TrainJob", setup.ns) == []  # the probe is removed
+            with pytest.raises(AgentError) as err:
+                await c.start(request(setup))
+            assert err.value.kind is ErrorKind.OBSERVE_ONLY
+    finally:
+        admin.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", name)
+        admin.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name)
+    async with setup.client() as c:
+        for _ in range(100):
+            if not (await c.preflight(req)).observe_only:
+                break
+        assert not (await c.capabilities()).observe_only

@@ -202,19 +202,52 @@ def test_probe_leaks():
     assert leaks == ["pod p-0 appeared", "the probe TrainJob was unsuspended", "its Workload has QuotaReserved=True"]
 
 
-def lease(renewed: str | None, duration: int | None = 15):
-    return {"spec": {"renewTime": renewed, "leaseDurationSeconds": duration}}
+def lease(renewed: str | None, duration: int | None = 15, holder: str = "agent-0"):
+    return {"spec": {"holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": duration}}
 
 
-def test_the_lease_is_fresh_within_its_duration():
-    assert d.lease_state(lease("2026-11-29T09:59:50.123456Z"), NOW, "ns/l").fresh
-    stale = d.lease_state(lease("2026-11-29T09:59:00.000000Z"), NOW, "ns/l")
-    assert not stale.fresh
-    assert "dead" in stale.reason
-    assert stale.renewed == "2026-11-29T09:59:00.000000Z"
-    assert not d.lease_state(None, NOW, "ns/l").fresh
-    assert not d.lease_state(lease(None), NOW, "ns/l").fresh
-    assert not d.lease_state(lease("2026-11-29T09:59:59Z", None), NOW, "ns/l").fresh
+def test_the_lease_is_alive_when_it_changes_while_watched_whatever_the_clocks_say():
+    # renewTime is never compared with this agent's clock: a renewal an hour "in the future" is a renewal.
+    renewed = d.lease_state(lease("2026-11-29T09:59:50Z"), lease("2026-11-29T10:59:55Z"), 5, "ns/l")
+    assert (renewed.fresh, renewed.settled, renewed.renewed) == (True, True, "2026-11-29T10:59:55Z")
+    assert renewed.reason == "the Lease ns/l was renewed by agent-0 while watched"
+    failover = d.lease_state(lease("t1"), lease("t1", holder="agent-1"), 1, "ns/l")
+    assert failover.fresh
+    waiting = d.lease_state(lease("2099-01-01T00:00:00Z"), lease("2099-01-01T00:00:00Z"), 10, "ns/l")
+    assert (waiting.fresh, waiting.settled) == (False, False)
+    stale = d.lease_state(lease("2099-01-01T00:00:00Z"), lease("2099-01-01T00:00:00Z"), 15, "ns/l")
+    assert (stale.fresh, stale.settled) == (False, True)
+    assert stale.reason.startswith("the readmission controller is dead: its Lease ns/l was not renewed in 15s")
+    assert stale.renewed == "2099-01-01T00:00:00Z"
+
+
+def test_a_released_or_absent_lease_is_dead_at_once():
+    released = d.lease_state(lease("t", 1, holder=""), lease("t2", 1, holder=""), 0, "ns/l")
+    assert (released.fresh, released.settled) == (False, True)
+    assert "was released (it has no holder)" in released.reason
+    assert not d.lease_state(None, None, 0, "ns/l").fresh
+    assert "does not exist" in d.lease_state(lease("t"), None, 0, "ns/l").reason
+    assert d.not_watched(lease("t")).renewed == "t"
+
+
+def test_the_verdict_round_trips_through_the_lease():
+    caps = d.capabilities(kueue=False, probe=d.ProbeResult(10), lease=d.not_watched(None), versions=VERSIONS,
+                          checks=[], active_checks=[])  # fmt: skip
+    text = d.verdict_text(caps, "2026-12-01T10:00:00Z")
+    read = {"metadata": {"name": "l", "namespace": "ns", "resourceVersion": "7", "managedFields": [{}],
+                         "annotations": {"other": "x"}}, "spec": {"holderIdentity": "a"}}  # fmt: skip
+    body = d.lease_with_verdict(read, text, "ns", "l")
+    assert body["metadata"]["resourceVersion"] == "7"  # the PUT's precondition
+    assert body["metadata"]["annotations"] == {"other": "x", "dispatch.phpboyscout.uk/preflight": text}
+    assert body["spec"] == {"holderIdentity": "a"}
+    assert "managedFields" not in body["metadata"]
+    assert d.verdict_of(body) == caps
+    assert d.verdict_of(read) is None
+    created = d.lease_with_verdict(None, text, "ns", "l")
+    assert (created["metadata"]["name"], created["spec"]) == ("l", {})
+    garbled = {"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight": "{not json"}}}
+    assert d.verdict_of(garbled).observe_only
+    assert d.verdict_of(garbled).observe_only_reason == d.UNREADABLE_VERDICT
 
 
 def test_api_versions_preferred_first():

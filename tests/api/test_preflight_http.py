@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -10,7 +13,7 @@ import pytest
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
 from agent.api.kube import LEASES, TRAINING_RUNTIMES, TRAINJOBS
-from agent.api.models import ObjectRef, PreflightRequest
+from agent.api.models import HoldRequest, ObjectRef, PreflightRequest
 from contract.keys import PROBE_IMAGE
 from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, TEST_SETTINGS, Agent
@@ -24,15 +27,40 @@ KUEUE = PreflightRequest.model_validate(
 )
 
 
-def lease(fake: FakeKube, seconds_ago: float, duration: int = 15) -> None:
+def lease(fake: FakeKube, seconds_ago: float, duration: int = 15, holder: str = "agent-0") -> None:
     renewed = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    old = fake.get(LEASES.path("dispatch-system"), "dispatch-admission") or {}
     fake.put(
         LEASES.path("dispatch-system"),
         {
-            "metadata": {"name": "dispatch-admission", "namespace": "dispatch-system"},
-            "spec": {"renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "leaseDurationSeconds": duration},
+            "metadata": {
+                "name": "dispatch-admission",
+                "namespace": "dispatch-system",
+                "annotations": (old.get("metadata") or {}).get("annotations") or {},
+            },
+            "spec": {
+                "holderIdentity": holder,
+                "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "leaseDurationSeconds": duration,
+            },
         },
     )
+
+
+@asynccontextmanager
+async def renewing(fake: FakeKube) -> AsyncIterator[None]:
+    """A live readmission controller: its Lease renewed every 0.2 s, as leader election does."""
+
+    async def renew() -> None:
+        while True:
+            lease(fake, seconds_ago=0)
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
 def probes_seen(fake: FakeKube) -> list[dict[str, Any]]:
@@ -76,7 +104,8 @@ async def test_a_leaking_gate_makes_the_agent_observe_only_until_a_preflight_pas
         assert nothing_left(agent.fake)
         for call, arg in (
             (api.start, start_request(NAMESPACE)),
-            (api.stop, ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u")),
+            (api.open, ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u")),
+            (api.release, ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u")),
         ):
             with pytest.raises(AgentError) as err:
                 await call(arg)
@@ -85,6 +114,11 @@ async def test_a_leaking_gate_makes_the_agent_observe_only_until_a_preflight_pas
         with pytest.raises(AgentError) as read:  # reads go on
             await api.status(ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u"))
         assert read.value.kind is ErrorKind.NOT_FOUND
+        # Stop and Hold only reduce risk: they go on (here: there is nothing of that name to stop).
+        assert (await api.stop(ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u"))).outcome == "already gone"
+        with pytest.raises(AgentError) as hold:
+            await api.hold(HoldRequest(namespace=NAMESPACE, name="dj-x", uid="u", who="ops", reason="r"))
+        assert hold.value.kind is ErrorKind.NOT_FOUND
 
         agent.fake.after_write.remove(c.unsuspend_everything)
         agent.fake.objects.pop(f"/api/v1/namespaces/{NAMESPACE}/pods", None)  # the leaked pod goes with its job
@@ -102,14 +136,21 @@ async def test_kueue_mode_needs_a_live_readmission_controller(agent: Agent):
         assert no_lease.observe_only
         assert "Lease dispatch-system/dispatch-admission does not exist" in no_lease.observe_only_reason
 
-        lease(agent.fake, seconds_ago=60)
+        # A Lease nobody renews while Preflight watches it for its duration, though its renewTime is "fresh"
+        # by this machine's clock (the other's runs ahead): dead. Liveness is seen, not computed from clocks.
+        lease(agent.fake, seconds_ago=-3600, duration=2)
         dead = await api.preflight(KUEUE)
         assert dead.observe_only
         assert "the readmission controller is dead" in dead.observe_only_reason
+        assert "was not renewed in 2s of watching" in dead.observe_only_reason
         assert dead.lease_renewed is not None
 
-        lease(agent.fake, seconds_ago=1)
-        alive = await api.preflight(KUEUE)
+        lease(agent.fake, seconds_ago=0, holder="")  # released on shutdown
+        released = await api.preflight(KUEUE)
+        assert "was released (it has no holder)" in released.observe_only_reason
+
+        async with renewing(agent.fake):
+            alive = await api.preflight(KUEUE)
     assert (alive.start_gate, alive.readmission_gate, alive.observe_only) == (True, True, False)
     assert "dispatch-admission is Active and listed on the probe's Workload" in alive.readmission_gate_reason
     assert nothing_left(agent.fake)
@@ -117,9 +158,8 @@ async def test_kueue_mode_needs_a_live_readmission_controller(agent: Agent):
 
 async def test_kueue_mode_without_our_check_on_the_queue_is_observe_only(agent: Agent):
     c.admission_check(agent.fake)
-    lease(agent.fake, seconds_ago=1)
     agent.fake.after_write.append(c.kueue(checks=()))
-    async with agent.client() as api:
+    async with agent.client() as api, renewing(agent.fake):
         caps = await api.preflight(KUEUE)
     assert caps.observe_only
     assert "does not list dispatch's AdmissionCheck" in caps.observe_only_reason
@@ -142,3 +182,65 @@ async def test_a_site_may_require_a_preflight_first(agent: Agent):
         assert "no Preflight has passed yet" in err.value.message
         await api.preflight(PLAIN)
         await api.start(start_request(NAMESPACE))
+
+
+async def test_the_verdict_is_cluster_state_every_replica_reads(agent: Agent, fake: FakeKube, tls):
+    """Two replicas over one API server: a failed Preflight answered by one makes the other observe-only
+    too, and a passing one lifts it for both; requirePreflight is satisfied by either replica's Preflight."""
+    from kubernetes_asyncio import client as k8s
+
+    from agent.api.app import ApiServer, serving
+    from agent.api.kube import Kube
+    from certs.reload import ReloadingServerContext
+    from tests.api.conftest import HOST, TEST_SETTINGS
+    from tests.api.fake_kube import running
+
+    strict = TEST_SETTINGS.model_copy(update={"require_preflight": True})
+    async with running(fake) as kube_url, k8s.ApiClient(fake.configuration(kube_url)) as api_client:
+        other = ApiServer(Kube(api_client, timeout=10), strict)
+        context = ReloadingServerContext(tls.cert_file, tls.key_file)
+        async with serving(other.app(), HOST, 0, context) as port:
+            replica = Agent(f"https://{HOST}:{port}", fake, other, tls)
+            async with agent.client() as first, replica.client() as second:
+                with pytest.raises(AgentError) as err:
+                    await second.start(start_request(NAMESPACE))
+                assert "no Preflight has passed yet" in err.value.message
+                assert (await first.preflight(PLAIN)).observe_only is False
+                assert (await second.capabilities()).start_gate is True
+                await second.start(start_request(NAMESPACE))
+
+                fake.after_write.append(c.unsuspend_everything)
+                assert (await second.preflight(PLAIN)).observe_only
+                fake.after_write.remove(c.unsuspend_everything)
+                with pytest.raises(AgentError) as err:
+                    await first.open(ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u"))
+                assert err.value.kind is ErrorKind.OBSERVE_ONLY
+                assert "the start gate leaks" in err.value.message
+                assert (await first.capabilities()).observe_only
+
+
+async def test_a_trainer_older_than_the_minimum_is_refused(agent: Agent):
+    """Below v2.2.0 the served TrainJob has no spec.runtimePatches (the API server would prune A away);
+    v2.2.0's webhook refuses Open's atomic raise-and-unsuspend. Either is observe-only, saying which."""
+    async with agent.client() as api:
+        ok = await api.preflight(PLAIN)
+        assert (ok.trainer, ok.observe_only) == (True, False)
+        assert len(agent.fake.dry_runs) == 1  # Open's write on the probe, judged and not stored
+        assert nothing_left(agent.fake)
+
+        agent.fake.refuse_dry_runs = (
+            "spec.runtimePatches: Forbidden: RuntimePatches can only be modified when the TrainJob is suspended"
+        )
+        old = await api.preflight(PLAIN)
+        assert (old.trainer, old.start_gate, old.observe_only) == (False, True, True)
+        assert "refuses Open's own write on the probe" in old.observe_only_reason
+        assert "RuntimePatches can only be modified when the TrainJob is suspended" in old.trainer_reason
+        agent.fake.refuse_dry_runs = None
+
+        agent.fake.trainjob_spec = ("runtimeRef", "trainer", "podTemplateOverrides", "suspend")
+        older = await api.preflight(PLAIN)
+        assert older.observe_only
+        assert "the served TrainJob has no spec.runtimePatches: Trainer is older than v2.2.0" in older.trainer_reason
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE))
+        assert err.value.kind is ErrorKind.OBSERVE_ONLY

@@ -82,6 +82,8 @@ async def test_a_caller_without_rights_is_403_and_nothing_is_read(agent: Agent):
             body = {"namespace": NAMESPACE, "runtime": {"name": "torch-distributed"}}
         if route.operation == "hold":
             body = {**REF, "who": "alice", "reason": "maintenance"}
+        if route.operation == "list":
+            body = {"namespace": NAMESPACE}
         async with (
             aiohttp.ClientSession() as http,
             http.request(

@@ -79,6 +79,8 @@ def test_each_route_asks_for_its_rights():
     assert rights["capabilities"].rights(None) == [Access("get", "preflights")]
     assert coordinates(None) == (None, None)
     assert [r.operation for r in ROUTES if r.mutating] == ["start", "open", "hold", "release", "stop"]
+    # Observe-only refuses what may let something run; Stop and Hold only reduce risk.
+    assert [r.operation for r in ROUTES if r.may_run] == ["start", "open", "release"]
 
 
 def test_resource_paths():

@@ -7,9 +7,16 @@ import copy
 
 import pytest
 
+from agent.gate import Blocker
 from agent.operations import Hold, Refused, Target, finished, is_opened, plan_hold, plan_open, plan_release
 from contract.admission import admission_count, admission_floor
-from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED, GATE, HOLD_ANNOTATIONS
+from contract.keys import (
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
+    GATE,
+    HOLD_ANNOTATIONS,
+)
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import workload
@@ -150,6 +157,76 @@ def test_a_hold_before_open_is_lifted_without_opening():
     assert after["spec"]["suspend"] is True
     assert plan.new_a is None
     assert plan.outcome == "hold lifted; the TrainJob stays closed"
+
+
+def test_a_hold_before_open_survives_open_in_plain_mode_and_release_runs_it():
+    tj = trainjob(queue=None)
+    held = apply_json_patch(tj, plan_hold(tj, None, HOLD).patch)
+    plan = plan_open(held)
+    opened = apply_json_patch(held, plan.patch)
+    assert (plan.outcome, plan.new_a) == ("opened; held until Release", None)
+    assert opened["spec"]["suspend"] is True
+    assert is_opened(opened)
+    assert admission_floor(opened) is None  # A is raised by the Release that runs it
+    accepted_by_the_webhook(held, opened)
+    release = plan_release(opened, None)
+    released = apply_json_patch(opened, release.patch)
+    assert (release.outcome, release.new_a, released["spec"]["suspend"]) == ("released: TrainJob unsuspended", 1, False)
+    accepted_by_the_webhook(opened, released)
+
+
+def test_a_kueue_hold_before_open_survives_open():
+    tj, wl = trainjob(), workload()
+    held = apply_json_patch(wl, plan_hold(tj, wl, HOLD).patch)
+    plan = plan_open(tj, workload=held)
+    assert plan.outcome == "gate removed; held until Release"
+    assert plan.target is Target.TRAINJOB  # the Workload stays inactive
+
+
+BLOCKER = Blocker("dj-x-node-0-0-abcde", "Running: Terminating on a Ready node")
+
+
+def test_plain_open_and_release_wait_for_the_previous_executions_pods():
+    tj = trainjob(queue=None)
+    with pytest.raises(Refused) as err:
+        plan_open(tj, blockers=[BLOCKER])
+    assert err.value.kind == "conflict"
+    assert "waiting for 1 pod(s) of the previous execution that may still run: dj-x-node-0-0-abcde" in err.value.message
+    opened = apply_json_patch(tj, plan_open(tj).patch)
+    held = apply_json_patch(opened, plan_hold(opened, None, HOLD).patch)
+    with pytest.raises(Refused, match="dj-x-node-0-0-abcde: Running: Terminating"):
+        plan_release(held, None, blockers=[BLOCKER])
+    assert plan_release(held, None).new_a == 2
+    # Lifting a hold placed before Open unsuspends nothing, so nothing waits.
+    early = apply_json_patch(tj, plan_hold(tj, None, HOLD).patch)
+    assert plan_release(early, None, blockers=[BLOCKER]).outcome == "hold lifted; the TrainJob stays closed"
+    # Kueue mode: the readmission gate waits, not Open.
+    assert plan_open(trainjob(), blockers=[BLOCKER]).outcome == "gate removed"
+
+
+def test_open_and_release_record_the_jobset_uid_the_first_time():
+    tj = trainjob(queue=None)
+    mine = {"metadata": {"uid": "js-1", "ownerReferences": [{"uid": "tj-uid", "controller": True}]}}
+    orphan = {"metadata": {"uid": "js-0", "ownerReferences": [{"uid": "gone"}]}}
+    assert (
+        ANNOTATION_JOBSET_UID not in apply_json_patch(tj, plan_open(tj, jobset=orphan).patch)["metadata"]["annotations"]
+    )
+    opened = apply_json_patch(tj, plan_open(tj, jobset=mine).patch)
+    assert opened["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
+    accepted_by_the_webhook(tj, opened)
+    held = apply_json_patch(opened, plan_hold(opened, None, HOLD).patch)
+    again = {"metadata": {"uid": "js-2", "ownerReferences": [{"uid": "tj-uid"}]}}
+    released = apply_json_patch(held, plan_release(held, None, jobset=again).patch)
+    assert released["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"  # recorded once, never changed
+    fresh = apply_json_patch(tj, plan_hold(tj, None, HOLD).patch)
+    fresh = apply_json_patch(fresh, plan_open(fresh).patch)
+    released = apply_json_patch(fresh, plan_release(fresh, None, jobset=mine).patch)
+    assert released["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
+    kueue = trainjob()
+    assert (
+        apply_json_patch(kueue, plan_open(kueue, jobset=mine).patch)["metadata"]["annotations"][ANNOTATION_JOBSET_UID]
+        == "js-1"
+    )
 
 
 def test_kueue_hold_and_release_act_on_the_workload():

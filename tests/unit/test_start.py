@@ -60,3 +60,14 @@ def test_workload_must_carry_the_gate_and_list_the_check():
     assert workload_problems(wl, ["not-listed"]) == [
         f"{NOT_MANAGED}: its Workload does not list dispatch's AdmissionCheck"
     ]
+
+
+def test_plain_mode_compares_spec_suspend_its_own_start_gate():
+    plain = build_trainjob(submission(queue=None), runtime()["spec"])
+    read = as_read(plain)
+    assert readback_changes(plain, read) == []
+    read["spec"]["suspend"] = False
+    assert readback_changes(plain, read) == ["spec.suspend: wrote True, read False"]
+    kueue = as_read(written())
+    kueue["spec"]["suspend"] = False  # Kueue's field in Kueue mode
+    assert readback_changes(written(), kueue) == []

@@ -81,6 +81,7 @@ def test_status_of_a_running_job_reads_the_executions_off_the_pods():
 
 def test_ceased_when_every_pod_ended():
     tj = opened_running()
+    tj["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     s = status(
         trainjob=tj,
         workload=None,
@@ -94,6 +95,90 @@ def test_ceased_when_every_pod_ended():
     assert s.j is None
     assert s.r is None
     assert s.pods[0].verdict == "Ended"
+    assert "every pod of the current execution (A=2) ended" in s.ceased_reason
+
+
+def _ceased(tj, pods=(), wl=None):
+    s = status(trainjob=tj, workload=wl, jobset=None, pods=list(pods), nodes=NODES, runtime_copy=None, checks=[CHECK])
+    return s.ceased, s.ceased_reason
+
+
+def test_no_pods_is_no_evidence_once_an_execution_was_admitted():
+    running = opened_running()
+    assert _ceased(running, [pod("p0", 2, 0, phase_="Succeeded")])[0] is False  # not ended: JobSet may go on
+    queued = copy.deepcopy(running)
+    queued["spec"]["suspend"] = True
+    assert _ceased(queued, wl=workload(reserved=False)) == (
+        False,
+        "a new execution may start without a dispatch call (it is queued, admitted or running)",
+    )
+    assert _ceased(queued, wl=workload())[0] is False  # Admitting
+    held = _ceased(queued, wl=workload(active=False))
+    assert held[0] is False
+    assert "no pod of the current execution (A=2) is listed" in held[1]
+    assert _ceased(queued, [pod("p0", 2, 0, phase_="Failed")], workload(active=False))[0] is True
+    # A pod of an older execution is no evidence about the current one.
+    assert _ceased(queued, [pod("old", 1, 0, phase_="Failed")], workload(active=False))[0] is False
+    deleting = copy.deepcopy(running)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    assert _ceased(deleting)[0] is False  # force-deleted pods leave nothing behind
+    assert _ceased(deleting, [pod("p0", 2, 0, phase_="Running")])[0] is False
+    done = copy.deepcopy(running)
+    done["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+    assert _ceased(done)[0] is False
+
+
+def test_a_job_never_opened_has_ceased_unless_a_pod_may_run():
+    gated = trainjob()
+    assert _ceased(gated, wl=workload(reserved=False)) == (
+        True,
+        "no execution was ever admitted and none can start: it was never opened",
+    )
+    assert _ceased(gated, [pod("leak", 0, 0)])[0] is False
+    plain = trainjob(queue=None)
+    assert _ceased(plain)[0] is True
+    plain["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    plain = apply_json_patch(plain, raise_admission(plain).patch)
+    plain["spec"]["suspend"] = False
+    assert _ceased(plain)[0] is False  # just unsuspended: its pods do not exist yet
+    plain["spec"]["suspend"] = True
+    assert _ceased(plain)[0] is False  # suspended by someone else: they may unsuspend it
+    plain["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] = "alice"
+    assert _ceased(plain)[0] is False  # held, but its pods were never seen to end
+    assert _ceased(plain, [pod("p", 1, 0, phase_="Succeeded")])[0] is True
+
+
+def test_hold_until_is_reported_not_acted_on():
+    import datetime as dt
+
+    plain = trainjob(queue=None)
+    plain["metadata"]["annotations"].update(
+        {"dispatch.phpboyscout.uk/hold-who": "alice", "dispatch.phpboyscout.uk/hold-until": "2026-01-01T00:00:00Z"}
+    )
+
+    def hold(now):
+        return status(
+            trainjob=plain, workload=None, jobset=None, pods=[], nodes={}, runtime_copy=None, checks=[], now=now
+        ).hold
+
+    assert hold(dt.datetime(2026, 1, 1, tzinfo=dt.UTC)).expired is True
+    before = hold(dt.datetime(2025, 12, 31, 23, 59, tzinfo=dt.UTC))
+    assert (before.who, before.until, before.expired) == ("alice", "2026-01-01T00:00:00Z", False)
+    assert hold(None).expired is False
+    del plain["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"]
+    del plain["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-until"]
+    assert hold(None) is None
+
+
+def test_held_by_reads_other_parties_gates_on_the_workload_too():
+    tj = opened_running()
+    tj["metadata"]["annotations"][ANNOTATION_ADMISSION_GATED_BY] = "example.com/a"
+    wl = workload(active=False)
+    wl["metadata"].setdefault("annotations", {})[ANNOTATION_ADMISSION_GATED_BY] = (
+        "dispatch.phpboyscout.uk/gate,example.com/b,example.com/a"
+    )
+    s = status(trainjob=tj, workload=wl, jobset=None, pods=[], nodes={}, runtime_copy=None, checks=[CHECK])
+    assert s.held_by == ("example.com/a", "example.com/b")
 
 
 def test_phases():
