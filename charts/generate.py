@@ -49,6 +49,9 @@ TIMEOUT = "__DISPATCH_TIMEOUT_SECONDS__"
 _USERS = "__DISPATCH_USERNAMES__"
 _GROUPS = "__DISPATCH_GROUPS__"
 _PRINCIPALS_MARK = "__DISPATCH_PRINCIPALS_EXPRESSION__"
+# Stand-in for the name of dispatch's AdmissionCheck (the chart's admissionCheck.name).
+_CHECK = "__DISPATCH_ADMISSION_CHECK__"
+CHECK_TEMPLATE = "{{ .Values.admissionCheck.name }}"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -89,7 +92,7 @@ def _principals_template(expression: str) -> str:
 
 
 def _policies() -> tuple[list[dict[str, Any]], str]:
-    config = Config(dispatch=Principals(usernames=(_USERS,), groups=(_GROUPS,)))
+    config = Config(dispatch=Principals(usernames=(_USERS,), groups=(_GROUPS,)), admissionChecks=(_CHECK,))
     policies = admission_policies(config, namespace=NAMESPACE)
     expressions = set()
     for doc in policies:
@@ -106,6 +109,7 @@ def _policies() -> tuple[list[dict[str, Any]], str]:
     text = _strip_component(_dump(policies))
     if _USERS in text or _GROUPS in text:
         raise ValueError("dispatch's principals are used outside the one expression that is templated")
+    text = text.replace(_CHECK, CHECK_TEMPLATE)
     return policies, text.replace(_PRINCIPALS_MARK, _principals_template(expressions.pop()))
 
 

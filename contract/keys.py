@@ -32,6 +32,9 @@ ANNOTATION_ADMISSION_GATED_BY: Final = "kueue.x-k8s.io/admission-gated-by"
 ANNOTATION_OPENED: Final = "dispatch.phpboyscout.uk/opened"
 ANNOTATION_ADMISSION_FLOOR: Final = "dispatch.phpboyscout.uk/admission-floor"
 ANNOTATION_JOBSET_UID: Final = "dispatch.phpboyscout.uk/jobset-uid"
+ANNOTATION_ADMISSION_STARTED: Final = "dispatch.phpboyscout.uk/admission-started"
+"""A of the last execution started: recorded by the webhook in every write that unsuspends the TrainJob, so
+that the next unsuspend can be refused unless A was raised since (docs/security.md)."""
 ANNOTATION_HOLD_INSTANCE: Final = "dispatch.phpboyscout.uk/hold-instance"
 ANNOTATION_HOLD_SINCE: Final = "dispatch.phpboyscout.uk/hold-since"
 ANNOTATION_HOLD_WHO: Final = "dispatch.phpboyscout.uk/hold-who"
@@ -108,6 +111,10 @@ PROBE_NODE_SELECTOR_VALUE: Final = "never"
 PROLOGUE_SHELL: Final = "/bin/sh"
 PROLOGUE_ARGV0: Final = "dispatch-prologue"
 PROLOGUE_REFUSAL_EXIT: Final = 125
+
+# -- Kinds and groups of the objects the webhook polices besides the TrainJob ---------------------
+KIND_WORKLOAD: Final = "Workload"
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
 
 # -- API groups and kinds the contract builds or reads --------------------------------------------
 TRAINER_GROUP: Final = "trainer.kubeflow.org"

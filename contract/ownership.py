@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from contract.keys import LABEL_QUEUE_NAME, RUNTIME_PATCH_MANAGER
+from contract.keys import KIND_TRAINJOB, LABEL_QUEUE_NAME, RUNTIME_PATCH_MANAGER, TRAINER_GROUP
 from contract.names import is_dispatch_name
 from contract.objects import dig, labels
 
@@ -40,3 +40,23 @@ def is_dispatch(trainjob: object) -> bool:
 def is_kueue_mode(trainjob: object) -> bool:
     """Kueue mode is the queue-name label being set; plain mode otherwise."""
     return bool(labels(trainjob).get(LABEL_QUEUE_NAME))
+
+
+def owner_trainjob_name(obj: object) -> str | None:
+    """The name of the TrainJob that owns ``obj`` (a Workload, a JobSet), from its ownerReferences."""
+    refs = dig(obj, "metadata", "ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("kind") == KIND_TRAINJOB and isinstance(ref.get("name"), str):
+            api_version = ref.get("apiVersion")
+            if isinstance(api_version, str) and api_version.startswith(TRAINER_GROUP + "/"):
+                return ref["name"]
+    return None
+
+
+def owned_by_dispatch(obj: object) -> bool:
+    """A Workload or a JobSet of a dispatch TrainJob: its owner is a TrainJob with a dispatch name.
+
+    Kueue names the Workload ``trainjob-<name>-<hash>`` and Trainer the JobSet as its TrainJob, both with an
+    ownerReference to it; the JobSet's own name is also read, so dropping the reference does not hide it.
+    """
+    return is_dispatch_name(owner_trainjob_name(obj)) or is_dispatch_name(dig(obj, "metadata", "name"))

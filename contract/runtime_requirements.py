@@ -58,6 +58,16 @@ def runtime_problems(runtime_spec: Mapping[str, Any], *, allow_rank_restart: boo
                 c.get("restartPolicy") or c.get("restartPolicyRules"),
                 "restartPolicy and restartPolicyRules must be unset: they restart the trainer in place",
             )
+    failure = failure if isinstance(failure, Mapping) else {}
+    if failure.get("restartStrategy") == "InPlaceRestart":
+        # Not waived by allowRankRestart: it restarts the healthy pods of the whole group in place, not a
+        # failed rank, and raises neither A nor J.
+        add(
+            "runtime.in-place-restart",
+            "spec.template.spec.failurePolicy.restartStrategy",
+            "InPlaceRestart",
+            "must be Recreate or BlockingRecreate: an in-place restart of the group keeps A and J",
+        )
     if allow_rank_restart:
         return problems
     unless = " (or the site sets allowRankRestart)"
@@ -77,15 +87,6 @@ def runtime_problems(runtime_spec: Mapping[str, Any], *, allow_rank_restart: boo
                 "Ignore",
                 "an ignored failure lets the Job replace the rank under the same J" + unless,
             )
-    if not isinstance(failure, Mapping):
-        return problems
-    if failure.get("restartStrategy") == "InPlaceRestart":
-        add(
-            "runtime.rank-restart",
-            "spec.template.spec.failurePolicy.restartStrategy",
-            "InPlaceRestart",
-            "must be Recreate or BlockingRecreate: an in-place restart keeps J" + unless,
-        )
     for i, rule in enumerate(failure.get("rules") or []):
         if not isinstance(rule, Mapping) or rule.get("action") not in _RESTART_ONE_JOB:
             continue

@@ -7,14 +7,31 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.keys import ADMISSION_CHECK_NAME
 from serving.config import ConfigError, load_yaml_model
 from webhook.review import User
 
-__all__ = ["DEFAULT_DISPATCH_USERNAME", "DEFAULT_KUEUE_USERNAME", "Config", "ConfigError", "Principals", "load_config"]
+__all__ = [
+    "DEFAULT_CONTROLLER_USERNAMES",
+    "DEFAULT_DISPATCH_USERNAME",
+    "DEFAULT_KUEUE_USERNAME",
+    "Config",
+    "ConfigError",
+    "Principals",
+    "load_config",
+]
 
 DEFAULT_DISPATCH_USERNAME: Final = "system:serviceaccount:dispatch-system:dispatch-k8s"
 """The agent's ServiceAccount as the chart installs it."""
 DEFAULT_KUEUE_USERNAME: Final = "system:serviceaccount:kueue-system:kueue-controller-manager"
+DEFAULT_CONTROLLER_USERNAMES: Final = (
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+    "system:serviceaccount:jobset-system:jobset-controller-manager",
+)
+"""The garbage collector (with and without --use-service-account-credentials), Trainer and JobSet, as their
+upstream manifests install them: they delete a dispatch job's JobSet legitimately."""
 
 
 class Principals(BaseModel):
@@ -36,6 +53,10 @@ class Config(BaseModel):
     """dispatch's principals; everyone else is a stranger."""
     kueue: Principals = Field(default_factory=lambda: Principals(usernames=(DEFAULT_KUEUE_USERNAME,)))
     """Kueue's controller, which copies dispatch's gate from a TrainJob to its Workload."""
+    controllers: Principals = Field(default_factory=lambda: Principals(usernames=DEFAULT_CONTROLLER_USERNAMES))
+    """The garbage collector, Trainer and JobSet: may delete a dispatch job's JobSet."""
+    admission_checks: tuple[str, ...] = Field((ADMISSION_CHECK_NAME,), alias="admissionChecks")
+    """The AdmissionCheck objects served by dispatch's controller: only dispatch sets them Ready."""
     allow_spec_prologue: bool = Field(False, alias="allowSpecPrologue")
     """Accept the spec's original prologue text too (with a warning: it can repeat or garble an epoch)."""
     allow_rank_restart: bool = Field(False, alias="allowRankRestart")

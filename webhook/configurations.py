@@ -11,7 +11,15 @@ from __future__ import annotations
 import base64
 from typing import Any, Final
 
-from contract.keys import ANNOTATION_ADMISSION_GATED_BY, GATE, PREFIX, RUNTIME_PATCH_MANAGER
+from contract.keys import (
+    ANNOTATION_ADMISSION_GATED_BY,
+    GATE,
+    JOBSET_GROUP,
+    KIND_TRAINJOB,
+    PREFIX,
+    RUNTIME_PATCH_MANAGER,
+    TRAINJOB_NAME_PREFIX,
+)
 
 NAME: Final = "dispatch-k8s"
 TIMEOUT_SECONDS: Final = 5
@@ -39,12 +47,21 @@ def _has_dispatch_patch(o: str) -> str:
     )
 
 
+def _owned_by_dispatch(o: str) -> str:
+    # A Workload or JobSet whose owner is a TrainJob named like dispatch's (a superset; the webhook decides).
+    return (
+        f"(has({o}.metadata.ownerReferences) && {o}.metadata.ownerReferences.exists(r, "
+        f"r.kind == '{KIND_TRAINJOB}' && r.name.startsWith('{TRAINJOB_NAME_PREFIX}')))"
+    )
+
+
 def claims(resource: str) -> str:
     """CEL, true when the object or its old version is, or claims to be, dispatch's."""
     parts = {
         "trainjobs": (_has_dispatch_key, _has_dispatch_name, _has_dispatch_patch),
         "trainingruntimes": (_has_dispatch_key, _has_dispatch_name),
-        "workloads": (_has_dispatch_key,),
+        "workloads": (_has_dispatch_key, _owned_by_dispatch),
+        "jobsets": (_has_dispatch_name, _owned_by_dispatch),
     }[resource]
 
     def one(o: str) -> str:
@@ -58,6 +75,23 @@ RESOURCES: Final = (
     ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
     ("kueue.x-k8s.io", "v1beta2", "workloads"),
 )
+JOBSETS: Final = (JOBSET_GROUP, "v1alpha2", "jobsets")
+
+# What each validating webhook is sent: (resource or subresource, operations). Status writes are routed only
+# where they decide identity: dispatch's check on its Workloads, J on its JobSets; the JobSet's DELETE too.
+VALIDATED: Final = {
+    "trainjobs": [("trainjobs", ["CREATE", "UPDATE"])],
+    "trainingruntimes": [("trainingruntimes", ["CREATE", "UPDATE"])],
+    "workloads": [("workloads", ["CREATE", "UPDATE"]), ("workloads/status", ["UPDATE"])],
+    "jobsets": [("jobsets", ["DELETE"]), ("jobsets/status", ["UPDATE"])],
+}
+
+UNSUSPENDS: Final = (
+    "request.operation == 'CREATE' || "
+    "(has(oldObject.spec) && has(oldObject.spec.suspend) && oldObject.spec.suspend == true && "
+    "!(has(object.spec) && has(object.spec.suspend) && object.spec.suspend == true))"
+)
+"""CEL: a create, or an update that unsuspends: the writes the mutating webhook acts on."""
 
 
 def namespace_selector(own_namespace: str) -> dict[str, Any]:
@@ -86,7 +120,15 @@ def _client_config(
 
 
 def _webhook(
-    kind: str, group: str, version: str, resource: str, operations: list[str], timeout: int, **client: Any
+    kind: str,
+    group: str,
+    version: str,
+    resource: str,
+    routes: list[tuple[str, list[str]]],
+    timeout: int,
+    *,
+    also: tuple[dict[str, str], ...] = (),
+    **client: Any,
 ) -> dict[str, Any]:
     return {
         "name": f"{kind}.{resource}.dispatch.phpboyscout.uk",
@@ -100,12 +142,13 @@ def _webhook(
             {
                 "apiGroups": [group],
                 "apiVersions": [version],
-                "resources": [resource],
+                "resources": [routed],
                 "operations": operations,
                 "scope": "Namespaced",
             }
+            for routed, operations in routes
         ],
-        "matchConditions": [{"name": "dispatch-objects", "expression": claims(resource)}],
+        "matchConditions": [{"name": "dispatch-objects", "expression": claims(resource)}, *also],
         "clientConfig": _client_config(PATHS[kind], **client),
     }
 
@@ -131,11 +174,22 @@ def webhook_configurations(
     if not 1 <= timeout_seconds <= 30:
         raise ValueError(f"timeoutSeconds must be 1 to 30 (the API server's bounds), not {timeout_seconds}")
     validating = [
-        _webhook("validate", g, v, r, ["CREATE", "UPDATE"], timeout_seconds, **client) for g, v, r in RESOURCES
+        _webhook("validate", g, v, r, VALIDATED[r], timeout_seconds, **client) for g, v, r in (*RESOURCES, JOBSETS)
     ]
     trainjobs = RESOURCES[0]
+    unsuspends = {"name": "creates-or-unsuspends", "expression": UNSUSPENDS}
     mutating = [
-        {**_webhook("mutate", *trainjobs, ["CREATE"], timeout_seconds, **client), "reinvocationPolicy": "Never"}
+        {
+            **_webhook(
+                "mutate",
+                *trainjobs,
+                [("trainjobs", ["CREATE", "UPDATE"])],
+                timeout_seconds,
+                also=(unsuspends,),
+                **client,
+            ),
+            "reinvocationPolicy": "Never",
+        }
     ]
     return [
         {

@@ -3,11 +3,20 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 
 * ``dispatch-k8s-reserved-keys``: strangers may not add, change or remove keys under
   dispatch.phpboyscout.uk/ on TrainJobs, TrainingRuntimes and Workloads, nor move dispatch's gate on a
-  TrainJob.
+  TrainJob (the record of A at an unsuspend is left to the next two).
 * ``dispatch-k8s-identity``: on TrainJobs, for everyone, A in dispatch's runtime patch and the admission
-  floor never fall and are never removed, and the recorded JobSet UID never changes.
+  floor never fall and are never removed, only dispatch raises them and only to max(A, floor) + 1, the
+  recorded JobSet UID never changes, the queue never changes, the record of A changes only in an
+  unsuspend, and no other runtime-patch entry sets a pod key that decides identity.
+* ``dispatch-k8s-unsuspend``: the choke point, every unsuspend of a dispatch TrainJob: opened, no gate, no
+  hold, A above the A recorded at the previous unsuspend, and recorded in this write (the mutating webhook
+  records it; with the webhook gone the unsuspend fails closed).
+* ``dispatch-k8s-workloads``: on dispatch's Workloads, only dispatch sets its check Ready, no check's
+  podSetUpdates carries a pod key that decides identity, and a held Workload is not reactivated.
+* ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls.
+* ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``).
 
-The principals are rendered into the policies from the webhook's config.
+The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config.
 """
 
 from __future__ import annotations
@@ -19,16 +28,27 @@ from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
+    ENV_RESERVED_PREFIX,
     GATE,
+    HOLD_ANNOTATIONS,
+    LABEL_QUEUE_NAME,
+    LABEL_RESTART_ATTEMPT,
+    OPENED_TRUE,
     PREFIX,
     RUNTIME_PATCH_MANAGER,
 )
 from webhook.config import Config
-from webhook.configurations import NAME, RESOURCES, claims, namespace_selector
+from webhook.configurations import JOBSETS, NAME, RESOURCES, UNSUSPENDS, claims, namespace_selector
 
 RESERVED_KEYS: Final = f"{NAME}-reserved-keys"
 IDENTITY: Final = f"{NAME}-identity"
+UNSUSPEND: Final = f"{NAME}-unsuspend"
+WORKLOADS: Final = f"{NAME}-workloads"
+JOBSET_POLICY: Final = f"{NAME}-jobsets"
+RUNTIME_COPIES: Final = f"{NAME}-runtime-copies"
 
 
 def _q(text: str) -> str:
@@ -62,12 +82,38 @@ def _never_falls(old: str, new: str) -> str:
     return f"{old} == '' || ({new} != '' && int({new}) >= int({old}))"
 
 
-def _unchanged_reserved(old: str, new: str) -> str:
+def _unchanged_reserved(old: str, new: str, skip: str = "false") -> str:
+    """``skip``: CEL over ``k``, keys another policy checks."""
     p = _q(PREFIX)
     return (
-        f"{new}.all(k, !k.startsWith({p}) || (k in {old} && {old}[k] == {new}[k])) && "
-        f"{old}.all(k, !k.startsWith({p}) || k in {new})"
+        f"{new}.all(k, !k.startsWith({p}) || ({skip}) || (k in {old} && {old}[k] == {new}[k])) && "
+        f"{old}.all(k, !k.startsWith({p}) || ({skip}) || k in {new})"
     )
+
+
+def _reserved_pod_key(k: str) -> str:
+    return f"({k}.startsWith({_q(PREFIX)}) || {k} == {_q(LABEL_RESTART_ATTEMPT)} || {k}.startsWith('$'))"
+
+
+def _clean_entry(p: str) -> str:
+    """CEL: runtime-patch entry ``p`` sets no pod key, DISPATCH_* variable or command of dispatch's."""
+    pod = "j.?template.?spec.?template"
+    containers = " + ".join(f"{pod}.?spec.?{kind}.orValue([])" for kind in ("containers", "initContainers"))
+    return (
+        f"{p}.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([]).all(j, "
+        f"{pod}.?metadata.?labels.orValue({{}}).all(k, !{_reserved_pod_key('k')}) && "
+        f"{pod}.?metadata.?annotations.orValue({{}}).all(k, !{_reserved_pod_key('k')}) && "
+        f"({containers}).all(c, !has(c.command) && !has(c.args) && "
+        f"c.?env.orValue([]).all(e, !e.name.startsWith({_q(ENV_RESERVED_PREFIX)}))))"
+    )
+
+
+def _int(count: str) -> str:
+    return f"({count} == '' ? 0 : int({count}))"
+
+
+def _dispatch_checks(config: Config) -> str:
+    return json.dumps(list(config.admission_checks))
 
 
 def _is_dispatch(config: Config) -> str:
@@ -116,7 +162,7 @@ def _binding(policy: str, namespace: str) -> dict[str, Any]:
 
 
 def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]]:
-    """The two policies and their bindings, for dispatch installed in ``namespace``."""
+    """The policies and their bindings, for dispatch installed in ``namespace``."""
     reserved = _policy(
         RESERVED_KEYS,
         list(RESOURCES),
@@ -139,7 +185,11 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
                 },
                 {
                     "expression": "variables.dispatch || ("
-                    + _unchanged_reserved("variables.oldAnnotations", "variables.newAnnotations")
+                    + _unchanged_reserved(
+                        "variables.oldAnnotations",
+                        "variables.newAnnotations",
+                        f"request.resource.resource == 'trainjobs' && k == {_q(ANNOTATION_ADMISSION_STARTED)}",
+                    )
                     + ")",
                     "message": f"only dispatch adds, changes or removes annotations under {PREFIX}",
                     "reason": "Forbidden",
@@ -160,12 +210,16 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
         {
             "matchConditions": [{"name": "dispatch-objects", "expression": claims("trainjobs")}],
             "variables": [
+                {"name": "dispatch", "expression": _is_dispatch(config)},
                 {"name": "oldA", "expression": _a("oldObject")},
                 {"name": "newA", "expression": _a("object")},
                 {"name": "oldFloor", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_FLOOR)},
                 {"name": "newFloor", "expression": _annotation("object", ANNOTATION_ADMISSION_FLOOR)},
                 {"name": "oldJobSet", "expression": _annotation("oldObject", ANNOTATION_JOBSET_UID)},
                 {"name": "newJobSet", "expression": _annotation("object", ANNOTATION_JOBSET_UID)},
+                {"name": "oldStarted", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "newStarted", "expression": _annotation("object", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "unsuspends", "expression": UNSUSPENDS},
             ],
             "validations": [
                 {
@@ -185,7 +239,177 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
                     "message": f"{ANNOTATION_JOBSET_UID} is recorded once and never changed",
                     "reason": "Forbidden",
                 },
+                {
+                    # Falls are the two rules above; a change that is not a fall is a raise.
+                    "expression": "(variables.oldA == variables.newA && variables.oldFloor == variables.newFloor) || "
+                    "variables.newA == '' || variables.newFloor == '' || "
+                    "(variables.dispatch && variables.newA == variables.newFloor && int(variables.newA) == "
+                    "(int(variables.oldA == '' ? '0' : variables.oldA) > "
+                    "int(variables.oldFloor == '' ? '0' : variables.oldFloor) ? "
+                    "int(variables.oldA == '' ? '0' : variables.oldA) : "
+                    "int(variables.oldFloor == '' ? '0' : variables.oldFloor)) + 1)",
+                    "messageExpression": "'only dispatch raises A and the admission floor, together, to max(A, floor)"
+                    " + 1: saw A ' + variables.oldA + ' -> ' + variables.newA + ', floor ' + variables.oldFloor"
+                    " + ' -> ' + variables.newFloor",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"oldObject.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') == "
+                    f"object.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('')",
+                    "message": f"{LABEL_QUEUE_NAME} of a dispatch TrainJob is chosen at Start and never changes",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.oldStarted == variables.newStarted || "
+                    "(variables.unsuspends && variables.newStarted == variables.newA)",
+                    "message": f"{ANNOTATION_ADMISSION_STARTED} is A, recorded in the write that unsuspends, and "
+                    "changes nowhere else",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
+                    f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
+                    "oldObject.spec.?runtimePatches.orValue([]).exists(o, o.manager == p.manager && "
+                    "o.?trainingRuntimeSpec == p.?trainingRuntimeSpec) || "
+                    f"{_clean_entry('p')})",
+                    "message": f"only dispatch's runtime-patch entry sets pod keys under {PREFIX}, "
+                    f"{LABEL_RESTART_ATTEMPT}, {ENV_RESERVED_PREFIX}* variables or the trainer's command",
+                    "reason": "Forbidden",
+                },
             ],
         },
     )
-    return [reserved, _binding(RESERVED_KEYS, namespace), identity, _binding(IDENTITY, namespace)]
+    unsuspend = _policy(
+        UNSUSPEND,
+        [RESOURCES[0]],
+        ["UPDATE"],
+        {
+            "matchConditions": [
+                {"name": "dispatch-objects", "expression": claims("trainjobs")},
+                {"name": "unsuspends", "expression": UNSUSPENDS},
+            ],
+            "variables": [
+                {"name": "a", "expression": _a("object")},
+                {"name": "oldStarted", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "started", "expression": _annotation("object", ANNOTATION_ADMISSION_STARTED)},
+            ],
+            "validations": [
+                {
+                    "expression": f"{_annotation('object', ANNOTATION_OPENED)} == {_q(OPENED_TRUE)} && "
+                    f"!({_gated('object')})",
+                    "message": f"dispatch opens the job before any execution: {ANNOTATION_OPENED} and no {GATE}",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!object.metadata.?annotations.orValue({}).exists(k, k in "
+                    f"{json.dumps(list(HOLD_ANNOTATIONS))})",
+                    "message": "a hold of dispatch's is in force: Release lifts it",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.a != '' && int(variables.a) >= 1 && "
+                    f"{_int('variables.oldStarted')} < int(variables.a)",
+                    "messageExpression": "'A ' + variables.a + ' is not above ' + variables.oldStarted + ', the A "
+                    "the previous execution started with: A is raised before every execution'",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.started == variables.a",
+                    "messageExpression": f"'{ANNOTATION_ADMISSION_STARTED} must record A ' + variables.a + "
+                    "' in the write that unsuspends (dispatch's mutating webhook writes it)'",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
+                    f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
+                    "p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([]).all(j, "
+                    "j.?template.?spec.?template.?metadata.?annotations.orValue({}).all(k, "
+                    f"k != {_q(ANNOTATION_ADMISSION)} && !k.startsWith('$'))))",
+                    "message": f"another runtime-patch entry sets {ANNOTATION_ADMISSION}: the merged pod template "
+                    "would not carry dispatch's A",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
+    checks = _dispatch_checks(config)
+    reserved_pod_keys = (
+        "u.?labels.orValue({}).all(k, !"
+        + _reserved_pod_key("k")
+        + ") && "
+        + ("u.?annotations.orValue({}).all(k, !" + _reserved_pod_key("k") + ")")
+    )
+    workloads = _policy(
+        WORKLOADS,
+        [RESOURCES[2], (RESOURCES[2][0], RESOURCES[2][1], "workloads/status")],
+        ["UPDATE"],
+        {
+            "matchConditions": [{"name": "dispatch-objects", "expression": claims("workloads")}],
+            "variables": [
+                {"name": "dispatch", "expression": _is_dispatch(config)},
+                {"name": "checks", "expression": "object.?status.?admissionChecks.orValue([])"},
+                {"name": "oldChecks", "expression": "oldObject.?status.?admissionChecks.orValue([])"},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.dispatch || variables.checks.all(c, !(c.name in "
+                    f"{checks}) || c.state != 'Ready' || variables.oldChecks.exists(o, o.name == c.name && "
+                    "o.state == 'Ready' && o.?podSetUpdates.orValue([]) == c.?podSetUpdates.orValue([])))",
+                    "message": "only dispatch's admission controller sets its check Ready, after raising A",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.checks.all(c, variables.oldChecks.exists(o, o == c) || "
+                    f"c.?podSetUpdates.orValue([]).all(u, {reserved_pod_keys}))",
+                    "message": f"no check's podSetUpdates may carry pod keys under {PREFIX} or "
+                    f"{LABEL_RESTART_ATTEMPT}: Kueue copies them into the pods, over A",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!object.metadata.?annotations.orValue({}).exists(k, k in "
+                    f"{json.dumps(list(HOLD_ANNOTATIONS))}) || oldObject.spec.?active.orValue(true) != false || "
+                    "object.spec.?active.orValue(true) == false",
+                    "message": "dispatch holds this Workload: only Release reactivates it, removing the hold",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
+    jobsets = _policy(
+        JOBSET_POLICY,
+        [(JOBSETS[0], JOBSETS[1], "jobsets/status")],
+        ["UPDATE"],
+        {
+            "matchConditions": [{"name": "dispatch-objects", "expression": claims("jobsets")}],
+            "validations": [
+                {
+                    "expression": "oldObject.?status.?restarts.orValue(0) <= object.?status.?restarts.orValue(0)",
+                    "messageExpression": "'J (restarts) of a dispatch job never falls: saw ' + "
+                    "string(oldObject.?status.?restarts.orValue(0)) + ' -> ' + "
+                    "string(object.?status.?restarts.orValue(0))",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
+    copies = _policy(
+        RUNTIME_COPIES,
+        [RESOURCES[1]],
+        ["CREATE", "UPDATE"],
+        {
+            "matchConditions": [{"name": "dispatch-objects", "expression": claims("trainingruntimes")}],
+            "validations": [
+                {
+                    "expression": "object.spec.?template.?spec.?failurePolicy.?restartStrategy.orValue('') != "
+                    "'InPlaceRestart'",
+                    "message": "a dispatch runtime never restarts in place (InPlaceRestart keeps A and J), even "
+                    "with allowRankRestart",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
+    docs = []
+    for policy in (reserved, identity, unsuspend, workloads, jobsets, copies):
+        docs += [policy, _binding(policy["metadata"]["name"], namespace)]
+    return docs

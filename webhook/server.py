@@ -120,7 +120,7 @@ class Webhook:
 
     async def _lookups(self, review: Request, budget: float) -> Lookups:
         lookups, lookup = Lookups(), self.lookup
-        wanted = admission.lookups_needed(review)
+        wanted = admission.lookups_needed(review, self.config)
         if wanted and lookup is None:
             raise LookupFailed("no Kubernetes client is configured to read TrainingRuntimes")
         namespace = name = ""

@@ -20,7 +20,7 @@ from contract.keys import (
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import workload
-from tests.unit.test_webhook_rules import DISPATCH, decide, request
+from tests.unit.test_webhook_rules import DISPATCH, admit, request
 
 HOLD = Hold(
     instance="h-1", since="2026-11-29T10:00:00Z", who="alice", reason="maintenance", until="2026-11-30T00:00:00Z"
@@ -28,7 +28,7 @@ HOLD = Hold(
 
 
 def accepted_by_the_webhook(before, after, resource="trainjobs", kind="TrainJob", group="trainer.kubeflow.org"):
-    verdict = decide(request("UPDATE", after, before, user=DISPATCH, resource=resource, kind=kind, group=group))
+    verdict = admit(request("UPDATE", after, before, user=DISPATCH, resource=resource, kind=kind, group=group))
     assert verdict.allowed, verdict.message
 
 

@@ -62,7 +62,6 @@ def test_other_containers_may_restart():
     [
         lambda s: trainer_job(s).update(backoffLimitPerIndex=1),
         lambda s: trainer_job(s).update(podFailurePolicy={"rules": [{"action": "Count"}, {"action": "Ignore"}]}),
-        lambda s: s["template"]["spec"].update(failurePolicy={"restartStrategy": "InPlaceRestart"}),
         lambda s: s["template"]["spec"].update(failurePolicy={"rules": [{"action": "RestartJob"}]}),
         lambda s: s["template"]["spec"].update(
             failurePolicy={"rules": [{"action": "RestartJobAndIgnoreMaxRestarts", "targetReplicatedJobs": ["node"]}]}
@@ -74,6 +73,15 @@ def test_rank_restart_refused_unless_allowed(change):
     change(s)
     assert rules(s) == ["runtime.rank-restart"]
     assert rules(s, allow=True) == []
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_in_place_restart_is_refused_even_where_rank_restart_is_allowed(allow):
+    """allowRankRestart waives what replaces a failed rank; an in-place restart restarts the whole group's
+    healthy pods, raising neither A nor J."""
+    s = spec()
+    s["template"]["spec"]["failurePolicy"] = {"restartStrategy": "InPlaceRestart", "maxRestarts": 3}
+    assert rules(s, allow=allow) == ["runtime.in-place-restart"]
 
 
 @pytest.mark.parametrize(

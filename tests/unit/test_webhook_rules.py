@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_HOLD_REASON,
     ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
     GATE,
 )
 from contract.prologue import SPEC_PROLOGUE
@@ -71,6 +73,14 @@ def lookups_for(req: Request, rt: dict[str, Any] | None = "copy") -> Lookups:  #
 
 def decide(req: Request, config: Config | None = None, rt: Any = "copy"):
     return validate(req, config or Config(), lookups_for(req, rt))
+
+
+def admit(req: Request, config: Config | None = None, rt: Any = "copy"):
+    """What the API server does: the mutating webhook, then validation of the mutated object."""
+    mutation = mutate(req, config or Config())
+    if mutation.patch and req.object is not None:
+        req = dataclasses.replace(req, object=apply_json_patch(req.object, mutation.patch))
+    return decide(req, config, rt)
 
 
 def denied_by(verdict) -> str:
@@ -244,11 +254,20 @@ def update(change, *, user: User = DISPATCH, base: dict[str, Any] | None = None)
     old = base or trainjob()
     new = copy.deepcopy(old)
     change(new)
-    return decide(request("UPDATE", new, old, user=user))
+    return admit(request("UPDATE", new, old, user=user))
 
 
 def raised(tj: dict[str, Any]) -> dict[str, Any]:
     return apply_json_patch(tj, raise_admission(tj).patch)
+
+
+def opened_kueue() -> dict[str, Any]:
+    """A Kueue-mode TrainJob that dispatch opened (gate removed, opened mark written) and whose A the
+    readmission gate raised: what Kueue then unsuspends."""
+    tj = trainjob()
+    tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY)
+    tj["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    return raised(tj)
 
 
 def test_the_raise_of_a_passes():
@@ -269,8 +288,7 @@ def test_kueue_writes_pass():
         }
         tj["spec"]["suspend"] = False
 
-    base = raised(trainjob())
-    base["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY)
+    base = opened_kueue()
     assert update(kueue_admits, user=KUEUE, base=base).allowed
     assert update(lambda tj: tj["spec"].update(suspend=True), user=KUEUE, base=base).allowed
 
@@ -411,7 +429,7 @@ def test_plain_open_raises_a_in_the_unsuspending_update():
     new = raised(old)
     new["spec"]["suspend"] = False
     new["metadata"]["annotations"]["dispatch.phpboyscout.uk/opened"] = "true"
-    assert decide(request("UPDATE", new, old)).allowed
+    assert admit(request("UPDATE", new, old)).allowed
 
 
 @pytest.mark.parametrize("user", [DISPATCH, STRANGER])
@@ -628,8 +646,8 @@ def test_in_kueue_mode_only_kueue_and_dispatch_unsuspend():
     def start(tj):
         tj["spec"]["suspend"] = False
 
-    verdict = update(start, user=STRANGER)
+    verdict = update(start, user=STRANGER, base=opened_kueue())
     assert denied_by(verdict) == "update.unsuspend"
     assert "in Kueue mode Kueue unsuspends" in verdict.message
-    assert update(start, user=KUEUE).allowed
-    assert update(start, user=DISPATCH).allowed
+    assert update(start, user=KUEUE, base=opened_kueue()).allowed
+    assert update(start, user=DISPATCH, base=opened_kueue()).allowed

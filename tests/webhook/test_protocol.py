@@ -103,7 +103,7 @@ async def test_lookups_are_filled_before_validate(server: Running, monkeypatch: 
         seen.append(lookups)
         return Verdict.allow()
 
-    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request: [RUNTIME_KEY, missing])
+    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request, config=None: [RUNTIME_KEY, missing])
     monkeypatch.setattr(webhook.admission, "validate", validate)
     status, _ = await server.post("/validate", admission_review())
     assert status == 200
@@ -115,7 +115,7 @@ async def test_lookup_failure_is_a_denial_naming_it(server: Running, monkeypatch
         raise ApiException(status=503, reason="Service Unavailable")
 
     server.webhook.lookup = failing
-    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request: [RUNTIME_KEY])
+    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request, config=None: [RUNTIME_KEY])
     _, answer = await server.post("/validate", admission_review(uid="uid-lookup"))
     response = answer["response"]
     assert (response["uid"], response["allowed"], response["status"]["code"]) == ("uid-lookup", False, 500)
@@ -128,7 +128,7 @@ async def test_slow_lookup_ends_within_the_api_servers_timeout(server: Running, 
         await asyncio.sleep(60)
 
     server.webhook.lookup = hanging
-    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request: [RUNTIME_KEY])
+    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request, config=None: [RUNTIME_KEY])
     started = time.monotonic()
     _, answer = await server.post("/validate", admission_review(uid="uid-slow"), params={"timeout": "1s"})
     assert time.monotonic() - started < 1.0
@@ -138,7 +138,7 @@ async def test_slow_lookup_ends_within_the_api_servers_timeout(server: Running, 
 
 async def test_lookup_without_a_kube_client_is_a_denial(server: Running, monkeypatch: pytest.MonkeyPatch):
     server.webhook.lookup = None
-    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request: [RUNTIME_KEY])
+    monkeypatch.setattr(webhook.admission, "lookups_needed", lambda request, config=None: [RUNTIME_KEY])
     _, answer = await server.post("/validate", admission_review())
     assert answer["response"]["allowed"] is False
     assert "no Kubernetes client" in answer["response"]["status"]["message"]

@@ -22,14 +22,19 @@ def _reserved(keys: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def reserved_key_problems(
-    old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, *, gate_carrier: bool = False
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any] | None,
+    *,
+    gate_carrier: bool = False,
+    exempt: frozenset[str] = frozenset(),
 ) -> list[Problem]:
-    """What a stranger's write changes of dispatch's keys. ``gate_carrier``: may move dispatch's gate."""
+    """What a stranger's write changes of dispatch's keys. ``gate_carrier``: may move dispatch's gate;
+    ``exempt``: annotations another rule checks for this write (the record of A in an unsuspend)."""
     problems = []
     for where, read in (("labels", labels), ("annotations", annotations)):
         before, after = _reserved(read(old)), _reserved(read(new))
         for key in sorted(before.keys() | after.keys()):
-            if before.get(key) != after.get(key):
+            if before.get(key) != after.get(key) and not (where == "annotations" and key in exempt):
                 seen = f"{before.get(key)!r} -> {after.get(key)!r}" if old is not None else after.get(key)
                 problems.append(Problem("reserved-keys", f"metadata.{where}[{key}]", seen, ACCEPTED))
     had, has = GATE in gates_of(old), GATE in gates_of(new)

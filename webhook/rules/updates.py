@@ -1,9 +1,13 @@
 """Updates of a dispatch TrainJob, by anyone: the identity counters only rise.
 
-A in dispatch's runtime patch and the admission floor never fall, the floor is never removed, the
-recorded JobSet UID never changes, dispatch's runtime patch entry is never removed or replaced, and in
-plain mode the update that unsuspends raises A (that is how Open and Release work). Kueue's and
-Trainer's own writes touch none of these, so they pass.
+A in dispatch's runtime patch and the admission floor never fall, the floor is never removed, only
+dispatch raises them and only to max(A, floor) + 1, the recorded JobSet UID never changes, dispatch's
+runtime patch entry is never removed or replaced, the queue never changes, and in plain mode the update
+that unsuspends raises A (that is how Open and Release work). Kueue's and Trainer's own writes touch none
+of these, so they pass.
+
+The unsuspend is the choke point (``unsuspend_problems``): every execution starts with one, Kueue's or
+dispatch's, so it is checked for every client against what must hold before any execution.
 """
 
 from __future__ import annotations
@@ -12,16 +16,23 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from contract.admission import admission_count, admission_floor
+from contract.admission import admission_count, admission_floor, parse_count
 from contract.errors import ContractError, Problem
+from contract.gates import has_dispatch_gate
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
+    HOLD_ANNOTATIONS,
+    LABEL_QUEUE_NAME,
+    OPENED_TRUE,
     RUNTIME_PATCH_MANAGER,
 )
-from contract.objects import annotations, dig
+from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
+from contract.patches import merged_admission
 
 _FLOOR = f"metadata.annotations[{ANNOTATION_ADMISSION_FLOOR}]"
 _A = f"spec.runtimePatches[{RUNTIME_PATCH_MANAGER}] annotation {ANNOTATION_ADMISSION}"
@@ -50,7 +61,28 @@ def _suspended(obj: Mapping[str, Any]) -> bool:
     return dig(obj, "spec", "suspend") is True
 
 
-def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+def suspended(obj: Mapping[str, Any] | None) -> bool:
+    return obj is not None and _suspended(obj)
+
+
+def unsuspends(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """The write starts an execution: the TrainJob was suspended and is not any more."""
+    return old is not None and new is not None and _suspended(old) and not _suspended(new)
+
+
+def started_admission(obj: Mapping[str, Any]) -> int | ContractError | None:
+    """A recorded at the last unsuspend, or None before the first."""
+    value = annotations(obj).get(ANNOTATION_ADMISSION_STARTED)
+    if value is None:
+        return None
+    try:
+        return parse_count(f"annotation {ANNOTATION_ADMISSION_STARTED}", value)
+    except ContractError as exc:
+        return exc
+
+
+def update_problems(old: Mapping[str, Any], new: Mapping[str, Any], *, dispatch: bool = True) -> list[Problem]:
+    """``dispatch``: the writer is dispatch, the one principal that raises A."""
     problems: list[Problem] = []
     old_entry, new_entry = dispatch_patch(old), dispatch_patch(new)
     if old_entry is None and new_entry is not None:
@@ -89,6 +121,20 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Prob
         elif isinstance(before, int) and (after is None or after < before):
             seen = f"{before} -> {'removed' if after is None else after}"
             problems.append(Problem("update.counter", field, seen, f"never below {before}, never removed"))
+    problems += _raise_problems(a_before, a_after, floor_before, floor_after, dispatch=dispatch)
+    problems += _started_problems(old, new, a_after)
+
+    queue_before, queue_after = labels(old).get(LABEL_QUEUE_NAME), labels(new).get(LABEL_QUEUE_NAME)
+    if queue_before != queue_after:
+        problems.append(
+            Problem(
+                "update.queue",
+                f"metadata.labels[{LABEL_QUEUE_NAME}]",
+                f"{queue_before} -> {queue_after}",
+                "the queue (and Kueue or plain mode) is chosen at Start and never changes: another queue may "
+                "admit without dispatch's check",
+            )
+        )
 
     uid_before, uid_after = (
         annotations(old).get(ANNOTATION_JOBSET_UID),
@@ -117,6 +163,104 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Prob
                     f"in plain mode the unsuspending update raises A above {highest} (patch and floor)",
                 )
             )
+    return problems
+
+
+def _raise_problems(
+    a_before: object, a_after: object, floor_before: object, floor_after: object, *, dispatch: bool
+) -> list[Problem]:
+    """A and the floor rise only by dispatch, together, and only to max(A, floor) + 1: a stranger pushing A
+    to the bound would make every later raise fail."""
+    counts = (a_before, a_after, floor_before, floor_after)
+    if any(isinstance(c, ContractError) for c in counts) or (a_before, floor_before) == (a_after, floor_after):
+        return []
+    if isinstance(a_after, int) and isinstance(a_before, int) and a_after < a_before:
+        return []  # reported as a fall
+    if not dispatch:
+        return [
+            Problem(
+                "update.counter",
+                _A,
+                f"A {a_before} -> {a_after}, floor {floor_before} -> {floor_after}",
+                "only dispatch raises A and the admission floor",
+            )
+        ]
+    expected = max(c for c in (a_before, floor_before, 0) if isinstance(c, int)) + 1
+    if a_after != expected or floor_after != expected:
+        return [
+            Problem(
+                "update.counter",
+                _A,
+                f"A {a_before} -> {a_after}, floor {floor_before} -> {floor_after}",
+                f"a raise writes max(A, floor) + 1 = {expected} into both",
+            )
+        ]
+    return []
+
+
+def _started_problems(old: Mapping[str, Any], new: Mapping[str, Any], a_after: object) -> list[Problem]:
+    before, after = started_admission(old), started_admission(new)
+    if before == after:
+        return []
+    if unsuspends(old, new) and isinstance(a_after, int) and after == a_after:
+        return []
+    return [
+        Problem(
+            "update.admission-started",
+            f"metadata.annotations[{ANNOTATION_ADMISSION_STARTED}]",
+            f"{before} -> {after}",
+            "recorded by the webhook as A in the write that unsuspends, and nowhere else",
+        )
+    ]
+
+
+def unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+    """The choke point, for every client (Kueue's admission, dispatch's Open and Release, anyone else's):
+    an unsuspend starts an execution, so dispatch must have opened the job, no hold of dispatch's may be in
+    force, A in the merged pod template must be dispatch's A, and A must be above the A recorded at the
+    previous unsuspend (the mutating webhook records it in this same write)."""
+    if not unsuspends(old, new):
+        return []
+    problems = []
+
+    def refuse(field: str, seen: object, accepted: str) -> None:
+        problems.append(Problem("update.unsuspend", field, seen, accepted))
+
+    if annotations(new).get(ANNOTATION_OPENED) != OPENED_TRUE:
+        refuse(
+            f"metadata.annotations[{ANNOTATION_OPENED}]",
+            annotations(new).get(ANNOTATION_OPENED),
+            "dispatch opens the job before any execution (Open writes the opened mark, in both modes)",
+        )
+    if has_dispatch_gate(new):
+        refuse("metadata.annotations[kueue.x-k8s.io/admission-gated-by]", "dispatch's gate", "Open removes it first")
+    held = sorted(k for k in HOLD_ANNOTATIONS if k in annotations(new))
+    if held:
+        refuse("metadata.annotations", held, "a hold of dispatch's is in force: Release lifts it")
+    a = _count(admission_count, new)
+    if not isinstance(a, int) or a < 1:
+        refuse(_A, a.message if isinstance(a, ContractError) else a, "at least 1: an execution starts after a raise")
+        return problems
+    merged = merged_admission(new)
+    if merged != str(a):
+        refuse(
+            "spec.runtimePatches",
+            f"A {merged} in the merged pod template",
+            f"A {a} of dispatch's entry: no later entry may set {ANNOTATION_ADMISSION}",
+        )
+    previous = started_admission(old)
+    if isinstance(previous, ContractError) or (isinstance(previous, int) and a <= previous):
+        refuse(
+            _A,
+            f"A {a}, the previous execution started with A {previous}",
+            "A is raised before every execution: the readmission gate (Kueue mode) or Open and Release",
+        )
+    if started_admission(new) != a:
+        refuse(
+            f"metadata.annotations[{ANNOTATION_ADMISSION_STARTED}]",
+            annotations(new).get(ANNOTATION_ADMISSION_STARTED),
+            f"{a}, recorded by dispatch's mutating webhook in the write that unsuspends",
+        )
     return problems
 
 
