@@ -242,7 +242,7 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
                 {
                     # Falls are the two rules above; a change that is not a fall is a raise.
                     "expression": "(variables.oldA == variables.newA && variables.oldFloor == variables.newFloor) || "
-                    "variables.newA == '' || variables.newFloor == '' || "
+                    "variables.newA == '' || (variables.oldFloor != '' && variables.newFloor == '') || "
                     "(variables.dispatch && variables.newA == variables.newFloor && int(variables.newA) == "
                     "(int(variables.oldA == '' ? '0' : variables.oldA) > "
                     "int(variables.oldFloor == '' ? '0' : variables.oldFloor) ? "
@@ -316,7 +316,7 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
                 {
                     "expression": "variables.started == variables.a",
                     "messageExpression": f"'{ANNOTATION_ADMISSION_STARTED} must record A ' + variables.a + "
-                    "' in the write that unsuspends (dispatch's mutating webhook writes it)'",
+                    "' in the write that unsuspends (the mutating webhook of dispatch writes it)'",
                     "reason": "Forbidden",
                 },
                 {

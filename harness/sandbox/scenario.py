@@ -53,6 +53,8 @@ class Setup:
     job_cpu: str
     api_url: str
     ca_file: Path
+    check: str
+    """The name of dispatch's AdmissionCheck (the chart's)."""
     token_file: Path
     logs: Sequence[Path]
     record: Path
@@ -247,6 +249,14 @@ class Scenario:
             st = await self.status(agent)
             note = f"{PREEMPTOR} ({s.high}) took the quota; Workload evicted: {why}"
             result.rows.append(Row(f"preempted by {PREEMPTOR}", st, note))
+            # Kueue reset dispatch's check to Pending on the eviction: a forged Ready would re-admit the job
+            # with the A it last ran with.
+            workload = self._workload(ref.uid) or {}
+            checks = (workload.get("status") or {}).get("admissionChecks") or []
+            forged = [{**c, "state": "Ready"} if c.get("name") == s.check else c for c in checks]
+            self.refused(s.stranger, "sets dispatch's admission check Ready on the Workload", "PATCH",
+                         s.admin.object_path(workload) + "/status", {"status": {"admissionChecks": forged}},
+                         "application/merge-patch+json")  # fmt: skip
 
         async with self.step("held", 120):
             # The preemptor finishes and the quota comes back, while the preempted pod may still be in its
@@ -323,10 +333,14 @@ QUOTA = {"cpu": "4", "memory": "16Gi"}
 """Room for one job at a time: the dispatch job and the preemptor each ask for JOB_CPU."""
 STRANGER_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get", "list", "patch", "update"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "patch", "update"]},
+    {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["workloads", "workloads/status"],
+        "verbs": ["get", "list", "patch", "update"],
+    },
 ]
-"""What a colleague with edit rights in the namespace may do to TrainJobs and Workloads (RBAC allows the
-writes; only dispatch's admission rules refuse them)."""
+"""What a colleague with edit rights in the namespace may do to TrainJobs and Workloads and their status
+(RBAC allows the writes; only dispatch's admission rules refuse them)."""
 RBAC_V = "rbac.authorization.k8s.io/v1"
 
 
@@ -396,6 +410,7 @@ def prepare(
         job_cpu=JOB_CPU,
         api_url=api_url,
         ca_file=ca_file,
+        check=check,
         token_file=token_file,
         logs=logs,
         record=work / "status.jsonl",

@@ -233,7 +233,10 @@ def test_the_policies_are_the_generators_with_the_same_principals_as_the_webhook
     webhook = containers(r)["webhook"]
     config = load(tmp_path, config_file(r, webhook, parse_args(webhook).config), load_webhook_config)
     assert config.dispatch.usernames[0] == sa_username(r), "the chart's ServiceAccount is dispatch"
-    expected = admission_policies(Config(dispatch=config.dispatch), namespace=r.namespace)
+    assert config.admission_checks == (r.one("AdmissionCheck")["metadata"]["name"],), "the chart's check is dispatch's"
+    expected = admission_policies(
+        Config(dispatch=config.dispatch, admissionChecks=config.admission_checks), namespace=r.namespace
+    )
     for doc in expected:
         doc["metadata"]["name"] = doc["metadata"]["name"].replace("dispatch-k8s", fullname(r), 1)
         if "policyName" in doc["spec"]:

@@ -9,17 +9,17 @@ from typing import Any
 from harness.cluster import ControlPlane
 from harness.kube_http import KubeHttp
 
+VERBS = ["get", "list", "create", "update", "patch", "delete"]
 EDIT_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": ["trainer.kubeflow.org"],
         "resources": ["trainjobs", "trainingruntimes", "clustertrainingruntimes"],
-        "verbs": ["get", "list", "create", "update", "patch", "delete"],
+        "verbs": VERBS,
     },
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": ["workloads"],
-        "verbs": ["get", "list", "create", "update", "patch"],
-    },
+    # The attacker of issue 10: ordinary namespace RBAC on Workloads and JobSets, their status, and pods.
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "workloads/status"], "verbs": VERBS},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets", "jobsets/status"], "verbs": VERBS},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": VERBS},
 ]
 
 

@@ -22,6 +22,8 @@ from webhook.policies import admission_policies
 
 pytestmark = pytest.mark.cluster
 TRAINJOB = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 @pytest.fixture
@@ -65,6 +67,27 @@ def _wait_enforced(who: Principals, namespace: str) -> None:
         who.stranger.delete(canary["apiVersion"], canary["kind"], "canary", namespace)
         time.sleep(0.2)
     raise AssertionError("the admission policies were not enforced within 30 s")
+
+
+def denied(http, obj: dict, patch, *, content_type: str = MERGE, subresource: str = "", method: str = "PATCH") -> str:
+    """The API server's message refusing this write. Policies load asynchronously, each on its own: the write
+    is first tried as a dry run (admission runs, nothing is stored) until it is refused, then for real."""
+    path = http.object_path(obj) + (f"/{subresource}" if subresource else "")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            http.request(method, path, patch, query={"dryRun": "All"}, content_type=content_type)
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{method} {path} was not refused within 30 s")
+        time.sleep(0.2)
+    with pytest.raises(ApiError) as err:
+        http.request(method, path, patch, content_type=content_type)
+    assert err.value.status == 403, err.value
+    return json.loads(err.value.body)["message"]
 
 
 def create(who: Principals, namespace: str, **overrides) -> dict:
@@ -139,7 +162,7 @@ def test_a_and_the_floor_never_fall_even_for_dispatch(control_plane, who, namesp
     lower_a = copy.deepcopy(raise_admission(twice).patch)
     lower_a[2]["value"] = "1"
     lower_a.pop()  # leave the floor: only A falls
-    err = refused(lambda: json_patch(who.dispatch, twice, lower_a))
+    err = denied(who.dispatch, twice, lower_a, content_type=JSON_PATCH)
     assert "A in dispatch's runtime patch never falls" in err
     assert "2 -> 1" in err
     err = refused(
@@ -159,9 +182,7 @@ def test_a_and_the_floor_never_fall_even_for_dispatch(control_plane, who, namesp
 def test_jobset_uid_is_recorded_once(who, namespace, policies):
     tj = create(who, namespace)
     first = merge_patch(who.dispatch, tj, {"metadata": {"annotations": {ANNOTATION_JOBSET_UID: "js-1"}}})
-    err = refused(
-        lambda: merge_patch(who.dispatch, first, {"metadata": {"annotations": {ANNOTATION_JOBSET_UID: "js-2"}}})
-    )
+    err = denied(who.dispatch, first, {"metadata": {"annotations": {ANNOTATION_JOBSET_UID: "js-2"}}})
     assert "recorded once and never changed" in err
 
 
@@ -178,3 +199,166 @@ def test_unrelated_trainjobs_pass(control_plane, who, namespace, policies):
         }
     )
     assert merge_patch(who.stranger, job, {"spec": {"suspend": False}})["spec"]["suspend"] is False
+
+
+# -- Issue 10: the same tampering, refused by the policies alone (no webhook) ----------------------------
+
+
+def _patched_a(tj: dict, value: str) -> list[dict]:
+    return [{"op": "replace", "path": A_PATH, "value": value}]
+
+
+A_PATH = (
+    "/spec/runtimePatches/0/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template/metadata"
+    "/annotations/dispatch.phpboyscout.uk~1admission"
+)
+
+
+def test_item_7_only_dispatch_raises_a_and_only_by_one(who, namespace, policies):
+    tj = create(who, namespace)
+    err = denied(who.stranger, tj, _patched_a(tj, "999999"), content_type=JSON_PATCH)
+    assert "only dispatch raises A" in err
+    jump = [*_patched_a(tj, "5"), {"op": "add", "path": FLOOR_PATH, "value": "5"}]
+    assert "max(A, floor) + 1" in denied(who.dispatch, tj, jump, content_type=JSON_PATCH)
+    json_patch(who.dispatch, tj, raise_admission(tj).patch)  # the raise itself passes
+
+
+FLOOR_PATH = "/metadata/annotations/dispatch.phpboyscout.uk~1admission-floor"
+
+
+@pytest.mark.parametrize("queue", ["team-a-queue", None])
+def test_items_3_and_4_the_queue_never_changes(who, namespace, policies, queue):
+    tj = create(who, namespace, queue=queue)
+    err = denied(who.stranger, tj, {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "no-check-queue"}}})
+    assert "is chosen at Start and never changes" in err
+
+
+def test_item_2_other_entries_may_not_override_a(who, namespace, policies):
+    tj = create(who, namespace)
+    entry = {
+        "manager": "example.com/mine",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {
+                "dispatch.phpboyscout.uk/admission": "0"}}}}}}]}}},
+    }  # fmt: skip
+    err = denied(who.stranger, tj, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}],
+                 content_type=JSON_PATCH)  # fmt: skip
+    assert "only dispatch's runtime-patch entry sets pod keys" in err
+    entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] = {
+        "spec": {"nodeSelector": {"zone": "a"}}
+    }
+    json_patch(who.stranger, tj, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}])
+
+
+def _opened(who: Principals, tj: dict, *, mark: bool = True) -> dict:
+    """Open in Kueue mode (the gate removed, with the opened mark unless ``mark`` is false), then the raise."""
+    notes: dict = {ANNOTATION_ADMISSION_GATED_BY: None}
+    if mark:
+        notes["dispatch.phpboyscout.uk/opened"] = "true"
+    opened = merge_patch(who.dispatch, tj, {"metadata": {"annotations": notes}})
+    return json_patch(who.dispatch, opened, raise_admission(opened).patch)
+
+
+def test_the_unsuspend_without_the_webhook(who, namespace, policies):
+    """Kueue's admission, played by the stranger (the policies do not tell Kueue apart here)."""
+    never_opened = _opened(who, create(who, namespace), mark=False)
+    start = {"spec": {"suspend": False}, "metadata": {"annotations": {STARTED: "1"}}}
+    assert "dispatch opens the job before any execution" in denied(who.stranger, never_opened, start)
+
+    tj = _opened(who, create(who, namespace, n=4))
+    err = denied(who.stranger, tj, {"spec": {"suspend": False}})
+    assert "must record A 1 in the write that unsuspends" in err  # the mutating webhook is not there: closed
+    running = merge_patch(who.stranger, tj, start)  # what the mutating webhook would have added
+    assert running["metadata"]["annotations"][STARTED] == "1"
+    evicted = merge_patch(who.stranger, running, {"spec": {"suspend": True}})
+    assert "A 1 is not above 1" in denied(who.stranger, evicted, start)  # item 1: re-admitted without a raise
+    raised = json_patch(who.dispatch, evicted, raise_admission(evicted).patch)
+    merge_patch(who.stranger, raised, {"spec": {"suspend": False}, "metadata": {"annotations": {STARTED: "2"}}})
+
+
+STARTED = "dispatch.phpboyscout.uk/admission-started"
+
+
+def _workload(who: Principals, namespace: str, owner: str) -> dict:
+    return who.stranger.create({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": f"trainjob-{owner}-1a2b3", "namespace": namespace, "ownerReferences": [
+            {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": owner, "uid": "0" * 8}]},
+        "spec": {"queueName": "q", "podSets": [{"name": "node", "count": 1, "template": {"spec": {
+            "containers": [{"name": "c", "image": "x"}]}}}]},
+    })  # fmt: skip
+
+
+def _check(state: str, **extra) -> dict:
+    return {"name": "dispatch-admission", "state": state, "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z",
+            **extra}  # fmt: skip
+
+
+def test_items_1_and_2_workload_status(control_plane, who, namespace, policies):
+    wl = _workload(who, namespace, "dj-01arz3ndektsv4rrffq69g5fav-s3")
+    pending = {"status": {"admissionChecks": [_check("Pending")]}}
+    wl = control_plane.admin.request("PATCH", control_plane.admin.object_path(wl) + "/status", pending,
+                                     content_type=MERGE)  # fmt: skip
+    ready = {"status": {"admissionChecks": [_check("Ready")]}}
+    err = denied(who.stranger, wl, ready, subresource="status")
+    assert "only dispatch's admission controller sets its check Ready" in err
+    forged = {"status": {"admissionChecks": [_check("Pending", podSetUpdates=[
+        {"name": "node", "annotations": {"dispatch.phpboyscout.uk/admission": "0"}}])]}}  # fmt: skip
+    assert "podSetUpdates may carry pod keys" in denied(who.stranger, wl, forged, subresource="status")
+    who.dispatch.request("PATCH", who.dispatch.object_path(wl) + "/status", ready, content_type=MERGE)
+    # Another party's Workload: its check is nobody's business here.
+    other = _workload(who, namespace, "resnet")
+    who.stranger.request("PATCH", who.stranger.object_path(other) + "/status", ready, content_type=MERGE)
+
+
+def test_item_6_a_held_workload_stays_inactive(who, namespace, policies):
+    wl = _workload(who, namespace, "dj-01arz3ndektsv4rrffq69g5fav-s3")
+    held = merge_patch(who.dispatch, wl, {"spec": {"active": False}, "metadata": {"annotations": {
+        "dispatch.phpboyscout.uk/hold-instance": "h-1", "dispatch.phpboyscout.uk/hold-who": "ops"}}})  # fmt: skip
+    err = denied(who.stranger, held, {"spec": {"active": True}})
+    assert "only Release reactivates it" in err
+    released = {"spec": {"active": True}, "metadata": {"annotations": {
+        "dispatch.phpboyscout.uk/hold-instance": None, "dispatch.phpboyscout.uk/hold-who": None}}}  # fmt: skip
+    assert merge_patch(who.dispatch, held, released)["spec"]["active"] is True
+
+
+def _jobset(who: Principals, namespace: str, name: str) -> dict:
+    return who.stranger.create({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "node", "image": "x"}]}}}}}]},
+    })  # fmt: skip
+
+
+def test_item_5_j_never_falls(control_plane, who, namespace, policies):
+    js = _jobset(who, namespace, "dj-01arz3ndektsv4rrffq69g5fav-s3")
+    path = control_plane.admin.object_path(js) + "/status"
+    js = control_plane.admin.request("PATCH", path, {"status": {"restarts": 2}}, content_type=MERGE)
+    err = denied(who.stranger, js, {"status": {"restarts": 0}}, subresource="status")
+    assert "J (restarts) of a dispatch job never falls: saw 2 -> 0" in err
+    other = _jobset(who, namespace, "resnet")
+    path = who.stranger.object_path(other) + "/status"
+    who.stranger.request("PATCH", path, {"status": {"restarts": 2}}, content_type=MERGE)
+    who.stranger.request("PATCH", path, {"status": {"restarts": 0}}, content_type=MERGE)
+
+
+def test_item_10_no_runtime_copy_restarts_in_place(who, namespace, policies):
+    sub = submission(namespace=namespace)
+    copy_ = build_runtime_copy(sub, runtime())
+    copy_["spec"]["template"]["spec"]["failurePolicy"] = {"restartStrategy": "InPlaceRestart", "maxRestarts": 1}
+    collection = who.dispatch.collection_path(copy_["apiVersion"], copy_["kind"], namespace)
+    deadline = time.monotonic() + 30
+    refusal: ApiError | None = None
+    while refusal is None:  # the policy loads asynchronously: dry runs until it refuses
+        try:
+            who.dispatch.request("POST", collection, copy_, query={"dryRun": "All"})
+        except ApiError as err:
+            refusal = err
+        else:
+            assert time.monotonic() < deadline, "InPlaceRestart was not refused within 30 s"
+            time.sleep(0.2)
+    assert refusal.status == 403, refusal
+    assert "never restarts in place" in json.loads(refusal.body)["message"]
