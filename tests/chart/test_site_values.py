@@ -148,7 +148,7 @@ def test_the_webhooks_timeout_is_every_webhooks():
         r = rendered(name)
         hooks = [h for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
                  for h in r.one(kind)["webhooks"]]  # fmt: skip
-        assert len(hooks) == 4
+        assert len(hooks) == 5  # four validating (with JobSets), one mutating
         assert {h["timeoutSeconds"] for h in hooks} == {seconds}
 
 
