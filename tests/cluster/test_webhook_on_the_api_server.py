@@ -166,3 +166,66 @@ def test_job_id_label_cannot_be_forged_onto_an_unrelated_trainjob(who, ns):
         lambda: merge_patch(who.stranger, job, {"metadata": {"labels": {"dispatch.phpboyscout.uk/job-id": JOB_ID}}})
     )
     assert "[reserved-keys] metadata.labels[dispatch.phpboyscout.uk/job-id]" in message
+
+
+# -- Issue 10: the routes and the record, through the real API server ---------------------------------------
+
+STARTED = "dispatch.phpboyscout.uk/admission-started"
+MERGE = "application/merge-patch+json"
+
+
+def test_the_unsuspend_is_recorded_and_a_second_one_without_a_raise_refused(who, ns):
+    tj = start(who, fresh(ns))
+    opened = merge_patch(who.dispatch, tj, {"metadata": {"annotations": {
+        ANNOTATION_ADMISSION_GATED_BY: None, ANNOTATION_OPENED: "true"}}})  # fmt: skip
+    raised = json_patch(who.dispatch, opened, raise_admission(opened).patch)
+    # Kueue's admission (here dispatch's principal plays it): the mutating webhook records A in the write.
+    running = merge_patch(who.dispatch, raised, {"spec": {"suspend": False}})
+    assert running["metadata"]["annotations"][STARTED] == "1"
+    evicted = merge_patch(who.dispatch, running, {"spec": {"suspend": True}})
+    message = refused(lambda: merge_patch(who.dispatch, evicted, {"spec": {"suspend": False}}))
+    assert "[update.unsuspend]" in message
+    assert "the previous execution started with A 1" in message
+    again = json_patch(who.dispatch, evicted, raise_admission(evicted).patch)
+    assert merge_patch(who.dispatch, again, {"spec": {"suspend": False}})["metadata"]["annotations"][STARTED] == "2"
+
+
+def _owned(kind_body: dict, owner: str) -> dict:
+    kind_body["metadata"]["ownerReferences"] = [
+        {"apiVersion": TRAINJOB, "kind": "TrainJob", "name": owner, "uid": "0" * 8}
+    ]
+    return kind_body
+
+
+def test_workload_status_and_jobset_routes(control_plane, who, ns):
+    owner = f"dj-{JOB_ID.lower()}-s999"
+    wl = who.stranger.create(_owned({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": f"trainjob-{owner}-1a2b3", "namespace": ns},
+        "spec": {"queueName": "q", "podSets": [{"name": "node", "count": 1, "template": {"spec": {
+            "containers": [{"name": "c", "image": "x"}]}}}]},
+    }, owner))  # fmt: skip
+    status = control_plane.admin.object_path(wl) + "/status"
+
+    def check(state: str) -> dict:
+        return {"status": {"admissionChecks": [{"name": "dispatch-admission", "state": state, "message": "",
+                                                "lastTransitionTime": "2026-12-01T10:00:00Z"}]}}  # fmt: skip
+
+    control_plane.admin.request("PATCH", status, check("Pending"), content_type=MERGE)
+    message = refused(lambda: who.stranger.request("PATCH", status, check("Ready"), content_type=MERGE))
+    assert "[workload-status.check] status.admissionChecks[dispatch-admission]" in message
+    who.dispatch.request("PATCH", status, check("Ready"), content_type=MERGE)
+
+    js = who.stranger.create({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": owner, "namespace": ns},
+        "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "node", "image": "x"}]}}}}}]},
+    })  # fmt: skip
+    js_status = control_plane.admin.object_path(js) + "/status"
+    control_plane.admin.request("PATCH", js_status, {"status": {"restarts": 2}}, content_type=MERGE)
+    message = refused(lambda: who.stranger.request("PATCH", js_status, {"status": {"restarts": 1}}, content_type=MERGE))
+    assert "[jobset-status.restarts] status.restarts: saw '2 -> 1'" in message
+    message = refused(lambda: who.stranger.delete("jobset.x-k8s.io/v1alpha2", "JobSet", owner, ns))
+    assert "[jobset.delete]" in message
+    who.dispatch.delete("jobset.x-k8s.io/v1alpha2", "JobSet", owner, ns)
