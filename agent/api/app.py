@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ValidationError
 
-from agent.api.auth import Authenticator, User, authorize, bearer_token
+from agent.api.auth import Authenticator, FailureLimiter, User, authorize, bearer_token
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import Kube
 from agent.api.models import OutputRequest
@@ -77,6 +78,8 @@ def _json(model: BaseModel, status: int = 200) -> web.Response:
 
 def error_response(error: ApiError, status: int | None = None) -> web.Response:
     headers = {"WWW-Authenticate": "Bearer"} if error.kind is ErrorKind.UNAUTHENTICATED else None
+    if error.retry_after is not None:
+        headers = {"Retry-After": str(error.retry_after)}
     return web.json_response(error.body(), status=status or error.status, headers=headers)
 
 
@@ -146,6 +149,9 @@ class ApiServer:
         self.authenticate = authenticator or Authenticator(
             kube, audiences=settings.token_audiences, ttl=settings.token_cache_seconds
         )
+        self.failures = FailureLimiter(settings.failed_token_limit, settings.failed_token_window)
+        self.follow_streams: dict[str, int] = {}
+        """Output streams with ``follow`` open, per username."""
         self.metrics = ApiMetrics(metrics)
         self._openapi = json.dumps(document())
 
@@ -178,8 +184,29 @@ class ApiServer:
             self.metrics.requests.inc(route.operation, str(code))
             self.metrics.duration.observe(time.perf_counter() - started, route.operation)
 
+    async def _authenticate(self, request: web.Request) -> User:
+        """The caller, from its bearer token; a client address that presented too many failed tokens lately
+        is refused before any TokenReview, unless its token was accepted recently."""
+        client = request.remote or "unknown"
+        header = request.headers.get("Authorization")
+        wait = self.failures.retry_after(client)
+        if wait is not None:
+            token = header.partition(" ")[2].strip() if header else ""
+            if not (token and self.authenticate.accepted_recently(token)):
+                raise ApiError(
+                    ErrorKind.RATE_LIMITED,
+                    f"too many failed tokens from {client}: retry in {math.ceil(wait)}s",
+                    retry_after=math.ceil(wait) or 1,
+                )
+        try:
+            return await self.authenticate(bearer_token(header))
+        except ApiError as exc:
+            if exc.kind is ErrorKind.UNAUTHENTICATED:
+                self.failures.failed(client)
+            raise
+
     async def _answer(self, request: web.Request, route: Route) -> web.StreamResponse:
-        user = await self.authenticate(bearer_token(request.headers.get("Authorization")))
+        user = await self._authenticate(request)
         body = await parse(request, route.request) if route.request is not None else None
         for access in route.rights(body):
             await authorize(self.kube, user, access)
@@ -194,6 +221,27 @@ class ApiServer:
         return _json(result)
 
     async def _stream(self, request: web.Request, body: OutputRequest, user: User) -> web.StreamResponse:
+        if not body.follow:
+            return await self._stream_log(request, body, user)
+        open_now = self.follow_streams.get(user.username, 0)
+        if open_now >= self.settings.max_follow_streams:
+            raise ApiError(
+                ErrorKind.RATE_LIMITED,
+                f"{user.username} already follows {open_now} log stream(s), the most one user may hold open "
+                f"(maxFollowStreams); end one first",
+                retry_after=1,
+            )
+        self.follow_streams[user.username] = open_now + 1
+        try:
+            return await self._stream_log(request, body, user)
+        finally:
+            left = self.follow_streams[user.username] - 1
+            if left:
+                self.follow_streams[user.username] = left
+            else:
+                del self.follow_streams[user.username]
+
+    async def _stream_log(self, request: web.Request, body: OutputRequest, user: User) -> web.StreamResponse:
         async with self.service.output(body) as (pod, upstream):
             response = web.StreamResponse(headers={"X-Dispatch-Pod": pod})
             response.content_type = "text/plain"

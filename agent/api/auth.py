@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -115,6 +116,43 @@ def review_verdict(review: Any, user: User, access: Access) -> None:
     raise ApiError(ErrorKind.FORBIDDEN, f"{message}: {reason}" if reason else message)
 
 
+class FailureLimiter:
+    """Failed authentications per client address in a sliding window; a client over the limit is blocked
+    until its oldest failure in the window ages out. Bounded: at most CACHE_MAX clients are remembered."""
+
+    def __init__(self, limit: int, window: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit, self._window, self._clock = limit, window, clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def _recent(self, client: str, now: float) -> deque[float]:
+        seen = self._failures.get(client)
+        if seen is None:
+            return deque()
+        while seen and seen[0] <= now - self._window:
+            seen.popleft()
+        if not seen:
+            del self._failures[client]
+        return seen
+
+    def retry_after(self, client: str) -> float | None:
+        """Seconds until ``client`` may try again, or None when it is not blocked."""
+        now = self._clock()
+        seen = self._recent(client, now)
+        if len(seen) < self._limit:
+            return None
+        return max(0.0, seen[-self._limit] + self._window - now)
+
+    def failed(self, client: str) -> None:
+        now = self._clock()
+        if client not in self._failures and len(self._failures) >= CACHE_MAX:
+            for other in list(self._failures):
+                self._recent(other, now)
+            if len(self._failures) >= CACHE_MAX:  # a flood from many addresses: forget the oldest
+                self._failures.pop(next(iter(self._failures)))
+        self._recent(client, now)
+        self._failures.setdefault(client, deque()).append(now)
+
+
 class Authenticator:
     """TokenReview, its answers (either way) cached for ``ttl`` seconds under the token's SHA-256.
 
@@ -140,6 +178,11 @@ class Authenticator:
         self._cache: dict[bytes, tuple[float, User | ApiError]] = {}
         self.reviews = 0
         """TokenReviews sent (for tests and metrics)."""
+
+    def accepted_recently(self, token: str) -> bool:
+        """The token was accepted by a review whose answer is still cached (no review is sent)."""
+        cached = self._cache.get(hashlib.sha256(token.encode()).digest())
+        return cached is not None and cached[0] > self._clock() and isinstance(cached[1], User)
 
     async def __call__(self, token: str) -> User:
         key = hashlib.sha256(token.encode()).digest()

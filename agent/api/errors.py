@@ -18,6 +18,8 @@ class ErrorKind(StrEnum):
     """The object is not as the request expects (a different UID; a concurrent write). Re-read, retry."""
     OBSERVE_ONLY = "observe_only"
     """The adapter cannot prove its gates; every mutating call refuses with the reason."""
+    RATE_LIMITED = "rate_limited"
+    """Too many failed tokens from this client, or too many open log streams of this user; retry later."""
     UNAVAILABLE = "unavailable"
     """The API server could not be reached or answered with an error; safe to retry."""
     INTERNAL = "internal"
@@ -31,6 +33,7 @@ STATUS: dict[ErrorKind, int] = {
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.REJECTED: 409,
     ErrorKind.CONFLICT: 409,
+    ErrorKind.RATE_LIMITED: 429,
     ErrorKind.OBSERVE_ONLY: 503,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.INTERNAL: 500,
@@ -39,13 +42,21 @@ STATUS: dict[ErrorKind, int] = {
 
 class ApiError(Exception):
     def __init__(
-        self, kind: ErrorKind, message: str, field: str | None = None, *, orphans: list[str] | None = None
+        self,
+        kind: ErrorKind,
+        message: str,
+        field: str | None = None,
+        *,
+        orphans: list[str] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.field = field
         self.orphans = orphans
+        self.retry_after = retry_after
+        """Seconds, sent as Retry-After (rate_limited)."""
         """Status of a TrainJob that is gone (or replaced): what it left behind, as the spec names orphans."""
 
     @property

@@ -13,7 +13,7 @@ from agent.api.models import ErrorResponse
 from agent.api.routes import OPENAPI_PATH, ROUTES, Route
 
 REF: Final = "#/components/schemas/{model}"
-COMMON_ERRORS: Final = (400, 401, 403, 500, 503)
+COMMON_ERRORS: Final = (400, 401, 403, 429, 500, 503)
 TITLE: Final = "dispatch-k8s agent API"
 
 

@@ -19,6 +19,9 @@ DEFAULT_WORKLOAD_TIMEOUT: Final = 30.0
 DEFAULT_PROBE_SECONDS: Final = 10.0
 """The spec's ten seconds of watching the Preflight probe."""
 DEFAULT_TOKEN_CACHE_SECONDS: Final = 10.0
+DEFAULT_FAILED_TOKEN_LIMIT: Final = 10
+DEFAULT_FAILED_TOKEN_WINDOW: Final = 60.0
+DEFAULT_MAX_FOLLOW_STREAMS: Final = 4
 
 
 class ApiSettings(BaseModel):
@@ -50,6 +53,14 @@ class ApiSettings(BaseModel):
     that the API server itself would honour."""
     token_cache_seconds: float = Field(DEFAULT_TOKEN_CACHE_SECONDS, alias="tokenCacheSeconds", ge=0, le=300)
     """Seconds a TokenReview answer is reused (0: never)."""
+    failed_token_limit: int = Field(DEFAULT_FAILED_TOKEN_LIMIT, alias="failedTokenLimit", ge=1, le=100_000)
+    """Failed bearer tokens (401) one client address may present within ``failedTokenWindow`` before its
+    calls are refused with 429 without a TokenReview (a token accepted within the cache's lifetime still
+    passes): guessing tokens, or flooding the API server with TokenReviews through the agent, is bounded."""
+    failed_token_window: float = Field(DEFAULT_FAILED_TOKEN_WINDOW, alias="failedTokenWindow", gt=0, le=3600)
+    max_follow_streams: int = Field(DEFAULT_MAX_FOLLOW_STREAMS, alias="maxFollowStreams", ge=1, le=10_000)
+    """Output calls with ``follow`` one user may hold open at once (each holds a log stream from the
+    kubelet through the API server); the next one is refused with 429 until one ends."""
     require_preflight: bool = Field(False, alias="requirePreflight")
     """Start observe-only, until a Preflight passes (otherwise only a failed Preflight makes it so)."""
     request_timeout: float = Field(30.0, alias="requestTimeout", gt=0, le=300)

@@ -12,7 +12,7 @@ from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import ObjectRef
 from agent.api.routes import ROUTES
-from tests.api.conftest import NAMESPACE, SUPERVISOR, SUPERVISOR_TOKEN, Agent
+from tests.api.conftest import NAMESPACE, SUPERVISOR, SUPERVISOR_TOKEN, TEST_SETTINGS, Agent
 from tests.api.fake_kube import Grant
 from tests.api.requests import start_body
 
@@ -196,3 +196,46 @@ async def test_the_client_raises_with_the_kind(agent: Agent):
         with pytest.raises(AgentError) as err:
             await c.capabilities()
     assert err.value.kind is ErrorKind.UNAUTHENTICATED
+
+
+# -- hardening (issue 10): failed tokens are rate-limited per client; follow streams are capped per user --
+
+LIMITED = TEST_SETTINGS.model_copy(update={"failed_token_limit": 3, "failed_token_window": 60.0})
+
+
+@pytest.mark.parametrize("agent", [LIMITED], indirect=True)
+async def test_too_many_failed_tokens_from_one_client_are_429_without_a_token_review(agent: Agent):
+    # A supervisor's token accepted before the flood keeps working while it is cached.
+    assert (await post(agent, "/v1/status", REF))[0] != 401
+    for i in range(3):
+        status, _, _ = await post(agent, "/v1/status", REF, token=f"guess-{i}")
+        assert status == 401
+    reviews = sum(r["kind"] == "TokenReview" for r in agent.fake.reviews)
+    status, headers, body = await post(agent, "/v1/status", REF, token="guess-3")
+    assert (status, body["error"]) == (429, "rate_limited")
+    assert "too many failed tokens from 127.0.0.1" in body["message"]
+    assert 1 <= int(headers["Retry-After"]) <= 60
+    status, _, _ = await post(agent, "/v1/status", REF, token=None)
+    assert status == 429  # no header at all is refused the same way while blocked
+    assert sum(r["kind"] == "TokenReview" for r in agent.fake.reviews) == reviews  # none sent for them
+    assert (await post(agent, "/v1/status", REF))[0] != 429  # the cached good token still passes
+
+
+FOLLOW_ONE = TEST_SETTINGS.model_copy(update={"max_follow_streams": 1})
+
+
+@pytest.mark.parametrize("agent", [FOLLOW_ONE], indirect=True)
+async def test_one_user_may_hold_only_so_many_follow_streams(agent: Agent):
+    agent.server.follow_streams[SUPERVISOR] = 1  # one stream already open for this user
+    body = REF | {"follow": True}
+    status, headers, answer = await post(agent, "/v1/output", body)
+    assert (status, answer["error"]) == (429, "rate_limited")
+    assert "already follows 1 log stream(s)" in answer["message"]
+    assert headers["Retry-After"] == "1"
+    # Without follow, or once the stream ended, the call goes on (here: to the TrainJob, which does not exist).
+    status, _, answer = await post(agent, "/v1/output", REF)
+    assert answer["error"] == "not_found"
+    del agent.server.follow_streams[SUPERVISOR]
+    status, _, answer = await post(agent, "/v1/output", body)
+    assert answer["error"] == "not_found"
+    assert agent.server.follow_streams == {}  # released when the call ended, even in error

@@ -7,7 +7,16 @@ import asyncio
 
 import pytest
 
-from agent.api.auth import Access, Authenticator, User, access_review, bearer_token, review_verdict, reviewed_user
+from agent.api.auth import (
+    Access,
+    Authenticator,
+    FailureLimiter,
+    User,
+    access_review,
+    bearer_token,
+    review_verdict,
+    reviewed_user,
+)
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import KubeError, Resource
 from agent.api.models import ObjectRef, PreflightRequest
@@ -176,3 +185,18 @@ def test_an_unreachable_api_server_is_unavailable_and_not_cached():
         assert (await auth("t")).username == "u"
 
     asyncio.run(run())
+
+
+def test_the_failure_limiter_forgets_after_its_window():
+    now = [0.0]
+    limiter = FailureLimiter(2, 10.0, clock=lambda: now[0])
+    limiter.failed("a")
+    assert limiter.retry_after("a") is None
+    now[0] = 4.0
+    limiter.failed("a")
+    assert limiter.retry_after("a") == pytest.approx(6.0)
+    assert limiter.retry_after("b") is None  # per client
+    now[0] = 10.5  # the first failure aged out
+    assert limiter.retry_after("a") is None
+    now[0] = 14.5
+    assert limiter.retry_after("a") is None

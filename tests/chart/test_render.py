@@ -377,6 +377,8 @@ def test_the_agent_config_names_the_lease_and_serves_the_api(name, tmp_path):
     assert config.api.require_preflight is api.get("requirePreflight", False)
     assert config.api.site_labels == api.get("labels", {})
     assert config.api.allow_rank_restart is values.get("site", {}).get("allowRankRestart", False)
+    # Start and Preflight refuse the namespaces the webhook excludes: kube-system and the release's own.
+    assert config.api.own_namespace == r.namespace
 
 
 def test_without_the_api_the_agent_serves_none(tmp_path):
