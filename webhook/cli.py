@@ -18,7 +18,7 @@ from serving import logs
 from serving.kube import KubeConfigError, api_client
 from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
-from webhook.kube import LookupReadiness, RuntimeReader
+from webhook.kube import LookupReadiness, RuntimeCopies, RuntimeReader
 from webhook.server import Webhook, parse_duration, serving
 
 PROG = "dispatch-webhook"
@@ -92,17 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _serve(args: argparse.Namespace, config: Config, tls: ReloadingServerContext) -> int:
     async with await api_client(args.kubeconfig) as api:
-        webhook = Webhook(config, tls, lookup=RuntimeReader(api), lookup_ready=LookupReadiness(api))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        async with serving(webhook, args.bind_address, args.port) as port:
-            log.info("serving https on %s:%d", args.bind_address, port)
-            await stop.wait()
-            webhook.stopping = True
-            log.info("stopping: not ready now, closing in %gs", args.shutdown_delay_duration)
-            await asyncio.sleep(args.shutdown_delay_duration)
+        # The runtime copies from a watch, a GET when memory cannot answer (webhook/kube.py says when).
+        copies = RuntimeCopies(api, RuntimeReader(api))
+        watching = asyncio.create_task(copies.run(), name="runtime-copies")
+        webhook = Webhook(config, tls, lookup=copies, lookup_ready=LookupReadiness(api))
+        try:
+            await _until_stopped(args, webhook)
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
     log.info("stopped")
     return 0
 
@@ -116,3 +114,16 @@ async def _selftest(args: argparse.Namespace) -> int:
         return 0
     print(f"{PROG} selftest: FAILED after {attempts} attempt(s): {verdict.message}", file=sys.stderr)
     return 1
+
+
+async def _until_stopped(args: argparse.Namespace, webhook: Webhook) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with serving(webhook, args.bind_address, args.port) as port:
+        log.info("serving https on %s:%d", args.bind_address, port)
+        await stop.wait()
+        webhook.stopping = True
+        log.info("stopping: not ready now, closing in %gs", args.shutdown_delay_duration)
+        await asyncio.sleep(args.shutdown_delay_duration)

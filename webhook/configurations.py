@@ -16,6 +16,7 @@ from contract.keys import (
     GATE,
     JOBSET_GROUP,
     KIND_TRAINJOB,
+    LABEL_QUEUE_NAME,
     PREFIX,
     RUNTIME_PATCH_MANAGER,
     TRAINJOB_NAME_PREFIX,
@@ -68,6 +69,23 @@ def claims(resource: str) -> str:
         return f"({o} != null && ({' || '.join(p(o) for p in parts)}))"
 
     return f"{one('object')} || {one('oldObject')}"
+
+
+def opened() -> str:
+    """CEL, true unless the request is a CREATE of a TrainJob already closed as webhook.admission.mutate
+    would close it: Kueue mode (the queue-name label set) gated by dispatch's gate, or plain mode with
+    ``suspend: true``. Any other operation (an UPDATE that unsuspends) is left to the other conditions.
+
+    The mutating call is skipped only when this is false, i.e. only when mutate() has nothing to do; every
+    test of it errs towards calling (CEL's ``trim`` strips no more than Python's ``strip``, so a gate CEL
+    finds, Python finds too)."""
+    queue = f"object.metadata.?labels[?'{LABEL_QUEUE_NAME}'].orValue('') != ''"
+    gated = (
+        f"object.metadata.?annotations[?'{ANNOTATION_ADMISSION_GATED_BY}'].orValue('')"
+        f".split(',').exists(g, g.trim() == '{GATE}')"
+    )
+    suspended = "object.?spec.?suspend.orValue(false) == true"
+    return f"request.operation != 'CREATE' || object == null || !(({queue}) ? ({gated}) : ({suspended}))"
 
 
 RESOURCES: Final = (
@@ -178,6 +196,9 @@ def webhook_configurations(
     ]
     trainjobs = RESOURCES[0]
     unsuspends = {"name": "creates-or-unsuspends", "expression": UNSUSPENDS}
+    # Nothing to mutate in a TrainJob created closed (as Start creates them): the API server then does not
+    # call the webhook for it at all (one HTTPS round trip less per create; docs/performance.md).
+    created_open = {"name": "created-open", "expression": opened()}
     mutating = [
         {
             **_webhook(
@@ -185,7 +206,7 @@ def webhook_configurations(
                 *trainjobs,
                 [("trainjobs", ["CREATE", "UPDATE"])],
                 timeout_seconds,
-                also=(unsuspends,),
+                also=(unsuspends, created_open),
                 **client,
             ),
             "reinvocationPolicy": "Never",

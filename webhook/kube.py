@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from serving.kube import describe_api_error
+from agent import watch
+from contract.keys import LABEL_JOB_ID
+from contract.objects import dig
+from serving.kube import describe_api_error, read_json
 
 TRAINER_GROUP: Final = "trainer.kubeflow.org"
 TRAINER_VERSION: Final = "v1alpha1"
@@ -35,6 +39,104 @@ class RuntimeReader:
             if exc.status == 404:
                 return None
             raise
+
+
+Key = tuple[str, str]
+"""(namespace, name)"""
+
+
+class RuntimeCopies:
+    """The runtime copies (TrainingRuntimes labelled with a job id), fed by a watch, in front of a GET.
+
+    ``await copies(namespace, name)`` answers from memory only with a copy the watch has shown and only while
+    the watch is open; anything else (a miss, the watch reconnecting or re-listing, the watch not allowed)
+    is a fresh GET, and the GET's answer is never put in memory (the watch is the only writer, so an older
+    GET can never overwrite a newer event). A negative answer never comes from memory.
+
+    Why a remembered copy answers as a fresh read would: a copy's spec never changes after creation (the
+    webhook refuses the edit, docs/webhook.md), and the rules read nothing else of it, so an entry answers
+    exactly as a fresh read of the same object (same uid). An object of the same name recreated is a new uid,
+    whose ADDED replaces the entry; a DELETED removes the entry only if it is the same uid (uid-checked, so
+    events of an old object never remove a newer one).
+
+    What memory cannot know: a copy deleted (or replaced) so recently that the watch has not delivered the
+    event yet (milliseconds on loopback). A TrainJob created in that window is allowed on the copy as it was
+    a moment before, as if its create had come just before the delete, which a fresh read cannot exclude
+    either (nothing orders the two). docs/performance.md states the window.
+    """
+
+    def __init__(self, api: client.ApiClient, fallback: Callable[[str, str], Awaitable[Mapping[str, Any] | None]]):
+        self._custom = client.CustomObjectsApi(api)
+        self._fallback = fallback
+        self._copies: dict[Key, Mapping[str, Any]] = {}
+        self._listing: dict[Key, Mapping[str, Any]] | None = None
+        self.live = False
+        """A watch stream is open and the last LIST is complete: memory is as current as the watch."""
+        self.synced = asyncio.Event()
+        self.hits = 0
+        self.misses = 0
+
+    async def __call__(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        if self.live:
+            found = self._copies.get((namespace, name))
+            if found is not None:
+                self.hits += 1
+                return found
+        self.misses += 1
+        return await self._fallback(namespace, name)
+
+    async def run(self) -> None:
+        """List and watch the copies until cancelled (agent/watch.py: backoff, resume, re-list on 410)."""
+
+        def call(**kwargs: Any) -> Awaitable[Any]:
+            return self._custom.list_cluster_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, RUNTIMES, label_selector=LABEL_JOB_ID, **kwargs
+            )
+
+        await watch.run(RUNTIMES, self, call, self, self.synced, on_live=self._on_live)  # type: ignore[arg-type]
+
+    async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> dict[str, Any]:
+        return await read_json(call(**kwargs, _preload_content=False, _request_timeout=10))  # type: ignore[no-any-return]
+
+    def _on_live(self, live: bool) -> None:
+        self.live = live and self._listing is None
+
+    # -- agent.watch.Handler --------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self.live = False
+        self._listing = {}
+
+    def page(self, items: list[Mapping[str, Any]]) -> None:
+        assert self._listing is not None
+        for obj in items:
+            self._listing[_key(obj)] = _kept(obj)
+
+    def end(self) -> None:
+        assert self._listing is not None
+        self._copies, self._listing = self._listing, None
+
+    def event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        key = _key(obj)
+        if kind == "DELETED":
+            held = self._copies.get(key)
+            if held is not None and dig(held, "metadata", "uid") == dig(obj, "metadata", "uid"):
+                del self._copies[key]
+        else:
+            self._copies[key] = _kept(obj)
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    return str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name"))
+
+
+def _kept(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the rules read of a copy (its spec) and what identifies it; the rest is not kept."""
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+        "spec": obj.get("spec"),
+    }
 
 
 class LookupReadiness:

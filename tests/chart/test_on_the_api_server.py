@@ -227,6 +227,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: create_lease", ("create", COORDINATION, "leases", {"ns": lease_ns})),
         # webhook/kube.py: the runtime copy a TrainJob refers to.
         ("webhook: RuntimeReader", ("get", TRAINER, "trainingruntimes", {"ns": TEAM, "name": "rt"})),
+        *[(f"webhook: RuntimeCopies {verb}", (verb, TRAINER, "trainingruntimes", {})) for verb in ("list", "watch")],
         # certs/controller.py: the Secret and our two configurations, by name.
         *[
             (f"certs: {verb} the Secret", (verb, "", "secrets", {"ns": ns, "name": f"{full}-certs"}))

@@ -4,6 +4,9 @@ objects; unrelated objects never reach it, even while it is down."""
 from __future__ import annotations
 
 import json
+import ssl
+import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -229,3 +232,62 @@ def test_workload_status_and_jobset_routes(control_plane, who, ns):
     message = refused(lambda: who.stranger.delete("jobset.x-k8s.io/v1alpha2", "JobSet", owner, ns))
     assert "[jobset.delete]" in message
     who.dispatch.delete("jobset.x-k8s.io/v1alpha2", "JobSet", owner, ns)
+
+
+def _mutate_reviews(hook: WebhookProcess) -> float:
+    context = ssl.create_default_context(cadata=hook.ca_pem.decode())
+    with urllib.request.urlopen(f"https://127.0.0.1:{hook.port}/metrics", context=context, timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("dispatch_webhook_reviews_total{") and 'endpoint="mutate"' in line
+    )
+
+
+def test_a_trainjob_created_closed_is_not_sent_to_mutate_and_an_open_one_is(who, ns, setup):
+    hook = setup[2]
+    before = _mutate_reviews(hook)
+    start(who, fresh(ns))  # Kueue mode, created gated
+    start(who, fresh(ns, queue=None))  # plain mode, created suspended
+    assert _mutate_reviews(hook) == before
+    sub = fresh(ns, queue=None)
+    who.dispatch.create(build_runtime_copy(sub, runtime()))
+    tj = build_trainjob(sub, runtime()["spec"])
+    tj["spec"]["suspend"] = False
+    assert who.dispatch.create(tj)["spec"]["suspend"] is True  # still closed by /mutate
+    assert _mutate_reviews(hook) == before + 1
+
+
+def _dry_run_create(who: Principals, body: dict) -> str | None:
+    """A dry-run create (admission runs, nothing is stored): None when allowed, else the refusal."""
+    path = who.dispatch.collection_path(body["apiVersion"], body["kind"], body["metadata"]["namespace"])
+    try:
+        who.dispatch.request("POST", path, body, query={"dryRun": "All"})
+    except ApiError as err:
+        return json.loads(err.body)["message"]
+    return None
+
+
+def test_a_deleted_runtime_copy_is_refused_once_the_watch_saw_it_gone(who, ns):
+    """The webhook keeps copies in memory from a watch. Once the watch delivered a delete, a create that names
+    the copy is refused, as a fresh read would refuse it, and stays refused until a copy of that name exists
+    again. (Polled with dry runs: the watch's delivery takes milliseconds.)"""
+
+    sub = fresh(ns)
+    copy_ = who.dispatch.create(build_runtime_copy(sub, runtime()))
+    body = build_trainjob(sub, runtime()["spec"])
+    assert _dry_run_create(who, body) is None
+    who.dispatch.delete(copy_["apiVersion"], copy_["kind"], copy_["metadata"]["name"], ns)
+    deadline = time.monotonic() + 10
+    while (message := _dry_run_create(who, body)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert message is not None
+    assert "[creation.runtime-copy]" in message
+    for _ in range(20):  # and it stays refused: nothing brings the old copy back
+        assert _dry_run_create(who, body) is not None
+    who.dispatch.create(build_runtime_copy(sub, runtime()))  # recreated: a new uid, allowed again
+    deadline = time.monotonic() + 10
+    while _dry_run_create(who, body) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _dry_run_create(who, body) is None

@@ -19,7 +19,9 @@ from harness.kube_http import ApiError
 from harness.processes import ManagedProcess
 from webhook.configurations import webhook_configurations
 
-LOOKUP_RULES = [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get"]}]
+LOOKUP_RULES = [
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get", "list", "watch"]}
+]
 
 
 @dataclass
@@ -61,8 +63,8 @@ def _wait_ready(process: ManagedProcess, port: int, ca_pem: bytes) -> None:
 
 
 def start_webhook(cp: ControlPlane, namespace: str, dispatch_username: str, workdir: Path) -> WebhookProcess:
-    """Run ``python -m webhook serve`` on loopback under its own ServiceAccount (which may only read
-    TrainingRuntimes, its one lookup) and register it for ``namespace`` alone."""
+    """Run ``python -m webhook serve`` on loopback under its own ServiceAccount (which may only read and
+    watch TrainingRuntimes, its one lookup) and register it for ``namespace`` alone."""
     workdir.mkdir(parents=True, exist_ok=True)
     ca = pki.make_ca("dispatch-webhook-test-ca")
     serving = pki.make_serving_cert(ca, "dispatch-webhook", ip_addresses=["127.0.0.1"])
