@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             done.detail = f"dispatch-webhook on {webhook_url} as {principal} (a TokenRequest token)"
             done.more.append(f"the chart's {configs} webhook configurations, pointed there: the API server calls it")
 
+        with out.step("helm test", timeout=200, logs=[work / "selftest.log"]) as done:
+            principal, said = install.helm_test(cp, rendered, work)
+            done.detail = f"dispatch-webhook selftest as {principal}: passed"
+            done.more.append(said.partition(": HTTP ")[0])
+
         with out.step("agent", timeout=90, logs=[logs / "dispatch-agent.log"]) as done:
             _, api_url, _ = install.start_agent(cp, work, certs, kubeconfig)
             done.detail = f"dispatch-agent as the same ServiceAccount, leading; its API on {api_url}"

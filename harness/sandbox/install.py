@@ -319,6 +319,33 @@ def start_agent(cp: ControlPlane, work: Path, certs: Certs, kubeconfig: Path) ->
     return process, f"https://{LOOPBACK}:{api_port}", health
 
 
+def helm_test(cp: ControlPlane, rendered: Rendered, work: Path) -> tuple[str, str]:
+    """`helm test` as the chart renders it: the test hook's ServiceAccount, Role and RoleBinding applied as
+    rendered, then its Pod's command (`dispatch-webhook selftest`) as a local process signed in with a token
+    of that ServiceAccount, so the hook's RBAC is all it has. Returns (its principal, what it printed);
+    RuntimeError naming the cause when it fails. The hook's objects are deleted after it passes, as
+    helm's hook-delete-policy hook-succeeded does."""
+    hooks = [
+        d for d in rendered.docs if _is_hook(d) and "test" in d["metadata"]["annotations"]["helm.sh/hook"].split(",")
+    ]
+    (pod,) = [d for d in hooks if d["kind"] == "Pod"]
+    rights = [d for d in hooks if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+    for doc in rights:
+        cp.admin.apply(doc)
+    sa = pod["spec"]["serviceAccountName"]
+    kubeconfig = cp.service_account_kubeconfig(NAMESPACE, sa)
+    (container,) = pod["spec"]["containers"]
+    (command,) = container["command"]
+    argv = [*console_script(command), *container["args"], "--kubeconfig", str(kubeconfig)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    (work / "selftest.log").write_text(f"+ {' '.join(argv)}\n{result.stdout}{result.stderr}")
+    if result.returncode != 0:
+        raise RuntimeError(f"{command} selftest exited {result.returncode}: {result.stderr.strip()[-1500:]}")
+    for doc in reversed(rights):
+        cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"], doc["metadata"].get("namespace"))
+    return f"system:serviceaccount:{NAMESPACE}:{sa}", result.stdout.strip()
+
+
 def install(cp: ControlPlane, work: Path) -> tuple[Rendered, Applied]:
     rendered = render_chart(cp, work)
     return rendered, apply_chart(cp.admin, rendered)

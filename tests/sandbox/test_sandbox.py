@@ -103,5 +103,11 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
     assert 'admission webhook "validate.workloads.dispatch.phpboyscout.uk" denied the request' in refused["webhook"]
     assert "only dispatch adds or removes its gate" in refused["webhook"], refused
 
+    # `helm test` as the chart renders it: its command under the test hook's ServiceAccount, through the API
+    # server (Trainer's webhooks called beside dispatch's), passed on dispatch-k8s's denial.
+    assert re.search(r"dispatch-webhook selftest as system:serviceaccount:dispatch-system:dispatch-k8s-test: passed",
+                     output), shown  # fmt: skip
+    assert "ok: the API server called dispatch-k8s's webhook" in output, shown
+
     # And it cleaned up: every process of its run stopped, the run folder named.
     assert re.search(r"^Stopped \d+ processes\. The run folder stays: /\S+$", output, re.M), shown
