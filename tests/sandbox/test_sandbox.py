@@ -94,14 +94,18 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
 
     # The stranger's writes were refused by dispatch's admission rules, each shown on one line: removing
     # dispatch's gate from the TrainJob (the ValidatingAdmissionPolicy, which the API server runs before any
-    # webhook) and from its Workload (the webhook).
+    # webhook) and from its Workload (the webhook); once preempted, setting dispatch's check Ready on the
+    # Workload's status (the policy again), which would re-admit it without a raise (docs/security.md).
     lines = output.splitlines()
-    refused = {line.strip().rpartition("refused by the ")[2]: lines[i + 1] for i, line in enumerate(lines)
-               if "refused by the " in line}  # fmt: skip
-    assert set(refused) == {"policy", "webhook"}, shown
-    assert "ValidatingAdmissionPolicy 'dispatch-k8s-reserved-keys'" in refused["policy"], refused
-    assert 'admission webhook "validate.workloads.dispatch.phpboyscout.uk" denied the request' in refused["webhook"]
-    assert "only dispatch adds or removes its gate" in refused["webhook"], refused
+    refused = [(line.strip().rpartition("refused by the ")[2], lines[i + 1]) for i, line in enumerate(lines)
+               if "refused by the " in line]  # fmt: skip
+    assert [by for by, _ in refused] == ["policy", "webhook", "policy"], shown
+    (_, gate), (_, workload_gate), (_, ready) = refused
+    assert "ValidatingAdmissionPolicy 'dispatch-k8s-reserved-keys'" in gate, refused
+    assert 'admission webhook "validate.workloads.dispatch.phpboyscout.uk" denied the request' in workload_gate
+    assert "only dispatch adds or removes its gate" in workload_gate, refused
+    assert "ValidatingAdmissionPolicy 'dispatch-k8s-workloads'" in ready, refused
+    assert "only dispatch's admission controller sets its check Ready" in ready, refused
 
     # `helm test` as the chart renders it: its command under the test hook's ServiceAccount, through the API
     # server (Trainer's webhooks called beside dispatch's), passed on dispatch-k8s's denial.
