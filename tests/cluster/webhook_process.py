@@ -62,15 +62,18 @@ def _wait_ready(process: ManagedProcess, port: int, ca_pem: bytes) -> None:
         time.sleep(0.2)
 
 
-def start_webhook(cp: ControlPlane, namespace: str, dispatch_username: str, workdir: Path) -> WebhookProcess:
+def start_webhook(
+    cp: ControlPlane, namespace: str, dispatch_username: str, workdir: Path, config: dict[str, Any] | None = None
+) -> WebhookProcess:
     """Run ``python -m webhook serve`` on loopback under its own ServiceAccount (which may only read and
-    watch TrainingRuntimes, its one lookup) and register it for ``namespace`` alone."""
+    watch TrainingRuntimes, its one lookup) and register it for ``namespace`` alone. ``config``: the webhook's
+    config file, instead of one naming ``dispatch_username`` as dispatch."""
     workdir.mkdir(parents=True, exist_ok=True)
     ca = pki.make_ca("dispatch-webhook-test-ca")
     serving = pki.make_serving_cert(ca, "dispatch-webhook", ip_addresses=["127.0.0.1"])
     (workdir / "tls.crt").write_bytes(serving.cert_pem)
     (workdir / "tls.key").write_bytes(serving.key_pem)
-    (workdir / "config.yaml").write_text(yaml.safe_dump({"dispatch": {"usernames": [dispatch_username]}}))
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config or {"dispatch": {"usernames": [dispatch_username]}}))
     role = f"webhook-lookup-{secrets.token_hex(3)}"
     cp.admin.create(
         {

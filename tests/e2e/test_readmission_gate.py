@@ -62,6 +62,8 @@ class Gate:
     runtime: dict[str, Any]
     """The ClusterTrainingRuntime as read back, a JobSet restart allowed (failurePolicy maxRestarts 2)."""
     agent: AgentProcess
+    system: str = ""
+    """The namespace of the agent's ServiceAccount (``dispatch-agent``)."""
 
     @property
     def admin(self) -> KubeHttp:
@@ -115,7 +117,7 @@ def gate(tier_b: TierB, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
             30,
             "the ClusterQueue becomes Active",
         )
-        yield Gate(tier_b, names["check"], names["queue"], names["low"], names["high"], runtime, agent)
+        yield Gate(tier_b, names["check"], names["queue"], names["low"], names["high"], runtime, agent, system)
     finally:
         if agent is not None:
             cp.supervisor.stop(agent.name)

@@ -1,0 +1,259 @@
+"""Issue 10 for real (tier B): a stranger ServiceAccount with ordinary namespace RBAC (create, update, patch and
+delete on TrainJobs, Workloads, workloads/status, JobSets, jobsets/status and pods) tampers with dispatch's
+jobs while the real Kueue, Trainer, JobSet and kwok run them and the agent serves the readmission gate. Each
+attack is refused, and no two executions of a job share an R. Then the same attacks with dispatch's webhook
+stopped (its configurations removed), against the ValidatingAdmissionPolicies alone.
+
+In the harness Kueue, Trainer and JobSet run as the cluster admin, so the webhook's config names the admin as
+dispatch and as Kueue; the stranger is a ServiceAccount of the test's namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ulid import ULID
+
+from agent.operations import Hold, plan_hold
+from contract.keys import LABEL_JOBSET_NAME, LABEL_QUEUE_NAME
+from contract.trainjob import Submission, build_runtime_copy, build_trainjob
+from harness.cluster import ADMIN_USER
+from harness.kube_http import ApiError, KubeHttp
+from tests.cluster.principals import EDIT_RULES
+from tests.cluster.webhook_process import WebhookProcess, start_webhook
+from tests.e2e import kit
+from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
+from tests.e2e.test_readmission_gate import (  # noqa: F401 (the fixtures)
+    LOCAL_QUEUE,
+    RAISED,
+    Gate,
+    admitted_workload,
+    create_dispatch_trainjob,
+    gate,
+    get_trainjob,
+    json_patch,
+    ns,
+    open_trainjob,
+    wait_running,
+)
+from webhook.config import Config
+from webhook.policies import admission_policies
+
+pytestmark = pytest.mark.e2e
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+A_PATH = (
+    "/spec/runtimePatches/0/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template/metadata"
+    "/annotations/dispatch.phpboyscout.uk~1admission"
+)
+
+
+@dataclass
+class Guarded:
+    gate: Gate
+    namespace: str
+    stranger: KubeHttp
+    webhook: WebhookProcess | None
+
+    @property
+    def admin(self) -> KubeHttp:
+        return self.gate.admin
+
+
+def _config(g: Gate) -> dict[str, Any]:
+    agent = f"system:serviceaccount:{g.system}:dispatch-agent"
+    return {
+        "dispatch": {"usernames": [ADMIN_USER, agent]},
+        "kueue": {"usernames": [ADMIN_USER]},
+        "controllers": {"usernames": [ADMIN_USER, "system:kube-controller-manager"]},
+        "admissionChecks": [g.check],
+    }
+
+
+def _stranger(g: Gate, namespace: str) -> KubeHttp:
+    cp = g.tier_b.control_plane
+    role = f"attacker-{secrets.token_hex(3)}"
+    rbac = "rbac.authorization.k8s.io/v1"
+    cp.admin.create({"apiVersion": rbac, "kind": "Role", "metadata": {"name": role, "namespace": namespace},
+                     "rules": EDIT_RULES})  # fmt: skip
+    cp.ensure_service_account(namespace, "stranger")
+    cp.admin.create({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": role, "namespace": namespace},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                     "subjects": [{"kind": "ServiceAccount", "name": "stranger", "namespace": namespace}]})  # fmt: skip
+    return KubeHttp(cp.service_account_credentials(namespace, "stranger"))
+
+
+@pytest.fixture(params=["webhook", "policies alone"])
+def guarded(gate: Gate, ns: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Guarded]:  # noqa: F811
+    """dispatch's policies bound to the test's namespace, and (first run) dispatch's webhook registered for it."""
+    cp = gate.tier_b.control_plane
+    config = _config(gate)
+    suffix = secrets.token_hex(3)
+    policies = admission_policies(Config.model_validate(config), namespace="dispatch-system")
+    if request.param == "webhook":
+        policies = []  # the webhook alone: with the policies too, a policy (evaluated first) would answer
+    for doc in policies:
+        doc["metadata"]["name"] += f"-{suffix}"
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            doc["spec"]["policyName"] += f"-{suffix}"
+            doc["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+        cp.admin.create(doc)
+    webhook = None
+    if request.param == "webhook":
+        webhook = start_webhook(cp, ns, ADMIN_USER, tmp_path / "webhook", config=config)
+    try:
+        yield Guarded(gate, ns, _stranger(gate, ns), webhook)
+    finally:
+        if webhook is not None:
+            webhook.unregister()
+            webhook.stop()
+        for doc in policies:
+            cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+
+
+def refused(g: Guarded, who: KubeHttp, path: str, body: Any, *, content_type: str = MERGE, method: str = "PATCH",
+            says: str = "") -> str:  # fmt: skip
+    """The write is refused (dry runs first, until the policies and configurations have loaded), by the
+    webhook when it runs, else by a policy; returns the message."""
+
+    def dry() -> int:
+        try:
+            who.request(method, path, body, query={"dryRun": "All"}, content_type=content_type)
+        except ApiError as err:
+            return err.status
+        raise AssertionError(f"{method} {path} was admitted")
+
+    eventually(dry, 30, f"{method} {path} refused")
+    with pytest.raises(ApiError) as err:
+        who.request(method, path, body, content_type=content_type)
+    assert err.value.status == 403, err.value
+    message = json.loads(err.value.body)["message"]
+    by = "dispatch-k8s denied this" if g.webhook is not None else "ValidatingAdmissionPolicy"
+    assert by in message, message
+    assert says in message, message
+    return message
+
+
+def _says(g: Guarded, rule: str, policy_text: str) -> str:
+    return rule if g.webhook is not None else policy_text
+
+
+def _opened_running(g: Guarded) -> tuple[dict[str, Any], kit.Recorder]:
+    tj = create_dispatch_trainjob(g.gate, g.namespace, g.gate.runtime)
+    name = tj["metadata"]["name"]
+    pods = kit.Recorder(g.admin, g.admin.collection_path("v1", "Pod", g.namespace),
+                        label_selector=f"{LABEL_JOBSET_NAME}={name}")  # fmt: skip
+    open_trainjob(g.gate, tj)
+    admitted_workload(g.gate, tj, RAISED.format(1))
+    wait_running(g.gate, tj, a=1, j=0)
+    return get_trainjob(g.gate, tj), pods
+
+
+def test_items_1_2_3_4_7_on_a_closed_job(guarded: Guarded) -> None:
+    """Forged Ready, queue switch, A to the bound, another entry overriding A, on a job that dispatch has not
+    opened; and plain → Kueue."""
+    g, s = guarded, guarded.stranger
+    tj = create_dispatch_trainjob(g.gate, g.namespace, g.gate.runtime)
+    path = g.admin.object_path(tj)
+
+    def listed() -> dict[str, Any]:
+        wl = kit.workload_of(g.admin, g.namespace, tj["metadata"]["uid"])
+        assert kit.check_entry(wl, g.gate.check)["state"] == "Pending"
+        return wl
+
+    wl = eventually(listed, 30, "the Workload listing dispatch's check Pending")
+    checks = [{**c, "state": "Ready"} if c["name"] == g.gate.check else c for c in wl["status"]["admissionChecks"]]
+    refused(
+        g,
+        s,
+        g.admin.object_path(wl) + "/status",
+        {"status": {"admissionChecks": checks}},
+        says=_says(g, "workload-status.check", "only dispatch's admission controller sets its check Ready"),
+    )
+    refused(
+        g,
+        s,
+        path,
+        {"metadata": {"labels": {LABEL_QUEUE_NAME: "elsewhere"}}},
+        says=_says(g, "update.queue", "is chosen at Start and never changes"),
+    )
+    refused(g, s, path, [{"op": "replace", "path": A_PATH, "value": "999999"}], content_type=JSON_PATCH,
+            says=_says(g, "update.counter", "only dispatch raises A"))  # fmt: skip
+    # Item 2 while it is suspended (Trainer itself refuses runtime-patch changes on a running job).
+    entry = {"manager": "example.com/mine", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {
+            "dispatch.phpboyscout.uk/admission": "1"}}}}}}]}}}}  # fmt: skip
+    refused(g, s, path, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}], content_type=JSON_PATCH,
+            says=_says(g, "runtime-patch.foreign", "only dispatch's runtime-patch entry sets pod keys"))  # fmt: skip
+    plain = _plain_job(g)
+    refused(
+        g,
+        s,
+        g.admin.object_path(plain),
+        {"metadata": {"labels": {LABEL_QUEUE_NAME: LOCAL_QUEUE}}},
+        says=_says(g, "update.queue", "is chosen at Start and never changes"),
+    )
+    # Nothing ran: neither job has a pod, and A was never raised.
+    assert kit.pods_of(g.admin, g.namespace, tj["metadata"]["name"]) == []
+    assert kit.a_of(get_trainjob(g.gate, tj)) == 0
+
+
+def _plain_job(g: Guarded) -> dict[str, Any]:
+    sub = Submission(job_id=str(ULID()), n=2, g=0, attempt=0, namespace=g.namespace,
+                     image="registry.invalid/dispatch-e2e/train:1", command=["python", "train.py"], queue=None)  # fmt: skip
+    g.admin.create(build_runtime_copy(sub, g.gate.runtime))
+    return g.admin.create(build_trainjob(sub, g.gate.runtime["spec"]))
+
+
+def test_items_5_6_on_a_running_job(guarded: Guarded) -> None:
+    """The JobSet deleted and J lowered, and a held Workload reactivated."""
+    g, s = guarded, guarded.stranger
+    tj, pods = _opened_running(g)
+    name = tj["metadata"]["name"]
+    try:
+        jobset = g.admin.get(JOBSET_V, "JobSet", name, g.namespace)
+        if g.webhook is not None:  # not mirrored in the policies: a JobSet deleted meanwhile is detected
+            refused(g, s, g.admin.object_path(jobset), None, method="DELETE", says="jobset.delete")
+        # J rises (as JobSet would), then the stranger lowers it.
+        g.admin.request("PATCH", g.admin.object_path(jobset) + "/status", {"status": {"restarts": 1}},
+                        content_type=MERGE)  # fmt: skip
+        wait_running(g.gate, tj, a=1, j=1, within=120)
+        refused(
+            g,
+            s,
+            g.admin.object_path(jobset) + "/status",
+            {"status": {"restarts": 0}},
+            says=_says(g, "jobset-status.restarts", "never falls"),
+        )
+        # dispatch holds it (Kueue mode: the Workload deactivated), the stranger reactivates it.
+        wl = kit.workload_of(g.admin, g.namespace, tj["metadata"]["uid"])
+        hold = plan_hold(get_trainjob(g.gate, tj), wl, Hold("h-1", kit.now(), "ops", "maintenance"))
+        json_patch(g.admin, wl, hold.patch)
+        refused(
+            g,
+            s,
+            g.admin.object_path(wl),
+            {"spec": {"active": True}},
+            says=_says(g, "workload.hold", "only Release reactivates it"),
+        )
+        runs = kit.assert_r_strictly_increases(pods.first_seen())
+        assert runs == [(1, 0), (1, 1)], runs
+    finally:
+        pods.stop()
+
+
+def test_item_10_no_in_place_restart_even_with_rank_restart_allowed(guarded: Guarded) -> None:
+    g = guarded
+    sub = Submission(job_id=str(ULID()), n=3, g=0, attempt=0, namespace=g.namespace,
+                     image="registry.invalid/dispatch-e2e/train:1", command=["python", "train.py"], queue=LOCAL_QUEUE)  # fmt: skip
+    copy_ = build_runtime_copy(sub, g.gate.runtime)
+    copy_["spec"]["template"]["spec"]["failurePolicy"] = {"restartStrategy": "InPlaceRestart", "maxRestarts": 1}
+    refused(g, g.admin, g.admin.collection_path(TRAINER_V, "TrainingRuntime", g.namespace), copy_, method="POST",
+            says=_says(g, "runtime.in-place-restart", "never restarts in place"))  # fmt: skip
+    assert g.admin.list(KUEUE_V, "Workload", g.namespace) == []
