@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +59,40 @@ class Guarded:
     gate: Gate
     namespace: str
     stranger: KubeHttp
-    webhook: WebhookProcess | None
+    mode: str
+    workdir: Path
+    webhook: WebhookProcess | None = None
+    policies: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def admin(self) -> KubeHttp:
         return self.gate.admin
+
+    def arm(self) -> None:
+        """dispatch's webhook registered for the namespace, or (mode "policies alone") its policies bound to it.
+        Armed once the test's jobs are where the attacks need them: with the policies alone nothing records A
+        at an unsuspend, so Kueue could not start a dispatch job (docs/security.md), which is the point."""
+        cp = self.gate.tier_b.control_plane
+        config = _config(self.gate)
+        if self.mode == "webhook":  # alone: with the policies too, a policy (evaluated first) would answer
+            self.webhook = start_webhook(cp, self.namespace, ADMIN_USER, self.workdir, config=config)
+            return
+        suffix = secrets.token_hex(3)
+        for doc in admission_policies(Config.model_validate(config), namespace="dispatch-system"):
+            doc["metadata"]["name"] += f"-{suffix}"
+            if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+                doc["spec"]["policyName"] += f"-{suffix}"
+                selector = {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}}
+                doc["spec"]["matchResources"] = {"namespaceSelector": selector}
+            cp.admin.create(doc)
+            self.policies.append(doc)
+
+    def disarm(self) -> None:
+        if self.webhook is not None:
+            self.webhook.unregister()
+            self.webhook.stop()
+        for doc in self.policies:
+            self.gate.tier_b.control_plane.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
 
 
 def _config(g: Gate) -> dict[str, Any]:
@@ -91,30 +120,11 @@ def _stranger(g: Gate, namespace: str) -> KubeHttp:
 
 @pytest.fixture(params=["webhook", "policies alone"])
 def guarded(gate: Gate, ns: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Guarded]:  # noqa: F811
-    """dispatch's policies bound to the test's namespace, and (first run) dispatch's webhook registered for it."""
-    cp = gate.tier_b.control_plane
-    config = _config(gate)
-    suffix = secrets.token_hex(3)
-    policies = admission_policies(Config.model_validate(config), namespace="dispatch-system")
-    if request.param == "webhook":
-        policies = []  # the webhook alone: with the policies too, a policy (evaluated first) would answer
-    for doc in policies:
-        doc["metadata"]["name"] += f"-{suffix}"
-        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
-            doc["spec"]["policyName"] += f"-{suffix}"
-            doc["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-        cp.admin.create(doc)
-    webhook = None
-    if request.param == "webhook":
-        webhook = start_webhook(cp, ns, ADMIN_USER, tmp_path / "webhook", config=config)
+    g = Guarded(gate, ns, _stranger(gate, ns), request.param, tmp_path / "webhook")
     try:
-        yield Guarded(gate, ns, _stranger(gate, ns), webhook)
+        yield g
     finally:
-        if webhook is not None:
-            webhook.unregister()
-            webhook.stop()
-        for doc in policies:
-            cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+        g.disarm()
 
 
 def refused(g: Guarded, who: KubeHttp, path: str, body: Any, *, content_type: str = MERGE, method: str = "PATCH",
@@ -168,6 +178,8 @@ def test_items_1_2_3_4_7_on_a_closed_job(guarded: Guarded) -> None:
         return wl
 
     wl = eventually(listed, 30, "the Workload listing dispatch's check Pending")
+    plain = _plain_job(g)
+    g.arm()
     checks = [{**c, "state": "Ready"} if c["name"] == g.gate.check else c for c in wl["status"]["admissionChecks"]]
     refused(
         g,
@@ -216,6 +228,7 @@ def test_items_5_6_on_a_running_job(guarded: Guarded) -> None:
     g, s = guarded, guarded.stranger
     tj, pods = _opened_running(g)
     name = tj["metadata"]["name"]
+    g.arm()
     try:
         jobset = g.admin.get(JOBSET_V, "JobSet", name, g.namespace)
         if g.webhook is not None:  # not mirrored in the policies: a JobSet deleted meanwhile is detected
@@ -253,6 +266,7 @@ def test_item_10_no_in_place_restart_even_with_rank_restart_allowed(guarded: Gua
     sub = Submission(job_id=str(ULID()), n=3, g=0, attempt=0, namespace=g.namespace,
                      image="registry.invalid/dispatch-e2e/train:1", command=["python", "train.py"], queue=LOCAL_QUEUE)  # fmt: skip
     copy_ = build_runtime_copy(sub, g.gate.runtime)
+    g.arm()
     copy_["spec"]["template"]["spec"]["failurePolicy"] = {"restartStrategy": "InPlaceRestart", "maxRestarts": 1}
     refused(g, g.admin, g.admin.collection_path(TRAINER_V, "TrainingRuntime", g.namespace), copy_, method="POST",
             says=_says(g, "runtime.in-place-restart", "never restarts in place"))  # fmt: skip
