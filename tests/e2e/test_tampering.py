@@ -269,5 +269,6 @@ def test_item_10_no_in_place_restart_even_with_rank_restart_allowed(guarded: Gua
     g.arm()
     copy_["spec"]["template"]["spec"]["failurePolicy"] = {"restartStrategy": "InPlaceRestart", "maxRestarts": 1}
     refused(g, g.admin, g.admin.collection_path(TRAINER_V, "TrainingRuntime", g.namespace), copy_, method="POST",
+            content_type="application/json",
             says=_says(g, "runtime.in-place-restart", "never restarts in place"))  # fmt: skip
     assert g.admin.list(KUEUE_V, "Workload", g.namespace) == []
