@@ -1,6 +1,7 @@
 """The readmission gate's latency and memory on tier A (etcd + kube-apiserver), this process playing Kueue.
 
-    .venv/bin/python -m benchmarks.agent_bench [--cycles 200] [--burst 1000] [--total 10000] [--workers 2]
+    .venv/bin/python -m benchmarks.agent_bench [--cycles 200] [--burst 1000] [--total 10000] [--workers N]
+    .venv/bin/python -m benchmarks.agent_bench --memory-only --total 100000     (memory alone, 1. to 3. skipped)
     (from the repository root)
 
 The agent runs as its own process (``python -m agent serve``, admin credentials, default settings but
@@ -51,6 +52,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
 
+from agent.constants import DEFAULT_WORKERS
 from contract.admission import admission_count, raise_admission
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
@@ -461,6 +463,49 @@ class Results:
     passes: int = 0
 
 
+async def admissions(
+    args: argparse.Namespace, r: Results, agent: Agent, api: Api, watch: ReadyWatch, ns: str, ours: str
+) -> list[Job]:
+    """Measurements 1. to 3.; the burst's jobs."""
+    # 1. One Workload, the agent serving it.
+    job = await create_dispatch_job(api, ns, [ours])
+    cpu = agent.cpu_seconds()
+    count, total = agent.pass_metric()
+    r.agent = await sequential(api, watch, job, args.cycles, 180)
+    r.agent_cpu_per_admission = (agent.cpu_seconds() - cpu) / len(r.agent)
+    count2, total2 = agent.pass_metric()
+    r.passes, r.pass_mean = int(count2 - count), (total2 - total) / max(count2 - count, 1)
+    a = raise_count(await api.get(TRAINER, "trainjobs", ns, job.trainjob["metadata"]["name"]))
+    assert a == len(r.agent), f"A is {a} after {len(r.agent)} admissions"
+    print(f"one Workload, agent:          {ms(r.agent[WARMUP:])}")
+
+    # 2. The same calls, made by a minimal script.
+    raw_job = await create_dispatch_job(api, ns, ["bench-raw"])
+    r.script = await sequential(api, watch, raw_job, args.cycles, 180, minimal_pass(api, "bench-raw", r.calls))
+    print(f"one Workload, minimal script: {ms(r.script[WARMUP:])}")
+
+    # 3. A burst: N dispatch Workloads admitted once, evicted and released, then reserved at once.
+    t = time.monotonic()
+    jobs: list[Job] = await bounded(list(range(args.burst)), lambda _: create_dispatch_job(api, ns, [ours]), 16)
+    print(f"created {len(jobs)} dispatch TrainJobs, runtime copies and Workloads in {time.monotonic() - t:.0f}s")
+    r.first, _, r.first_total = await burst(api, watch, jobs, 600)
+    print(f"burst of {len(jobs)} first admissions: {ms(r.first)}; all Ready after {r.first_total:.1f}s")
+
+    async def release(job: Job) -> None:
+        job.workload = await evict_and_release(api, watch.latest[job.name])
+
+    await bounded(jobs, release)
+    await asyncio.sleep(2)  # the agent sees the evictions and acts on none: no quota is reserved
+    cpu = agent.cpu_seconds()
+    r.burst, r.burst_window, r.burst_total = await burst(api, watch, jobs, 600)
+    r.burst_cpu = agent.cpu_seconds() - cpu
+    print(f"burst of {len(jobs)} readmissions: {ms(r.burst)}; all Ready after {r.burst_total:.1f}s")
+    await asyncio.sleep(2)
+    r.rss[f"after the burst ({len(jobs) + 2} Workloads)"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
+
+    return jobs
+
+
 async def run(args: argparse.Namespace) -> Results:
     r = Results()
     with start_control_plane(new_run_dir()) as cp:
@@ -475,50 +520,17 @@ async def run(args: argparse.Namespace) -> Results:
                     "spec": {"controllerName": controller},
                 }
             )
+        t = time.monotonic()
         agent = start_agent(cp, ns, args.workers, "a")
-        print(f"agent ready (leader) in {time.monotonic() - agent.started:.1f}s, pid {agent.process.pid}")
+        print(f"agent ready (leader) in {time.monotonic() - t:.1f}s, pid {agent.process.pid}")
         r.rss["idle, no Workloads"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
         watch = ReadyWatch(cp.admin, ns, frozenset({ours, "bench-raw"}))
         async with api_client(cp.admin_credentials) as raw_client:
             api = Api(raw_client)
 
-            # 1. One Workload, the agent serving it.
-            job = await create_dispatch_job(api, ns, [ours])
-            cpu = agent.cpu_seconds()
-            count, total = agent.pass_metric()
-            r.agent = await sequential(api, watch, job, args.cycles, 180)
-            r.agent_cpu_per_admission = (agent.cpu_seconds() - cpu) / len(r.agent)
-            count2, total2 = agent.pass_metric()
-            r.passes, r.pass_mean = int(count2 - count), (total2 - total) / max(count2 - count, 1)
-            a = raise_count(await api.get(TRAINER, "trainjobs", ns, job.trainjob["metadata"]["name"]))
-            assert a == len(r.agent), f"A is {a} after {len(r.agent)} admissions"
-            print(f"one Workload, agent:          {ms(r.agent[WARMUP:])}")
-
-            # 2. The same calls, made by a minimal script.
-            raw_job = await create_dispatch_job(api, ns, ["bench-raw"])
-            r.script = await sequential(api, watch, raw_job, args.cycles, 180, minimal_pass(api, "bench-raw", r.calls))
-            print(f"one Workload, minimal script: {ms(r.script[WARMUP:])}")
-
-            # 3. A burst: N dispatch Workloads admitted once, evicted and released, then reserved at once.
-            t = time.monotonic()
-            jobs: list[Job] = await bounded(list(range(args.burst)), lambda _: create_dispatch_job(api, ns, [ours]), 16)
-            print(
-                f"created {len(jobs)} dispatch TrainJobs, runtime copies and Workloads in {time.monotonic() - t:.0f}s"
-            )
-            r.first, _, r.first_total = await burst(api, watch, jobs, 600)
-            print(f"burst of {len(jobs)} first admissions: {ms(r.first)}; all Ready after {r.first_total:.1f}s")
-
-            async def release(job: Job) -> None:
-                job.workload = await evict_and_release(api, watch.latest[job.name])
-
-            await bounded(jobs, release)
-            await asyncio.sleep(2)  # the agent sees the evictions and acts on none: no quota is reserved
-            cpu = agent.cpu_seconds()
-            r.burst, r.burst_window, r.burst_total = await burst(api, watch, jobs, 600)
-            r.burst_cpu = agent.cpu_seconds() - cpu
-            print(f"burst of {len(jobs)} readmissions: {ms(r.burst)}; all Ready after {r.burst_total:.1f}s")
-            await asyncio.sleep(2)
-            r.rss[f"after the burst ({len(jobs) + 2} Workloads)"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
+            jobs: list[Job] = []
+            if not args.memory_only:
+                jobs = await admissions(args, r, agent, api, watch, ns, ours)
 
             # 4. Memory with many Workloads: the others are other jobs' Workloads, pending, no check of ours.
             fillers = max(0, args.total - len(jobs) - 2)
@@ -541,8 +553,9 @@ async def run(args: argparse.Namespace) -> Results:
 
         watch.stop()
         cp.supervisor.stop(agent.process.name)
+        t = time.monotonic()
         fresh = start_agent(cp, ns, args.workers, "b")
-        r.fresh_ready = time.monotonic() - fresh.started
+        r.fresh_ready = time.monotonic() - t  # started, listed everything, elected
         await asyncio.sleep(5)
         r.rss[f"fresh start with {r.workloads} Workloads"] = (fresh.proc("VmRSS"), fresh.proc("VmHWM"))
         cp.supervisor.stop(fresh.process.name)
@@ -557,11 +570,20 @@ def count_workloads(cp: ControlPlane, namespace: str) -> tuple[int, int]:
     return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0), size
 
 
-def report(args: argparse.Namespace, r: Results, seconds: float) -> None:
+def per_workload(r: Results) -> str:
+    idle = r.rss.get("idle, no Workloads")
+    fresh = next((v for k, v in r.rss.items() if k.startswith("fresh start")), None)
+    if idle is None or fresh is None or not r.workloads:
+        return "-"
+    rss, peak = ((fresh[i] - idle[i]) * 1024 / r.workloads for i in (0, 1))
+    return f"{rss:.0f} bytes (peak {peak:.0f})"
+
+
+def timing(r: Results) -> list[tuple[str, str]]:
     agent, script, calls = r.agent[WARMUP:], r.script[WARMUP:], r.calls.sequence[WARMUP:]
     overhead = (statistics.median(agent) - statistics.median(calls)) * 1000
     n = len(r.burst)
-    rows = [
+    return [
         ("reserved -> Ready, one Workload, agent", ms(agent)),
         ("reserved -> Ready, one Workload, minimal script", ms(script)),
         ("  the script's calls alone, in sequence", ms(calls)),
@@ -577,10 +599,17 @@ def report(args: argparse.Namespace, r: Results, seconds: float) -> None:
             f"{r.burst_window:.1f}s / {r.burst_total:.1f}s ({n / r.burst_total:.0f} per s)",
         ),
         ("  agent CPU per readmission in the burst", f"{r.burst_cpu / n * 1000:.1f} ms"),
-        *((f"agent RSS: {k}", f"{rss / 1024:.1f} MiB (peak {hwm / 1024:.1f} MiB)") for k, (rss, hwm) in r.rss.items()),
-        ("  the fresh agent was ready (listed all) after", f"{r.fresh_ready:.1f}s"),
-        ("  a Workload's JSON, mean (first 500 listed)", f"{r.workload_bytes} bytes"),
     ]
+
+
+def report(args: argparse.Namespace, r: Results, seconds: float) -> None:
+    memory = [
+        *((f"agent RSS: {k}", f"{rss / 1024:.1f} MiB (peak {hwm / 1024:.1f} MiB)") for k, (rss, hwm) in r.rss.items()),
+        ("  the fresh agent was leader (listed all, elected) after", f"{r.fresh_ready:.1f}s"),
+        ("  a Workload's JSON, mean (first 500 listed)", f"{r.workload_bytes} bytes"),
+        ("  agent RSS per Workload, fresh start, above idle", per_workload(r)),
+    ]
+    rows = memory if args.memory_only else [*timing(r), *memory]
     print()
     print(
         f"workers {args.workers}; {args.cycles} cycles ({WARMUP} warm-up cycles not counted); {platform.node()}, "
@@ -602,13 +631,16 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=200, help="admission cycles of one Workload (5 warm up)")
     parser.add_argument("--burst", type=int, default=1000, help="dispatch Workloads readmitted at once")
     parser.add_argument("--total", type=int, default=10000, help="Workloads in the cluster for the memory figure")
-    parser.add_argument("--workers", type=int, default=2, help="the agent's --workers (its default is 2)")
+    parser.add_argument(
+        "--workers", type=int, default=DEFAULT_WORKERS, help=f"the agent's --workers (default {DEFAULT_WORKERS})"
+    )
+    parser.add_argument("--memory-only", action="store_true", help="only the memory figures (skip 1. to 3.)")
     args = parser.parse_args()
     if args.cycles <= WARMUP:
         parser.error(f"--cycles must be above the {WARMUP} warm-up cycles")
-    for name in ("cycles", "burst", "total"):
-        if not 1 <= getattr(args, name) <= 20000:
-            parser.error(f"--{name} must be from 1 to 20000")
+    for name, most in (("cycles", 20000), ("burst", 20000), ("total", 200000)):
+        if not 1 <= getattr(args, name) <= most:
+            parser.error(f"--{name} must be from 1 to {most}")
     started = time.monotonic()
     with contextlib.suppress(KeyboardInterrupt):
         results = asyncio.run(run(args))

@@ -19,6 +19,7 @@ from serving.kube import KubeConfigError, api_client
 from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
 from webhook.kube import LookupReadiness, RuntimeCopies, RuntimeReader
+from webhook.metrics import Metrics
 from webhook.server import Webhook, parse_duration, serving
 
 PROG = "dispatch-webhook"
@@ -93,9 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(args: argparse.Namespace, config: Config, tls: ReloadingServerContext) -> int:
     async with await api_client(args.kubeconfig) as api:
         # The runtime copies from a watch, a GET when memory cannot answer (webhook/kube.py says when).
-        copies = RuntimeCopies(api, RuntimeReader(api))
+        metrics = Metrics()
+        copies = RuntimeCopies(api, RuntimeReader(api), metrics.count_lookup)
         watching = asyncio.create_task(copies.run(), name="runtime-copies")
-        webhook = Webhook(config, tls, lookup=copies, lookup_ready=LookupReadiness(api))
+        webhook = Webhook(config, tls, lookup=copies, lookup_ready=LookupReadiness(api), metrics=metrics)
         try:
             await _until_stopped(args, webhook)
         finally:

@@ -65,9 +65,16 @@ class RuntimeCopies:
     either (nothing orders the two). docs/performance.md states the window.
     """
 
-    def __init__(self, api: client.ApiClient, fallback: Callable[[str, str], Awaitable[Mapping[str, Any] | None]]):
+    def __init__(
+        self,
+        api: client.ApiClient,
+        fallback: Callable[[str, str], Awaitable[Mapping[str, Any] | None]],
+        count: Callable[[str], None] | None = None,
+    ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._fallback = fallback
+        self._count = count or (lambda source: None)
+        """Told "memory" or "api" on each lookup (the webhook's metrics)."""
         self._copies: dict[Key, Mapping[str, Any]] = {}
         self._listing: dict[Key, Mapping[str, Any]] | None = None
         self.live = False
@@ -81,8 +88,10 @@ class RuntimeCopies:
             found = self._copies.get((namespace, name))
             if found is not None:
                 self.hits += 1
+                self._count("memory")
                 return found
         self.misses += 1
+        self._count("api")
         return await self._fallback(namespace, name)
 
     async def run(self) -> None:

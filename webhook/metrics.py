@@ -55,6 +55,12 @@ class Metrics:
         self._bad_requests = Counter(
             r, "dispatch_webhook_bad_requests_total", "Requests refused with an HTTP error.", ("endpoint", "code")
         )
+        self._lookups = Counter(
+            r,
+            "dispatch_webhook_runtime_lookups_total",
+            "Runtime copies looked up, by where the answer came from: memory (the watch) or api (a GET).",
+            ("source",),
+        )
         self._certificate = CertificateCollector("dispatch_webhook")
         r.register(self._certificate)
 
@@ -74,6 +80,13 @@ class Metrics:
             self._series.add(key)
         self._reviews.inc(*key)
         self._duration.observe(seconds, endpoint)
+
+    @property
+    def lookups(self) -> dict[LabelValues, float]:
+        return self._lookups.samples()
+
+    def count_lookup(self, source: str) -> None:
+        self._lookups.inc(source)
 
     def count_bad_request(self, endpoint: str, code: int) -> None:
         self._bad_requests.inc(endpoint, str(code))

@@ -26,6 +26,7 @@ class Store:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads = 0
+        self.sources: list[str] = []
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads += 1
@@ -37,7 +38,7 @@ def copy(name: str, uid: str, spec: Any = "spec") -> dict[str, Any]:
 
 
 def cache(store: Store) -> RuntimeCopies:
-    return RuntimeCopies(_NoApi(), store.get)  # type: ignore[arg-type]  # the handler calls drive it
+    return RuntimeCopies(_NoApi(), store.get, store.sources.append)  # type: ignore[arg-type]  # handler calls drive it
 
 
 class _NoApi:
@@ -68,6 +69,7 @@ def test_memory_answers_only_while_the_watch_is_open_and_the_list_complete():
     copies._on_live(False)  # the watch ended (reconnecting): memory may be behind
     lookup(copies, "a")
     assert store.reads == 3
+    assert store.sources == ["api", "api", "memory", "api"]  # what the webhook's metrics count
 
 
 def test_a_miss_is_a_fresh_read_and_is_not_remembered():
