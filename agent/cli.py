@@ -27,7 +27,7 @@ from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer, serving
 from certs.reload import CertificateLoadError, ReloadingServerContext
-from serving import logs
+from serving import flags, logs
 from serving.kube import KubeConfigError, api_client
 from serving.prometheus import CertificateCollector
 
@@ -55,10 +55,17 @@ def _bounded(low: int, high: int) -> Callable[[str], int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="dispatch's readmission gate (Kueue AdmissionCheck)")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the AdmissionCheck dispatch.phpboyscout.uk/admission")
-    serve.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="dispatch's agent: serve the readmission gate (Kueue AdmissionCheck) and the supervisor "
+        "API, or call that API",
+        epilog=api_cli.epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    flags.add_version(parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+    serve = commands.add_parser("serve", help="serve the AdmissionCheck dispatch.phpboyscout.uk/admission and the API")
+    flags.add_kube_arguments(serve)
     serve.add_argument("--config", help="YAML config (leaseNamespace, leaseName, nodeLossTaints, workers, healthPort)")
     serve.add_argument(
         "--health-port",
@@ -72,14 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-private-key-file", help="PEM private key of the supervisor API")
     serve.add_argument("--api-port", type=_bounded(0, 65535), help="HTTPS port of the API (overrides api.port)")
     logs.add_arguments(serve)
+    api_cli.add_verbs(commands)  # the operators' client: dispatch-agent status|open|...
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in api_cli.COMMANDS:  # the operators' client: dispatch-agent start|open|...
-        return api_cli.main(argv)
     args = _parser().parse_args(argv)
+    if args.command in api_cli.COMMANDS:
+        return api_cli.run_command(args)
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         print(f"{PROG}: --tls-cert-file and --tls-private-key-file go together", file=sys.stderr)
         return 2
@@ -96,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
     identity = args.identity or default_identity()
-    async with await api_client(args.kubeconfig) as api_client_:
+    async with await api_client(args.kubeconfig, args.context) as api_client_:
         metrics = AgentMetrics()
         controller = Controller(Kube(api_client_, instance=identity), config, identity=identity, metrics=metrics)
 

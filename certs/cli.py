@@ -36,7 +36,7 @@ from certs.controller import CertController, Target
 from certs.files import write_plain
 from certs.injection import LABEL, LABEL_VALUE, is_ours
 from certs.metrics import certs_registry
-from serving import logs
+from serving import flags, logs
 from serving.kube import KubeConfigError, api_client, describe_api_error
 from serving.prometheus import CONTENT_TYPE, exposition
 from webhook.configurations import NAME
@@ -69,6 +69,7 @@ def _days(text: str) -> dt.timedelta:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="dispatch-k8s's TLS certificates")
+    flags.add_version(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     gen = commands.add_parser("generate", help="a CA and a serving certificate to files (development, sandbox)")
@@ -93,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"a Validating/MutatingWebhookConfiguration to inject into (repeatable; default {NAME}); "
         f"it must also carry the label app.kubernetes.io/name={NAME}",
     )
-    run.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    flags.add_kube_arguments(run)
     run.add_argument("--health-bind-address", default="0.0.0.0", help="default 0.0.0.0")
     run.add_argument(
         "--health-port", type=int, default=8081, help="plain HTTP /healthz, /readyz and /metrics (default 8081)"
@@ -149,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the Validating and the Mutating WebhookConfiguration of this name (repeatable; default {NAME}); "
         f"deleted only if it carries the label {LABEL}={LABEL_VALUE}",
     )
-    uninstall.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    flags.add_kube_arguments(uninstall)
     for command in (gen, run, uninstall):
         logs.add_arguments(command)
     return parser
@@ -211,7 +212,7 @@ async def _run(args: argparse.Namespace) -> int:
         configurations=tuple(args.configurations or (NAME,)),
         out_dir=args.out,
     )
-    async with await api_client(args.kubeconfig) as api:
+    async with await api_client(args.kubeconfig, args.context) as api:
         controller = CertController(api, target, policy)
         if args.once:
             return await _once(controller, args.once_timeout)
@@ -348,7 +349,7 @@ def _describe(exc: BaseException) -> str:
 
 async def _uninstall(args: argparse.Namespace) -> int:
     names = tuple(dict.fromkeys(args.configurations or (NAME,)))
-    async with await api_client(args.kubeconfig) as api:
+    async with await api_client(args.kubeconfig, args.context) as api:
         for name in names:
             for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
                 print(f"{kind} {name}: {await delete_configuration(api, kind, name)}")

@@ -1,4 +1,5 @@
-"""The Kubernetes client both servers use: from a kubeconfig, or from the pod's ServiceAccount."""
+"""The Kubernetes client every command uses, configured as kubectl is: ``--kubeconfig``, ``$KUBECONFIG``,
+``~/.kube/config``, else the pod's ServiceAccount; ``--context`` picks a context."""
 
 from __future__ import annotations
 
@@ -19,18 +20,62 @@ class KubeConfigError(RuntimeError):
 PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")
 
 
-async def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """A client from the kubeconfig file, or from the pod's ServiceAccount when there is none."""
+IN_CLUSTER: Final = "the in-cluster ServiceAccount"
+
+
+def kubeconfig_files(flag: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Where the configuration comes from, in kubectl's order: ``--kubeconfig``; else the files of
+    ``$KUBECONFIG`` that exist (a list, merged, the first to name a context winning); else ``~/.kube/config``
+    if it exists; else None: the pod's ServiceAccount (in-cluster)."""
+    if flag:
+        if not os.path.exists(os.path.expanduser(flag)):
+            raise KubeConfigError(f"cannot configure the Kubernetes client from {flag}: no such file")
+        return flag
+    listed = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        existing = [p for p in listed if os.path.exists(os.path.expanduser(p))]
+        return os.pathsep.join(existing) if existing else None
+    home = os.path.expanduser("~/.kube/config")
+    return home if os.path.exists(home) else None
+
+
+async def load_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
+    """The client configuration resolved as kubectl resolves it (``kubeconfig_files``), for ``context`` (the
+    kubeconfig's current context when None). A kubeconfig is only read: token refreshes are not written back."""
     configuration = client.Configuration()
+    files = kubeconfig_files(kubeconfig)
     try:
-        if kubeconfig:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        if files is not None:
+            await config.load_kube_config(
+                config_file=files, context=context, client_configuration=configuration, persist_config=False
+            )
+        elif context:
+            raise ConfigException(f"--context {context} needs a kubeconfig, and none was found")
         else:
             config.load_incluster_config(client_configuration=configuration)
     except (ConfigException, OSError) as exc:
-        where = kubeconfig or "the in-cluster ServiceAccount (no --kubeconfig given)"
+        where = files or f"{IN_CLUSTER} (no --kubeconfig, no $KUBECONFIG file, no ~/.kube/config)"
         raise KubeConfigError(f"cannot configure the Kubernetes client from {where}: {exc}") from None
-    api = client.ApiClient(configuration)
+    return configuration
+
+
+def context_namespace(kubeconfig: str | None, context: str | None = None) -> str | None:
+    """The namespace the kubeconfig's context names (kubectl's default for -n), or None."""
+    try:
+        files = kubeconfig_files(kubeconfig)
+        if files is None:
+            return None
+        contexts, current = config.list_kube_config_contexts(files)
+    except (KubeConfigError, ConfigException, OSError, TypeError, KeyError, AttributeError):
+        return None
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else None
+
+
+async def api_client(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
+    """A client configured as kubectl would be (``load_configuration``)."""
+    api = client.ApiClient(await load_configuration(kubeconfig, context))
     if not proxy_environment(os.environ):
         # kubernetes_asyncio's session trusts the environment, so aiohttp looks for a proxy and in ~/.netrc on
         # every request, each in a worker thread (two thread hops per request; docs/performance.md). With no

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from certs.reload import CertificateLoadError, ReloadingServerContext
-from serving import logs
+from serving import flags, logs
 from serving.kube import KubeConfigError, api_client
 from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
@@ -35,6 +35,7 @@ def _duration(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="dispatch's admission webhook")
+    flags.add_version(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve /validate and /mutate over HTTPS")
     serve.add_argument("--tls-cert-file", required=True, help="PEM certificate (chain); reloaded on change")
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
     serve.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     serve.add_argument("--config", required=True, help="YAML config: dispatch's principals and site options")
-    serve.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    flags.add_kube_arguments(serve)
     serve.add_argument(
         "--shutdown-delay-duration",
         type=_duration,
@@ -60,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument(
         "--namespace", required=True, help="where the dry run is sent: a namespace the webhook is called for"
     )
-    test.add_argument("--kubeconfig", help="kubeconfig file; the pod's ServiceAccount when absent")
+    flags.add_kube_arguments(test)
     test.add_argument(
         "--timeout",
         type=_duration,
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(args: argparse.Namespace, config: Config, tls: ReloadingServerContext) -> int:
-    async with await api_client(args.kubeconfig) as api:
+    async with await api_client(args.kubeconfig, args.context) as api:
         # The runtime copies from a watch, a GET when memory cannot answer (webhook/kube.py says when).
         metrics = Metrics()
         copies = RuntimeCopies(api, RuntimeReader(api), metrics.count_lookup)
@@ -108,7 +109,7 @@ async def _serve(args: argparse.Namespace, config: Config, tls: ReloadingServerC
 
 
 async def _selftest(args: argparse.Namespace) -> int:
-    async with await api_client(args.kubeconfig) as api:
+    async with await api_client(args.kubeconfig, args.context) as api:
         verdict, attempts = await selftest.run(api, args.namespace, within=args.timeout, runtime=args.runtime)
     if verdict.result is selftest.Result.PASSED:
         print(f"ok: the API server called dispatch-k8s's webhook, which denied a dispatch TrainJob of a stranger "

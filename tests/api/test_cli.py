@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import platform
+import re
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from agent.api.cli import COMMANDS, main
+from agent.api.cli import COMMANDS, EXIT_CODES, main
+from agent.cli import main as agent_main
+from harness.cluster import free_port
+from serving.prometheus import version
 from tests.api.conftest import NAMESPACE, SUPERVISOR_TOKEN, Agent
 from tests.api.requests import start_body
 
 
-async def cli(agent: Agent, tmp_path: Path, *args: str, stdin: bytes = b"", token: str = SUPERVISOR_TOKEN):
-    token_file = tmp_path / "token"
-    token_file.write_text(token + "\n")
+async def cli(agent: Agent, tmp_path: Path, *args: str, stdin: bytes = b"", token: str | None = SUPERVISOR_TOKEN,
+              env: dict[str, str] | None = None, server: str | None = None):  # fmt: skip
+    """``dispatch-agent VERB`` as a process (the same parser ``python -m agent`` uses), with a token file unless
+    ``token`` is None."""
+    token_args: list[str] = []
+    if token is not None:
+        token_file = tmp_path / "token"
+        token_file.write_text(token + "\n")
+        token_args = ["--token-file", str(token_file)]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent.api.cli", args[0], "--server", agent.url, "--token-file", str(token_file),
+        sys.executable, "-m", "agent", args[0], "--server", server or agent.url, *token_args,
         "--ca-file", str(agent.tls.ca_file), *args[1:],
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**_clean_env(), **(env or {})},
     )  # fmt: skip
     out, err = await proc.communicate(stdin)
     return proc.returncode, out, err
@@ -64,6 +78,85 @@ async def test_errors_go_to_stderr_as_json(agent: Agent, tmp_path: Path):
 def test_usage(capsys, monkeypatch):
     monkeypatch.delenv("DISPATCH_AGENT_SERVER", raising=False)
     assert main(["status", "--namespace", "x"]) == 2
-    assert "--server and --token-file are required" in capsys.readouterr().err
+    assert "--server (or $DISPATCH_AGENT_SERVER) is required" in capsys.readouterr().err
     assert set(COMMANDS) == {"start", "open", "hold", "release", "stop", "status", "list", "output", "preflight",
                              "capabilities"}  # fmt: skip
+
+
+def _clean_env() -> dict[str, str]:
+    """No kubeconfig or agent settings of the machine's leak into the command."""
+    drop = {"KUBECONFIG", "KUBERNETES_SERVICE_HOST", "DISPATCH_AGENT_SERVER", "DISPATCH_AGENT_TOKEN_FILE",
+            "DISPATCH_AGENT_CA_FILE", "HOME"}  # fmt: skip
+    return {k: v for k, v in os.environ.items() if k not in drop} | {"HOME": "/nonexistent"}
+
+
+def _kubeconfig(path: Path, contexts: dict[str, tuple[str, str | None]], current: str) -> Path:
+    """A kubeconfig whose contexts (name -> (bearer token, namespace)) reach no cluster: the agent's CLI takes
+    only the token and the namespace from it."""
+    cluster = {"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}
+    users = [{"name": f"u-{n}", "user": {"token": token}} for n, (token, _) in contexts.items()]
+    ctxs = [{"name": n, "context": {"cluster": "c", "user": f"u-{n}", **({"namespace": ns} if ns else {})}}
+            for n, (_, ns) in contexts.items()]  # fmt: skip
+    doc = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "users": users, "contexts": ctxs,
+           "current-context": current}  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.asyncio
+async def test_table_and_yaml_output_and_the_kubeconfig_as_kubectl_finds_it(agent: Agent, tmp_path: Path):
+    code, out, err = await cli(
+        agent, tmp_path, "start", "--request", "-", stdin=json.dumps(start_body(NAMESPACE)).encode()
+    )
+    assert code == 0, err
+    started = json.loads(out)
+    # No --token-file and no -n: the token and the namespace come from the kubeconfig's context, named by
+    # --context or current in the files of $KUBECONFIG (a list; a missing file in it is skipped).
+    kubeconfig = _kubeconfig(tmp_path / "kc", {"supervisor": (SUPERVISOR_TOKEN, NAMESPACE),
+                                               "stranger": ("forged", "elsewhere")}, current="stranger")  # fmt: skip
+    ref = ["--name", started["name"], "--uid", started["uid"]]
+    code, out, err = await cli(agent, tmp_path, "status", *ref, "--kubeconfig", str(kubeconfig),
+                               "--context", "supervisor", "-o", "table", token=None)  # fmt: skip
+    assert code == 0, err
+    lines = out.decode().splitlines()
+    assert lines[0].split() == ["FIELD", "VALUE"]
+    fields = dict(line.split(None, 1) for line in lines[1:] if line and len(line.split(None, 1)) == 2)
+    assert fields["NAME"] == started["name"]
+    assert fields["NAMESPACE"] == NAMESPACE
+    assert fields["PHASE"] == "Gated"
+    assert fields["HELD-BY"] == "<none>"
+    env = {"KUBECONFIG": f"{tmp_path / 'absent'}{os.pathsep}{kubeconfig}"}
+    code, out, err = await cli(agent, tmp_path, "status", *ref, "--context", "supervisor", "-o", "yaml",
+                               token=None, env=env)  # fmt: skip
+    assert code == 0, err
+    assert yaml.safe_load(out)["phase"] == "Gated"
+    # The current context's token is refused by the agent: exit 1, the error as JSON on stderr.
+    code, out, err = await cli(agent, tmp_path, "status", *ref, token=None, env=env)
+    assert (code, json.loads(err)["error"]) == (1, "unauthenticated")
+
+
+@pytest.mark.asyncio
+async def test_exit_status_names_what_went_wrong(agent: Agent, tmp_path: Path):
+    ref = ["-n", NAMESPACE, "--name", "x", "--uid", "u"]
+    code, _, err = await cli(agent, tmp_path, "status", *ref, server=f"https://127.0.0.1:{free_port()}")
+    assert (code, json.loads(err)["error"]) == (3, "unavailable")  # not reached
+    code, _, err = await cli(agent, tmp_path, "status", *ref, token=None)
+    assert code == 2  # no token: no --token-file, no kubeconfig, not in a pod
+    assert "in-cluster ServiceAccount" in json.loads(err)["message"]
+    code, _, err = await cli(agent, tmp_path, "status", *ref, "-o", "xml")
+    assert code == 2
+    assert "invalid choice: 'xml'" in err.decode()
+
+
+def test_every_verb_is_listed_by_the_agents_own_help_with_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        agent_main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for verb in ("serve", *COMMANDS):
+        assert re.search(rf"^    {verb}\b", text, re.MULTILINE), verb
+    for code in EXIT_CODES:
+        assert re.search(rf"^  {code}\s", text, re.MULTILINE)
+    with pytest.raises(SystemExit):
+        agent_main(["--version"])
+    assert capsys.readouterr().out == f"dispatch-agent {version()} (Python {platform.python_version()})\n"
