@@ -424,3 +424,29 @@ async def test_any_other_webhook_refusal_of_the_trainjob_is_final(agent: Agent):
             await api.start(start_request(NAMESPACE))
     assert err.value.kind is ErrorKind.REJECTED
     assert "denied the request: no" in err.value.message
+
+
+# -- List -----------------------------------------------------------------------------------------
+
+
+async def test_list_names_dispatchs_trainjobs_only_by_name_or_patch(agent: Agent):
+    from agent.api.models import ListRequest
+    from tests.api.requests import fresh_job_id
+
+    job = fresh_job_id()
+    async with agent.client() as api:
+        first = await api.start(start_request(NAMESPACE, jobId=job, n=1))
+        second = await api.start(start_request(NAMESPACE, jobId=job, n=2))
+        other = await api.start(start_request(NAMESPACE, jobId=fresh_job_id()))
+        agent.fake.put(TJS, {"metadata": {"name": "someone-elses", "namespace": NAMESPACE}, "spec": {}})
+        listed = await api.list(ListRequest(namespace=NAMESPACE))
+        assert sorted(i.name for i in listed.items) == sorted([first.name, second.name, other.name])
+        assert listed.continue_ is None
+        mine = await api.list(ListRequest(namespace=NAMESPACE, job_id=job))
+        assert [(i.name, i.uid, i.job_id, i.n, i.phase, i.orphan) for i in sorted(mine.items, key=lambda i: i.n)] == [
+            (first.name, first.uid, job, 1, "Gated", f"{NAMESPACE}/{first.name}"),
+            (second.name, second.uid, job, 2, "Gated", f"{NAMESPACE}/{second.name}"),
+        ]
+        with pytest.raises(AgentError) as err:
+            await api.list(ListRequest(namespace=NAMESPACE, job_id=job.lower()))
+        assert (err.value.kind, err.value.field) == (ErrorKind.INVALID, "jobId")
