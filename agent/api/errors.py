@@ -17,7 +17,7 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"
     """The object is not as the request expects (a different UID; a concurrent write). Re-read, retry."""
     OBSERVE_ONLY = "observe_only"
-    """The adapter cannot prove its gates; every mutating call refuses with the reason."""
+    """The adapter cannot prove its gates (the verdict on the Lease); Start, Open and Release refuse with the reason."""
     RATE_LIMITED = "rate_limited"
     """Too many failed tokens from this client, or too many open log streams of this user; retry later."""
     UNAVAILABLE = "unavailable"
