@@ -74,9 +74,11 @@ from contract.trainjob import Submission, build_runtime_copy, build_trainjob, ru
 
 POLL_SECONDS: Final = 0.5
 CONFLICT_ATTEMPTS: Final = 3
+"""Open, Hold and Release re-read and re-plan this often when the object changed under the write."""
+CONFLICT_BACKOFF: Final = 0.2
+"""Seconds before the second re-read after a conflict (twice that before the third)."""
 RUNTIME_CACHE_SECONDS: Final = 10.0
 """How long a TrainJob create is retried while Kueue's or Trainer's webhook has not yet seen its runtime copy."""
-"""Open, Hold and Release re-read and re-plan this often when the object changed under the write."""
 Planner = Callable[["Seen"], Plan]
 STOP_PROPAGATION: Final = "Foreground"
 """Stop deletes in the foreground: the TrainJob stays readable (with a deletionTimestamp) until every
@@ -407,7 +409,9 @@ class Service:
         previous execution are read after the TrainJob (a pod seen gone here stays gone: the TrainJob is
         suspended as read, and the write is preconditioned on that read).
         """
-        for _ in range(CONFLICT_ATTEMPTS):
+        for attempt in range(CONFLICT_ATTEMPTS):
+            if attempt:  # the writer that won is often mid-burst (status after a suspend): let it settle
+                await asyncio.sleep(CONFLICT_BACKOFF * attempt)
             trainjob = await self._own(ref)
             kueue = is_kueue_mode(trainjob)
             workload = await self._workload(ref.namespace, ref.uid) if kueue else None
