@@ -46,7 +46,9 @@ RETRY_PERIOD_SECONDS: Final = 2.0
 """How often a standby tries, and a leader retries a failed renewal."""
 
 # -- The work queue and the watches ---------------------------------------------------------------
-DEFAULT_WORKERS: Final = 2
+DEFAULT_WORKERS: Final = 16
+"""Passes at once. Concurrent passes share one consistent LIST of pods (agent/podlists.py), so a burst of
+readmissions is bound by the API server, not by a per-pass LIST wait (docs/performance.md, issue 13)."""
 DEFAULT_HEALTH_PORT: Final = 8081
 BACKOFF_BASE_SECONDS: Final = 0.2
 BACKOFF_CAP_SECONDS: Final = 30.0

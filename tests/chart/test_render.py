@@ -362,7 +362,7 @@ def test_the_agent_config_names_the_lease_and_serves_the_api(name, tmp_path):
     lease = values.get("agent", {}).get("lease", {})
     assert config.lease_namespace == (lease.get("namespace") or r.namespace)
     assert config.lease_name == lease.get("name", LEASE_NAME)
-    assert config.workers == values.get("agent", {}).get("workers", 2)
+    assert config.workers == values.get("agent", {}).get("workers", 16)
     assert list(config.node_loss_taints) == values.get("site", {}).get("nodeLossTaints", [])
 
     # The API is served (agent/cli.py serves it only with both TLS files) on api.port, the Service's `api`.

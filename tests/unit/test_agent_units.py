@@ -29,7 +29,7 @@ def test_config_defaults_are_the_spec_s():
     config = load_config(None)
     assert (config.lease_namespace, config.lease_name) == ("dispatch-system", "dispatch-admission")
     assert config.node_loss_taints == ()
-    assert (config.workers, config.health_port) == (2, 8081)
+    assert (config.workers, config.health_port) == (16, 8081)
 
 
 def test_config_file(tmp_path):
