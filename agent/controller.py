@@ -40,6 +40,7 @@ from agent.leader import LeaderElector
 from agent.metrics import AgentMetrics
 from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue
 from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
+from agent.releaser import FinalizerReleaser
 from agent.workload import owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
 from contract.objects import dig, labels
@@ -133,6 +134,8 @@ class Controller:
         self.metrics.follow_holds(
             lambda: [self.held_since[k] for k in self.held if k in self.held_since] if self.leading else []
         )
+        self.releaser = FinalizerReleaser(kube, config.node_loss_taints)
+        """Removes dispatch's pod finalizer once a pod's processes are proven gone (agent/podfinalizer.py)."""
         self.checks = AdmissionCheckCache()
         kube.checks = self.checks
         self.synced = {name: asyncio.Event() for name in WATCHED}
@@ -158,7 +161,7 @@ class Controller:
         self._handlers: dict[str, watch.Handler] = {
             ADMISSION_CHECKS: checks,
             WORKLOADS: _Handler(self._workloads_page, self._workload_event, self._listed.clear, self._workloads_end),
-            "pods": _Handler(self._pods_page, self._pod_event),
+            "pods": _Handler(self._pods_page, self._pod_event, self.releaser.list_begin, self.releaser.list_end),
             "nodes": _Handler(lambda _: None, self._node_event, on_end=self._nodes_end),
         }
 
@@ -242,6 +245,7 @@ class Controller:
         log.info("serving the readmission gate with %d worker(s)", self.config.workers)
         async with asyncio.TaskGroup() as group:
             group.create_task(self._keep_active(), name="active-condition")
+            group.create_task(self.releaser.run(), name="pod-finalizers")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
 
@@ -370,21 +374,28 @@ class Controller:
         self.held_since.pop(key, None)
 
     def _pods_page(self, items: list[Mapping[str, Any]]) -> None:
+        self.releaser.listed(items)
         for pod in items:
-            self._pod_event("ADDED", pod)
+            self._enqueue_for_pod(pod)
 
     def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        self.releaser.pod_event(kind, pod)
+        self._enqueue_for_pod(pod)
+
+    def _enqueue_for_pod(self, pod: Mapping[str, Any]) -> None:
         jobset = labels(pod).get(LABEL_JOBSET_NAME)
         key = self.index.by_trainjob.get((str(dig(pod, "metadata", "namespace")), str(jobset)))
         if key is not None and self.index.due(key, self.checks.ours()):
             self.queue.add(key)
 
     def _nodes_end(self) -> None:
+        self.releaser.all_nodes_changed()
         for key in list(self.held):
             self.queue.add(key)
 
     def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
         name = dig(node, "metadata", "name")
+        self.releaser.node_event(name)
         for key, nodes in list(self.held.items()):
             if name in nodes:
                 self.queue.add(key)

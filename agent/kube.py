@@ -156,6 +156,15 @@ class Kube:
             )
         )
 
+    async def patch_pod(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
+        """A JSON Patch on a pod (only ever the removal of dispatch's finalizer); its test ops and the
+        resourceVersion it writes back are its preconditions."""
+        return await read_json(
+            self.core.patch_namespaced_pod(
+                name, namespace, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH, **self._opts()
+            )
+        )
+
     async def apply_workload_status(self, body: Mapping[str, Any]) -> Obj:
         """Server-side apply on workloads/status; the body's uid and resourceVersion are its preconditions."""
         meta = body["metadata"]

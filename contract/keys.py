@@ -58,6 +58,12 @@ PUBLISH_VOLUME: Final = "dispatch-publish"
 PUBLISH_MOUNT_PATH: Final = "/opt/dispatch"
 PUBLISH_IMAGE_PULL_POLICY: Final = "IfNotPresent"
 
+POD_FINALIZER: Final = "dispatch.phpboyscout.uk/may-still-run"
+"""On every trainer pod, from the runtime patch's pod template: a pod removed from the API while its
+processes may still run (a force delete, the pod garbage collector after its Node was deleted) stays
+visible, Terminating, until the agent removes this; it does so only when the node-loss classification
+proves the processes gone (the kubelet's terminal phase, never bound, or out-of-service)."""
+
 # -- On the runtime copy -------------------------------------------------------------------------
 ANNOTATION_RUNTIME_SOURCE: Final = "dispatch.phpboyscout.uk/runtime-source"
 

@@ -27,6 +27,7 @@ from contract.keys import (
     LABEL_ANCESTOR_STEP,
     LABEL_JOB_ID,
     LABEL_SUBMISSION,
+    POD_FINALIZER,
     PUBLISH_IMAGE_PULL_POLICY,
     PUBLISH_MOUNT_PATH,
     PUBLISH_VOLUME,
@@ -164,6 +165,9 @@ def runtime_patch(
         "metadata": {
             "labels": {LABEL_JOB_ID: job_id, LABEL_SUBMISSION: str(n)},
             "annotations": {ANNOTATION_ADMISSION: ADMISSION_AT_CREATION},
+            # Trainer merges it into the Job's pod template, and the Job controller copies a template's
+            # finalizers onto every pod it creates (k8s.io/kubernetes pkg/controller GetPodFromTemplate).
+            "finalizers": [POD_FINALIZER],
         }
     }
     if pod_spec:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from certs import pki
+from contract.keys import POD_FINALIZER
 from harness.binaries import TIER_B_BINARIES
 from harness.cluster import LOOPBACK, ControlPlane, free_port, load_yaml_docs
 from harness.kube_http import ApiError, KubeHttp
@@ -190,7 +191,52 @@ def kwok_stages(stage_dir: Path) -> list[dict[str, Any]]:
                     }
                 )
             stages.append(stage)
+    stages.append(kubelet_terminates_deleted_pods())
     return stages
+
+
+def kubelet_terminates_deleted_pods() -> dict[str, Any]:
+    """What a kubelet does with a deleted pod that still has finalizers, and kwok's own stages do not: it
+    stops the containers and writes a terminal phase (since 1.27, before it confirms the deletion). kwok's
+    ``pod-delete`` only removes pods with no finalizers left, so without this a trainer pod carrying
+    dispatch's finalizer (contract/keys.py POD_FINALIZER) would stay Running forever on a healthy node.
+    Limited to pods carrying that finalizer, so every other pod behaves as kwok made it."""
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "harness-pod-terminate-when-deleted"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                    {"key": ".metadata.finalizers.[]", "operator": "In", "values": [POD_FINALIZER]},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running", "Pending"]},
+                ]
+            },
+            "delay": {"durationMilliseconds": 500},
+            "next": {
+                "statusTemplate": (
+                    "{{ $now := Now }}\n"
+                    "containerStatuses:\n"
+                    "{{ range $index, $item := .spec.containers }}\n"
+                    "- image: {{ $item.image | Quote }}\n"
+                    "  name: {{ $item.name | Quote }}\n"
+                    "  ready: false\n"
+                    "  restartCount: 0\n"
+                    "  started: false\n"
+                    "  state:\n"
+                    "    terminated:\n"
+                    "      exitCode: 137\n"
+                    "      finishedAt: {{ $now | Quote }}\n"
+                    "      reason: Error\n"
+                    "      startedAt: {{ $now | Quote }}\n"
+                    "{{ end }}\n"
+                    "phase: Failed\n"
+                )
+            },
+        },
+    }
 
 
 # --- health checks -----------------------------------------------------------------------------

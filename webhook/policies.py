@@ -15,6 +15,8 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   podSetUpdates carries a pod key that decides identity, and a held Workload is not reactivated.
 * ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls.
 * ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``).
+* ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
+  change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
 The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config.
 """
@@ -37,6 +39,7 @@ from contract.keys import (
     LABEL_QUEUE_NAME,
     LABEL_RESTART_ATTEMPT,
     OPENED_TRUE,
+    POD_FINALIZER,
     PREFIX,
     RUNTIME_PATCH_MANAGER,
 )
@@ -49,6 +52,7 @@ UNSUSPEND: Final = f"{NAME}-unsuspend"
 WORKLOADS: Final = f"{NAME}-workloads"
 JOBSET_POLICY: Final = f"{NAME}-jobsets"
 RUNTIME_COPIES: Final = f"{NAME}-runtime-copies"
+PODS: Final = f"{NAME}-pods"
 
 
 def _q(text: str) -> str:
@@ -410,6 +414,82 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
         },
     )
     docs = []
-    for policy in (reserved, identity, unsuspend, workloads, jobsets, copies):
+    for policy in (reserved, identity, unsuspend, workloads, jobsets, copies, pod_policy(config)):
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     return docs
+
+
+POD_PROTECTED_PREFIXES: Final = (PREFIX, "jobset.sigs.k8s.io/", "batch.kubernetes.io/")
+"""Label and annotation keys of a trainer pod that tie it to its TrainJob, its JobSet and Job, and its
+execution (A, J, the completion index): the gate finds and judges the pod by them."""
+
+
+def _keys_kept(old: str, new: str, prefixes: tuple[str, ...]) -> str:
+    guarded = " || ".join(f"k.startsWith({_q(p)})" for p in prefixes)
+    return (
+        f"{new}.all(k, !({guarded}) || (k in {old} && {old}[k] == {new}[k])) && "
+        f"{old}.all(k, !({guarded}) || k in {new})"
+    )
+
+
+def pod_policy(config: Config) -> dict[str, Any]:
+    """On a pod that carries dispatch's finalizer (a trainer pod of a dispatch TrainJob, agent/podfinalizer.py),
+    only dispatch removes the finalizer, and nobody but dispatch changes what the readmission gate finds and
+    judges it by: its ownerReferences (pod -> Job -> JobSet) and its labels and annotations under
+    dispatch.phpboyscout.uk/, jobset.sigs.k8s.io/ and batch.kubernetes.io/. A policy, not a webhook rule, so
+    it holds while the webhook is down and never waits on it; ``pods/status`` is covered too, since a status
+    write may change a pod's labels, annotations and finalizers."""
+    finalizer = _q(POD_FINALIZER)
+    return _policy(
+        PODS,
+        [("", "v1", "pods"), ("", "v1", "pods/status")],
+        ["UPDATE"],
+        {
+            "matchConditions": [
+                {
+                    "name": "dispatch-pods",
+                    "expression": f"oldObject != null && {finalizer} in oldObject.metadata.?finalizers.orValue([])",
+                }
+            ],
+            "variables": [
+                {"name": "dispatch", "expression": _is_dispatch(config)},
+                {"name": "oldLabels", "expression": _map("oldObject", "labels")},
+                {"name": "newLabels", "expression": _map("object", "labels")},
+                {"name": "oldAnnotations", "expression": _map("oldObject", "annotations")},
+                {"name": "newAnnotations", "expression": _map("object", "annotations")},
+            ],
+            "validations": [
+                {
+                    "expression": f"variables.dispatch || {finalizer} in object.metadata.?finalizers.orValue([])",
+                    "message": f"only dispatch removes its finalizer {POD_FINALIZER}: it does so once the pod's "
+                    "processes are proven gone (the kubelet's terminal phase, or the node out of service)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.dispatch || oldObject.metadata.?ownerReferences.orValue([]) == "
+                    "object.metadata.?ownerReferences.orValue([])",
+                    "message": "the ownerReferences of a dispatch trainer pod are not changed: they tie it to its Job "
+                    "and JobSet",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.dispatch || ("
+                    + _keys_kept("variables.oldLabels", "variables.newLabels", POD_PROTECTED_PREFIXES)
+                    + ")",
+                    "message": "the labels of a dispatch trainer pod under "
+                    + ", ".join(POD_PROTECTED_PREFIXES)
+                    + " are not changed",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.dispatch || ("
+                    + _keys_kept("variables.oldAnnotations", "variables.newAnnotations", POD_PROTECTED_PREFIXES)
+                    + ")",
+                    "message": "the annotations of a dispatch trainer pod under "
+                    + ", ".join(POD_PROTECTED_PREFIXES)
+                    + " are not changed",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )

@@ -18,6 +18,7 @@ from contract.keys import (
     KUEUE_RUNTIME_PATCH_MANAGER,
     LABEL_JOBSET_NAME,
     OPENED_TRUE,
+    POD_FINALIZER,
 )
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
@@ -331,7 +332,9 @@ def owning_job(cp: ControlPlane, tj: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def create_trainer_pod(cp: ControlPlane, tj: dict[str, Any], node: str, *, a: str = "0") -> dict[str, Any]:
+def create_trainer_pod(
+    cp: ControlPlane, tj: dict[str, Any], node: str, *, a: str = "0", finalizer: bool = False
+) -> dict[str, Any]:
     """A pod of the TrainJob's previous execution, bound to ``node`` and Running (as its kubelet said), owned as
     JobSet's are: by a Job that the TrainJob's JobSet controls (agent/podowners.py counts no other)."""
     namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
@@ -347,6 +350,8 @@ def create_trainer_pod(cp: ControlPlane, tj: dict[str, Any], node: str, *, a: st
                 "labels": {LABEL_JOBSET_NAME: name, "jobset.sigs.k8s.io/replicatedjob-name": "node"},
                 "annotations": {"dispatch.phpboyscout.uk/admission": a},
                 "ownerReferences": [controller_ref(job)],
+                # As the Job controller copies it from dispatch's runtime patch (contract/runtime_patch.py).
+                **({"finalizers": [POD_FINALIZER]} if finalizer else {}),
             },
             "spec": {
                 "nodeName": node,

@@ -12,6 +12,7 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.constants import ACTIVE_MESSAGE, EVENT_COMPONENT, REASON_HELD
+from contract.keys import POD_FINALIZER
 from tests.agent import kueue_double as kueue
 from tests.agent.running import RunningController
 
@@ -135,3 +136,74 @@ def test_a_pod_that_may_still_run_holds_the_check(control_plane, namespace, agen
         cp.admin.request("DELETE", path, {"gracePeriodSeconds": 0})
     eventually(lambda: check_state(cp, wl, check) == "Ready", what="the check to turn Ready")
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+
+
+# -- dispatch's pod finalizer: a deleted pod leaves evidence (issue 10, item 11) ----------------------
+
+
+def _pod(cp, pod):
+    return cp.admin.get_or_none("v1", "Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
+
+
+def test_a_force_deleted_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
+    control_plane, namespace, agent, lost_node
+):
+    """A force delete (or the pod GC after a lost Node object is deleted) no longer makes the pod vanish:
+    dispatch's finalizer keeps it listed, so the stateless gate still sees it, until the operator's
+    out-of-service assertion proves its processes gone. Then the agent removes the finalizer, and only then
+    does the check turn Ready."""
+    cp = control_plane
+    check = kueue.create_admission_check(cp)
+    tj = kueue.create_dispatch_trainjob(cp, namespace)
+    pod = kueue.create_trainer_pod(cp, tj, lost_node, finalizer=True)
+    wl = kueue.reserve(cp, kueue.create_workload(cp, tj, [check]))
+    name = pod["metadata"]["name"]
+
+    cp.admin.request("DELETE", cp.admin.object_path(pod), {"gracePeriodSeconds": 0})
+    held = eventually(
+        lambda: (
+            (e := kueue.entry(kueue.get_workload(cp, wl), check))["state"] == "Pending"
+            and name in e["message"]
+            and "deletionTimestamp" in e["message"]
+            and e["message"]
+        ),
+        what="the check held on the force-deleted pod",
+    )
+    assert "NodeLost" in held
+    time.sleep(2)
+    assert _pod(cp, pod) is not None  # still there: the finalizer is the evidence
+    assert check_state(cp, wl, check) == "Pending"
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)
+
+    kueue.taint_node(cp, lost_node, [UNREACHABLE, OUT_OF_SERVICE])
+    eventually(lambda: _pod(cp, pod) is None, what="the agent to remove its finalizer, and the pod to go")
+    eventually(lambda: check_state(cp, wl, check) == "Ready", what="the check to turn Ready")
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+
+
+def test_the_finalizer_goes_as_soon_as_the_kubelet_ends_the_pod(control_plane, namespace, agent):
+    """On a healthy node a deleted pod keeps the finalizer only until its kubelet writes a terminal phase."""
+    cp = control_plane
+    node = f"node-{secrets.token_hex(4)}"
+    kueue.create_node(cp, node, ready="True")
+    try:
+        tj = kueue.create_dispatch_trainjob(cp, namespace)
+        pod = kueue.create_trainer_pod(cp, tj, node, finalizer=True)
+        cp.admin.request("DELETE", cp.admin.object_path(pod))
+        time.sleep(2)
+        assert _pod(cp, pod)["metadata"]["finalizers"] == [POD_FINALIZER]  # Running: it may still run
+        # The kubelet stops the container and writes the terminal phase.
+        cp.admin.request(
+            "PATCH",
+            cp.admin.object_path(pod) + "/status",
+            {"status": {"phase": "Failed", "containerStatuses": [
+                {"name": "node", "image": "pytorch/pytorch", "imageID": "", "ready": False, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": kueue.now(),
+                                          "finishedAt": kueue.now()}}}]}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        # (tier A has no kubelet to confirm the deletion afterwards: the pod stays, without the finalizer)
+        eventually(lambda: not _pod(cp, pod)["metadata"].get("finalizers"), what="the finalizer removed")
+        assert agent.call(lambda c: c.releaser.released) >= 1
+    finally:
+        cp.admin.delete("v1", "Node", node)

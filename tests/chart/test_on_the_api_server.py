@@ -211,6 +211,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: list_pods", ("list", "", "pods", {"ns": TEAM})),
         ("agent: get_job", ("get", "batch", "jobs", {"ns": TEAM, "name": "tj-node-0"})),
         ("agent: get_node", ("get", "", "nodes", {"name": "node-1"})),
+        ("agent: patch_pod (dispatch's finalizer)", ("patch", "", "pods", {"ns": TEAM, "name": "p"})),
         ("agent: patch_trainjob (the raise of A)", ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
         (
             "agent: apply_workload_status",

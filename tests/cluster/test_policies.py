@@ -11,7 +11,12 @@ from collections.abc import Iterator
 import pytest
 
 from contract.admission import raise_admission
-from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_JOBSET_UID
+from contract.keys import (
+    ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_JOBSET_UID,
+    POD_FINALIZER,
+)
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
 from tests.cluster.principals import Principals, json_patch, merge_patch, principals
@@ -362,3 +367,83 @@ def test_item_10_no_runtime_copy_restarts_in_place(who, namespace, policies):
             time.sleep(0.2)
     assert refusal.status == 403, refusal
     assert "never restarts in place" in json.loads(refusal.body)["message"]
+
+
+# -- dispatch's pod finalizer and what ties a trainer pod to its execution (issue 10, item 11) --------
+
+
+def _may_edit_pods(control_plane, namespace: str) -> None:
+    """Both principals may patch pods (the stranger of issue 10 has ordinary pod RBAC)."""
+    name = f"pods-{secrets.token_hex(3)}"
+    rbac = "rbac.authorization.k8s.io/v1"
+    rules = [{"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "update", "patch", "delete"]}]
+    control_plane.admin.create({"apiVersion": rbac, "kind": "Role", "metadata": {"name": name, "namespace": namespace},
+                                "rules": rules})  # fmt: skip
+    for sa in ("dispatch", "stranger"):
+        control_plane.admin.create(
+            {
+                "apiVersion": rbac,
+                "kind": "RoleBinding",
+                "metadata": {"name": f"{name}-{sa}", "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+            }
+        )
+
+
+def _trainer_pod(control_plane, namespace: str) -> dict:
+    control_plane.ensure_service_account(namespace, "default")
+    return control_plane.admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"dj-x-node-0-0-{secrets.token_hex(3)}",
+                "namespace": namespace,
+                "labels": {"jobset.sigs.k8s.io/jobset-name": "dj-x", "jobset.sigs.k8s.io/restart-attempt": "0",
+                           "batch.kubernetes.io/job-completion-index": "0", "team": "a"},
+                "annotations": {"dispatch.phpboyscout.uk/admission": "1"},
+                "finalizers": [POD_FINALIZER],
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "dj-x-node-0",
+                                     "uid": "00000000-0000-0000-0000-000000000001", "controller": True}],
+            },
+            "spec": {"nodeName": "gone-node", "automountServiceAccountToken": False,
+                     "containers": [{"name": "node", "image": "pytorch/pytorch"}]},
+        }
+    )  # fmt: skip
+
+
+def test_only_dispatch_removes_its_pod_finalizer_and_nobody_unties_a_trainer_pod(
+    control_plane, who, namespace, policies
+):
+    _may_edit_pods(control_plane, namespace)
+    p = _trainer_pod(control_plane, namespace)
+    path = who.stranger.object_path(p)
+
+    def patch(client, ops, sub=""):
+        return client.request("PATCH", path + sub, ops, content_type="application/json-patch+json")
+
+    strip = [{"op": "test", "path": "/metadata/finalizers/0", "value": POD_FINALIZER},
+             {"op": "remove", "path": "/metadata/finalizers/0"}]  # fmt: skip
+    assert "only dispatch removes its finalizer" in refused(lambda: patch(who.stranger, strip))
+    assert "only dispatch removes its finalizer" in refused(lambda: patch(who.stranger, strip, "/status"))
+    orphan = [{"op": "remove", "path": "/metadata/ownerReferences"}]
+    assert "ownerReferences of a dispatch trainer pod" in refused(lambda: patch(who.stranger, orphan))
+    unlabel = [{"op": "remove", "path": "/metadata/labels/jobset.sigs.k8s.io~1jobset-name"}]
+    assert "labels of a dispatch trainer pod" in refused(lambda: patch(who.stranger, unlabel))
+    relabel = [{"op": "replace", "path": "/metadata/labels/jobset.sigs.k8s.io~1restart-attempt", "value": "9"}]
+    assert "labels of a dispatch trainer pod" in refused(lambda: patch(who.stranger, relabel))
+    re_a = [{"op": "replace", "path": "/metadata/annotations/dispatch.phpboyscout.uk~1admission", "value": "5"}]
+    assert "annotations of a dispatch trainer pod" in refused(lambda: patch(who.stranger, re_a))
+    # What does not tie the pod to its execution stays the stranger's to change; a delete is not refused
+    # (the finalizer keeps the object until dispatch proves its processes gone).
+    patch(who.stranger, [{"op": "replace", "path": "/metadata/labels/team", "value": "b"}])
+    who.stranger.request("DELETE", path, {"gracePeriodSeconds": 0})
+    deleting = control_plane.admin.get("v1", "Pod", p["metadata"]["name"], namespace)
+    assert deleting["metadata"]["deletionTimestamp"]  # still there: deleted, not gone
+    # dispatch may remove it, and then the pod goes.
+    patch(who.dispatch, strip)
+    deadline = time.monotonic() + 15
+    while control_plane.admin.get_or_none("v1", "Pod", p["metadata"]["name"], namespace) is not None:
+        assert time.monotonic() < deadline, "the pod stayed after its last finalizer was removed"
+        time.sleep(0.2)

@@ -54,6 +54,8 @@ def test_minimal_entry():
         "metadata": {
             "labels": {"dispatch.phpboyscout.uk/job-id": JOB_ID, "dispatch.phpboyscout.uk/submission": "3"},
             "annotations": {"dispatch.phpboyscout.uk/admission": "0"},
+            # the evidence a deleted pod leaves until the agent proves its processes gone (issue 10, item 11)
+            "finalizers": ["dispatch.phpboyscout.uk/may-still-run"],
         }
     }
 
