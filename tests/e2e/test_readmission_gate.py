@@ -28,6 +28,7 @@ from contract.keys import (
     FIELD_MANAGER,
     LABEL_JOBSET_NAME,
     LABEL_RESTART_ATTEMPT,
+    POD_FINALIZER,
     TAINT_OUT_OF_SERVICE,
     TAINT_UNREACHABLE,
 )
@@ -37,8 +38,12 @@ from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
 from harness.sandbox import site
 from harness.tier_b import KWOK_COMPLETE_ANNOTATION, TierB
+from tests.cluster.principals import principals
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
+from webhook.config import Config
+from webhook.config import Principals as ConfigPrincipals
+from webhook.policies import pod_policy
 
 pytestmark = pytest.mark.e2e
 
@@ -342,7 +347,14 @@ def test_a_jobset_restart_raises_j_under_the_same_admission(gate: Gate, ns: str)
             r.stop()
 
 
-def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(gate: Gate, ns: str) -> None:
+@pytest.mark.parametrize("stranger", [False, True], ids=["operator", "stranger-force-deletes"])
+def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
+    gate: Gate, ns: str, stranger: bool
+) -> None:
+    """With ``stranger``, issue 10 items 8 and 11 for real: a ServiceAccount with ordinary namespace RBAC puts a
+    Running pod labelled as the job's on a healthy node (foreign: it must not hold the readmission), then
+    force-deletes the real pods while their node is lost (dispatch's finalizer keeps them listed, so the gate
+    still holds) and tries to strip the finalizer (refused by the policy)."""
     tb, admin = gate.tier_b, gate.admin
     suffix = secrets.token_hex(3)
     # A node of its own (the shared ones stay healthy), and a runtime that puts the trainer there.
@@ -352,6 +364,8 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(g
     admin.create(kit.training_runtime(runtime_name, cpu=JOB_CPU, node_selector={"kubernetes.io/hostname": node}))
     trainjobs = kit.Recorder(admin, admin.collection_path(TRAINER_V, "TrainJob", ns))
     recorders = [trainjobs]
+    policies: list[str] = []
+    fake = None
     stopped = False
     try:
         runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
@@ -409,7 +423,29 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(g
                 assert f"{pod}: NodeLost: " in entry["message"], entry["message"]
             return entry
 
+        if stranger:
+            who = principals(tb.control_plane, ns)
+            fake = _fake_pod(who.stranger, ns, name)
+            eventually(lambda: _assert(kit.running([admin.get("v1", "Pod", fake, ns)])), 60, "the fake pod Running")
+            policies.append(_pod_policy(gate, ns))
+            for pod in pod_names:  # the pods' node is lost: a force delete proves nothing about their processes
+                who.stranger.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}", {"gracePeriodSeconds": 0})
+            time.sleep(2)
+            left = {p["metadata"]["name"]: p for p in kit.pods_of(admin, ns, name)}
+            assert set(pod_names) <= set(left), "the force-deleted pods must stay listed: dispatch's finalizer"
+            for pod in pod_names:
+                assert POD_FINALIZER in left[pod]["metadata"]["finalizers"], left[pod]["metadata"]
+                strip = [{"op": "remove", "path": "/metadata/finalizers"}]
+                with pytest.raises(ApiError) as refused:
+                    who.stranger.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{pod}", strip,
+                                         content_type=JSON_PATCH)  # fmt: skip
+                assert refused.value.status == 403
+                assert "only dispatch removes its finalizer" in refused.value.body
         entry = eventually(held, 60, "the check held, naming the pods on the lost node")
+        if stranger:
+            assert fake not in entry["message"], "a stranger's pod must not hold the readmission"
+            reports = [e["message"] for e in admin.list("v1", "Event", ns) if e["reason"] == "Foreign"]
+            assert any(fake in m and "is not its own" in m for m in reports), reports
         assert "its node is lost" in entry["message"], entry["message"]
         assert TAINT_UNREACHABLE in entry["message"], entry["message"]
         for _ in range(6):  # and it stays so: no readmission, no raise, while the pods may still run
@@ -437,17 +473,58 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(g
         eventually(lambda: _gone(admin, ns, name, pod_names), 90, "the old execution's pods gone")
         final = {obj["metadata"]["name"]: obj for kind, obj in pods.events() if kind == "DELETED"}
         assert sorted(final) == pod_names
+
         # The next execution's pods carry A = 2 (they wait for a node: theirs is out of service).
-        eventually(lambda: _assert(len(pods.first_seen()) > len(pod_names)), 60, "the new execution's pods")
+        def real() -> list[dict[str, Any]]:  # the stranger's pod is no execution of the job
+            return [p for p in pods.first_seen() if p["metadata"]["name"] != fake]
+
+        eventually(lambda: _assert(len(real()) > len(pod_names)), 60, "the new execution's pods")
         assert kit.assert_a_rises_before_each_admission(trainjobs.versions(name)) == [1, 2]
-        assert kit.assert_r_strictly_increases(pods.first_seen()) == [(1, 0), (2, 0)]
+        assert kit.assert_r_strictly_increases(real()) == [(1, 0), (2, 0)]
     finally:
         for r in recorders:
             r.stop()
         if stopped:
             tb.resume_node_heartbeat(node)
+        for policy in policies:
+            admin.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", policy)
+            admin.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", policy)
         tb.delete_node(node)
         admin.delete(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
+
+
+def _fake_pod(stranger: KubeHttp, namespace: str, jobset: str) -> str:
+    """A stranger's pod dressed as rank 0 of a later JobSet restart: the labels only, no Job owns it."""
+    name = f"{jobset}-node-0-0-fake"
+    stranger.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {LABEL_JOBSET_NAME: jobset, "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                                    LABEL_RESTART_ATTEMPT: "9", "batch.kubernetes.io/job-completion-index": "0"},
+                         "annotations": {"dispatch.phpboyscout.uk/admission": "9"}},
+            "spec": {"containers": [{"name": "node", "image": "registry.invalid/fake:1"}]},
+        }
+    )  # fmt: skip
+    return name
+
+
+def _pod_policy(gate: Gate, namespace: str) -> str:
+    """dispatch's pod policy (webhook/policies.py), with the agent's ServiceAccount as dispatch, bound here."""
+    admin = gate.admin
+    system = gate.agent.name.removeprefix("dispatch-agent-")  # harness/agent_process.py grant()
+    user = f"system:serviceaccount:{system}:dispatch-agent"
+    policy = pod_policy(Config(dispatch=ConfigPrincipals(usernames=(user,))))
+    policy["metadata"]["name"] = f"{policy['metadata']['name']}-{namespace}"
+    admin.create(policy)
+    admin.create({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                  "metadata": {"name": policy["metadata"]["name"]},
+                  "spec": {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
+                           "matchResources": {"namespaceSelector": {
+                               "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}})  # fmt: skip
+    time.sleep(3)  # policies load asynchronously; the refusal below is asserted, so a slow load shows
+    return policy["metadata"]["name"]
 
 
 def _gone(admin: KubeHttp, namespace: str, jobset: str, names: list[str]) -> None:
