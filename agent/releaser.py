@@ -106,6 +106,8 @@ class FinalizerReleaser:
 
     async def release(self, pod: Mapping[str, Any]) -> bool:
         """Remove the finalizer if the pod may no longer run; False when that should be tried again."""
+        if not could_release(pod):
+            return True  # neither terminal nor being deleted: it may run, whatever its node says
         node_name = dig(pod, "spec", "nodeName")
         try:
             node = await self.kube.get_node(node_name) if isinstance(node_name, str) and node_name else None
@@ -128,6 +130,12 @@ class FinalizerReleaser:
         self.released += 1
         log.info("pod %s/%s: its processes are proven gone; dispatch's finalizer removed", *pod_key(pod))
         return True
+
+
+def could_release(pod: Mapping[str, Any]) -> bool:
+    """Only a pod being deleted or in a terminal phase can be proven gone: any other is skipped without
+    reading its Node (a running pod's status changes often)."""
+    return bool(dig(pod, "metadata", "deletionTimestamp")) or dig(pod, "status", "phase") in ("Succeeded", "Failed")
 
 
 def _describe(exc: Exception) -> str:

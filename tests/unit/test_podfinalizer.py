@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from agent.nodeloss import classify
 from agent.podfinalizer import carries, release_ops
+from agent.releaser import could_release
 from contract.keys import POD_FINALIZER, TAINT_OUT_OF_SERVICE, TAINT_UNREACHABLE
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_nodeloss import node, pod, taint
@@ -100,3 +101,18 @@ def test_removed_only_when_the_classification_says_it_may_not_run(phase, deletin
     n = None if absent else node(ready=ready, taints=(taint(TAINT_OUT_OF_SERVICE),) if oos else ())
     ops = release_ops(p, n)
     assert (ops is not None) == (not classify(p, n).may_still_run)
+
+
+@given(
+    phase=st.sampled_from(["Running", "Pending", "Succeeded", "Failed", None]),
+    deleting=st.booleans(),
+    ready=st.sampled_from(["True", "False", "Unknown", None]),
+    oos=st.booleans(),
+)
+def test_the_releaser_skips_only_pods_that_could_not_be_released_anyway(phase, deleting, ready, oos):
+    """agent/releaser.py reads no Node for a pod neither terminal nor deleting: no such pod is ever released."""
+    p = ours(pod(phase=phase, deleting=T if deleting else None))
+    n = node(ready=ready, taints=(taint(TAINT_OUT_OF_SERVICE),) if oos else ())
+    if not could_release(p):
+        assert release_ops(p, n) is None
+        assert release_ops(p, None) is None
