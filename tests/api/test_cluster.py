@@ -372,3 +372,36 @@ async def test_preflight_refuses_a_trainer_whose_webhook_refuses_opens_atomic_un
             if not (await c.preflight(req)).observe_only:
                 break
         assert not (await c.capabilities()).observe_only
+
+
+# -- The agent is no confused deputy (issue 10, item 9) --------------------------------------------
+
+
+async def test_a_supervisor_cannot_have_the_agent_act_on_a_trainjob_that_is_not_dispatchs(setup: Setup):
+    """A caller granted dispatch's API in the namespace, aiming the agent's ClusterRole at someone else's
+    TrainJob there: every route refuses without saying its uid, and the TrainJob is untouched."""
+    theirs = build_trainjob(submission(namespace=setup.ns, queue=None), runtime()["spec"])
+    theirs["metadata"] = {"name": "resnet-team-b", "namespace": setup.ns}
+    theirs["spec"]["runtimePatches"] = []
+    theirs["spec"]["runtimeRef"] = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                    "name": RUNTIME}  # fmt: skip
+    created = setup.cp.admin.create(theirs)
+    uid = created["metadata"]["uid"]
+    target = ObjectRef(namespace=setup.ns, name="resnet-team-b", uid=uid)
+    async with setup.client() as c:
+        calls = [c.open, c.release, c.stop, c.status,
+                 lambda r: c.hold(HoldRequest(**r.model_dump(), who="x", reason="y"))]  # fmt: skip
+        for call in calls:
+            with pytest.raises(AgentError) as err:
+                await call(target)
+            assert err.value.kind is ErrorKind.REJECTED
+            assert "is not dispatch's" in err.value.message
+            assert uid not in err.value.message
+        with pytest.raises(AgentError) as excluded:
+            await c.start(start_request("kube-system", jobId=fresh_job_id(), runtime={"name": RUNTIME}))
+        assert (excluded.value.kind, excluded.value.field) in ((ErrorKind.INVALID, "namespace"),
+                                                               (ErrorKind.FORBIDDEN, None))  # fmt: skip
+    after = setup.trainjob("resnet-team-b")
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert "deletionTimestamp" not in after["metadata"]
