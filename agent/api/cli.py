@@ -75,6 +75,10 @@ HELP: Final = {
     "preflight": "prove the gates with a probe job",
     "capabilities": "what the agent found at its last Preflight",
 }
+TABLE_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "list": ("name", "uid", "n", "phase", "deletionTimestamp"),
+}
+"""The columns ``-o table`` shows of a verb's items (``-o wide``: all of them); a verb not here shows all."""
 EXIT_CODES: Final = {
     0: "done",
     1: "the agent answered with an error (its JSON body on stderr); serve: a bad config, certificate or kubeconfig",
@@ -142,7 +146,11 @@ def add_verbs(commands: Any) -> None:
         add_kube_arguments(connection)
         if name != "output":
             cmd.add_argument(
-                "-o", "--output", choices=output.FORMATS, default="json", help="json (default), yaml or table"
+                "-o",
+                "--output",
+                choices=output.FORMATS,
+                default="json",
+                help="json (default), yaml, table, or wide (a table with every column)",
             )
         if model is None:
             continue
@@ -218,7 +226,8 @@ async def run(args: argparse.Namespace, request: BaseModel | None) -> int:
         else:
             call = getattr(agent, args.command)
             answer = await (call(request) if request is not None else call())
-    sys.stdout.write(output.render(answer.model_dump(mode="json", by_alias=True), args.output))
+    answer_json = answer.model_dump(mode="json", by_alias=True)
+    sys.stdout.write(output.render(answer_json, args.output, TABLE_COLUMNS.get(args.command)))
     return 0
 
 

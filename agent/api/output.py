@@ -1,7 +1,9 @@
-"""How the CLI prints an answer: ``-o json`` (the API's JSON, as it was), ``-o yaml``, or ``-o table`` for a
-person at a terminal. Pure functions of the answer's JSON, so a new verb prints with no code here:
+"""How the CLI prints an answer: ``-o json`` (the API's JSON, as it was), ``-o yaml``, or ``-o table`` (and
+``-o wide``) for a person at a terminal. Pure functions of the answer's JSON, so a new verb prints with no
+code here:
 
-* an answer with ``items`` (a list of objects) is one table, a row per item;
+* an answer with ``items`` (a list of objects) is one table, a row per item: with ``table`` only the
+  ``columns`` given (if any) and never a column empty in every row, so it fits a terminal; ``wide`` has all;
 * any other answer is a two-column table of its scalar fields (FIELD, VALUE), then one table per list of
   objects it holds (``PODS``, ``EXECUTIONS``), a row per element.
 
@@ -18,28 +20,31 @@ from typing import Any, Final
 
 import yaml
 
-FORMATS: Final = ("json", "yaml", "table")
+FORMATS: Final = ("json", "yaml", "table", "wide")
 NONE: Final = "<none>"
 GAP: Final = 3
 """Spaces between columns (kubectl's tabwriter pads with 3)."""
 
 
-def render(answer: Mapping[str, Any], fmt: str) -> str:
-    """The text printed for ``answer`` (the API's JSON, camelCase keys), ending in a newline."""
+def render(answer: Mapping[str, Any], fmt: str, columns: Sequence[str] | None = None) -> str:
+    """The text printed for ``answer`` (the API's JSON, camelCase keys), ending in a newline; ``columns``
+    narrows a table of items (by JSON name) for ``table``."""
     if fmt == "json":
         return json.dumps(answer, indent=2) + "\n"
     if fmt == "yaml":
         return yaml.safe_dump(dict(answer), sort_keys=False, allow_unicode=True)
     if fmt == "table":
+        return tables(answer, columns, narrow=True)
+    if fmt == "wide":
         return tables(answer)
     raise ValueError(f"output format {fmt!r} is not one of {', '.join(FORMATS)}")
 
 
-def tables(answer: Mapping[str, Any]) -> str:
+def tables(answer: Mapping[str, Any], columns: Sequence[str] | None = None, *, narrow: bool = False) -> str:
     items = answer.get("items")
     if isinstance(items, list) and all(isinstance(i, Mapping) for i in items):
         rest = {k: v for k, v in answer.items() if k != "items"}
-        text = table(items) if items else "No resources found.\n"
+        text = table(items, columns, narrow=narrow) if items else "No resources found.\n"
         return text + (_fields(rest) if any(v is not None for v in rest.values()) else "")
     out = [_fields(answer)]
     for key, value in answer.items():
@@ -48,11 +53,16 @@ def tables(answer: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Columns are the keys of the rows' scalar values, in first-seen order."""
+def table(rows: Sequence[Mapping[str, Any]], only: Sequence[str] | None = None, *, narrow: bool = False) -> str:
+    """Columns are the keys of the rows' scalar values, in first-seen order (``only`` those, when given);
+    ``narrow`` leaves out a column with no value in any row."""
     columns: list[str] = []
     for row in rows:
         columns += [k for k, v in row.items() if k not in columns and not _objects(v)]
+    if only:
+        columns = [c for c in columns if c in only]
+    if narrow:
+        columns = [c for c in columns if any(cell(row.get(c)) != NONE for row in rows)]
     cells = [[header(c) for c in columns]] + [[cell(row.get(c)) for c in columns] for row in rows]
     return _aligned(cells)
 

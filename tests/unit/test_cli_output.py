@@ -43,6 +43,13 @@ def test_an_answer_with_items_is_one_row_per_item():
     answer = {"items": [{"name": "a", "uid": "1", "phase": "Running"}, {"name": "bb", "uid": "2"}], "continue": None}
     assert output.render(answer, "table") == "NAME   UID   PHASE\na      1     Running\nbb     2     <none>\n"
     assert output.render({"items": []}, "table") == "No resources found.\n"
+    # table: the columns asked for, none empty in every row; wide: all.
+    answer = {"items": [{"namespace": "t", "name": "a", "orphan": "t/a", "gone": None}]}
+    assert output.render(answer, "table", ("name", "gone")) == "NAME\na\n"
+    assert (
+        output.render(answer, "wide", ("name",))
+        == "NAMESPACE   NAME   ORPHAN   GONE\nt           a      t/a      <none>\n"
+    )
 
 
 def test_json_and_yaml_are_the_answer_itself():
