@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The one image of dispatch-k8s: the chart runs dispatch-webhook, dispatch-agent and dispatch-certs from it,
 # and it carries the prologue. No Docker engine runs on the development machines: this file is built where
 # one exists (README), and tests/chart/test_image.py checks here what can be checked without one.

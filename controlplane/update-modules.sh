@@ -7,8 +7,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
-# shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=node.env
+source "$here/node.env"
 export GOTOOLCHAIN=local GOFLAGS=-modcacherw
 
 only=${1:-}
@@ -22,8 +23,9 @@ new_module() {
 		go mod edit -go=1.26.0)
 }
 
-kubernetes() {
-	local dir=$here/go/kubernetes staging_version=v0.${K8S_VERSION#v1.}
+# require_kubernetes DIR: a wrapper requiring k8s.io/kubernetes with every staging module replaced.
+require_kubernetes() {
+	local dir=$1 staging_version=v0.${K8S_VERSION#v1.}
 	new_module "$dir"
 	cd "$dir"
 	go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
@@ -34,6 +36,10 @@ kubernetes() {
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
 	sed -n 's|^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*|\1|p' "$gomod" |
 		while read -r m; do go mod edit -replace="$m=$m@$staging_version"; done
+}
+
+kubernetes() {
+	require_kubernetes "$here/go/kubernetes"
 	go get -tool \
 		"k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
 		"k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
@@ -83,7 +89,33 @@ helm() {
 	go mod tidy
 }
 
-for c in kubernetes etcd kueue jobset trainer kwok helm; do
+# Tier C (controlplane/build-node.sh): the kubelet on the control plane's pins, containerd, CNI plugins.
+node() {
+	require_kubernetes "$here/go/node"
+	go get -tool "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION"
+	go mod tidy
+}
+
+containerd() {
+	new_module "$here/go/containerd"
+	cd "$here/go/containerd"
+	go get -tool "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION"
+	go mod tidy
+}
+
+cni() {
+	new_module "$here/go/cni"
+	cd "$here/go/cni"
+	local p
+	for p in main/bridge ipam/host-local main/loopback; do
+		go get -tool "github.com/containernetworking/plugins/plugins/$p@$CNI_PLUGINS_VERSION"
+	done
+	go mod tidy
+}
+
+for c in kubernetes etcd kueue jobset trainer kwok helm node containerd cni; do
 	if [[ -z $only || $only == "$c" ]]; then
 		echo "== $c"
 		(set -x; "$c")

@@ -16,6 +16,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTROLPLANE_DIR = REPO_ROOT / "controlplane"
 VERSIONS_FILE = CONTROLPLANE_DIR / "versions.env"
 BUILD_SCRIPT = "controlplane/build.sh"
+NODE_VERSIONS_FILE = CONTROLPLANE_DIR / "node.env"
+NODE_BUILD_SCRIPT = "controlplane/build-node.sh"
+# Tier C's binaries (the CNI plugins are under bin/cni/).
+NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr")
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+# runc comes from Debian (apt-get install runc); containerd runs it by this path.
+RUNC = Path("/usr/sbin/runc")
 
 TIER_A_BINARIES = ("etcd", "kube-apiserver")
 TIER_B_BINARIES = (
@@ -118,3 +125,71 @@ def cert_manager_crds(environ: Mapping[str, str] = os.environ) -> Path:
             f"(or `{BUILD_SCRIPT}` for everything; needs Go and the Go module proxy)"
         )
     return crds
+
+
+@dataclass(frozen=True)
+class NodeArtifacts:
+    """Tier C's build (controlplane/build-node.sh): kubelet, containerd, CNI plugins and the base images,
+    in their own cache folder so that tier A/B's is never invalidated by them."""
+
+    root: Path
+    versions: Mapping[str, str]
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def cni_bin_dir(self) -> Path:
+        return self.root / "bin" / "cni"
+
+    @property
+    def base_images(self) -> Path:
+        """`docker save` archive of the Debian base and the pause image (build-node.sh)."""
+        return self.root / "images" / "base.tar"
+
+    @property
+    def base_image(self) -> str:
+        return f"dispatch-k8s.local/debian-python:{self.versions['DEBIAN_SUITE']}"
+
+    @property
+    def pause_image(self) -> str:
+        return f"dispatch-k8s.local/pause:{self.versions['NODE_BUILD_REVISION']}"
+
+    @property
+    def runc(self) -> Path:
+        return RUNC
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def missing(self) -> list[str]:
+        missing = [n for n in NODE_BINARIES if not os.access(self.binary(n), os.X_OK)]
+        missing += [f"cni/{n}" for n in CNI_PLUGINS if not os.access(self.cni_bin_dir / n, os.X_OK)]
+        if not self.base_images.is_file():
+            missing.append("images/base.tar")
+        if not os.access(RUNC, os.X_OK):
+            missing.append(f"{RUNC} (apt-get install runc)")
+        return missing
+
+    def require(self) -> NodeArtifacts:
+        missing = self.missing()
+        if missing:
+            raise MissingBinaryError(
+                f"real nodes not built for the pinned versions: missing {', '.join(missing)} in {self.root}. "
+                f"Build them with: {NODE_BUILD_SCRIPT}   (as root; needs Go, debootstrap, docker.io)"
+            )
+        return self
+
+
+def node_cache_key(versions_text: bytes, node_text: bytes, k8s_version: str) -> str:
+    return f"node-{k8s_version}-{hashlib.sha256(versions_text + node_text).hexdigest()[:12]}"
+
+
+def locate_node(
+    versions_file: Path = VERSIONS_FILE, node_file: Path = NODE_VERSIONS_FILE, environ: Mapping[str, str] = os.environ
+) -> NodeArtifacts:
+    text, node_text = versions_file.read_bytes(), node_file.read_bytes()
+    versions = {**parse_versions(text.decode()), **parse_versions(node_text.decode())}
+    key = node_cache_key(text, node_text, versions["K8S_VERSION"])
+    return NodeArtifacts(root=cache_root(environ).parent / "node" / key, versions=versions)

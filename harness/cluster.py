@@ -137,6 +137,9 @@ def write_pki(dir_: Path) -> PkiFiles:
     _write_pair(dir_, "admin", pki.make_client_cert(ca, ADMIN_USER, groups=["system:masters"]))
     _write_pair(dir_, "controller-manager", pki.make_client_cert(ca, "system:kube-controller-manager"))
     _write_pair(dir_, "scheduler", pki.make_client_cert(ca, "system:kube-scheduler"))
+    # The API server's identity towards kubelets (logs, exec, port-forward), as kubeadm makes it.
+    kubelet_client = pki.make_client_cert(ca, "kube-apiserver-kubelet-client", groups=["system:masters"])
+    _write_pair(dir_, "apiserver-kubelet-client", kubelet_client)
     front_proxy_ca = pki.make_ca("dispatch-local-front-proxy-ca")
     _write_pair(dir_, "front-proxy-ca", front_proxy_ca)
     _write_pair(dir_, "front-proxy-client", pki.make_client_cert(front_proxy_ca, "front-proxy-client"))
@@ -337,6 +340,10 @@ def _apiserver_argv(binary: Path, run_dir: Path, p: PkiFiles, api_port: int, etc
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         f"--proxy-client-cert-file={p.path('front-proxy-client.crt')}",
         f"--proxy-client-key-file={p.path('front-proxy-client.key')}",
+        f"--kubelet-client-certificate={p.path('apiserver-kubelet-client.crt')}",
+        f"--kubelet-client-key={p.path('apiserver-kubelet-client.key')}",
+        # Node addresses, never their names: a node name is not in any DNS here.
+        "--kubelet-preferred-address-types=InternalIP",
         "--profiling=false",
     ]
 

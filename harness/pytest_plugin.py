@@ -3,6 +3,8 @@
 - `control_plane` (session): tier A, etcd + kube-apiserver with the CRDs; one per session.
 - `tier_b` (session): the same API server plus controller-manager, scheduler, kwok, JobSet, Trainer
   and Kueue; requesting it extends the session's tier A instance.
+- `tier_c` (session): tier B plus one real node (harness.real_node: a kubelet and containerd as local
+  processes, real containers); requesting it extends the session's tier B instance.
 - `namespace` (function): a fresh namespace, deleted afterwards.
 - `queue_namespace` (function, tier B): a fresh namespace with a ready LocalQueue.
 - `api_client` (function, async): a kubernetes_asyncio ApiClient authenticated as cluster admin.
@@ -14,15 +16,17 @@ When a test fails, the tail of every control-plane log is attached to its report
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client
 
 from harness.async_client import api_client as make_api_client
-from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate
+from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import ProcessExitedError
+from harness.real_node import RealNode, start_real_node
 from harness.tier_b import TierB, start_tier_b
 
 _LOG_TAIL_LINES = 30
@@ -58,6 +62,25 @@ def tier_b(control_plane: ControlPlane) -> TierB:
     return start_tier_b(control_plane)
 
 
+@dataclass
+class TierC:
+    tier_b: TierB
+    node: RealNode
+
+
+@pytest.fixture(scope="session")
+def tier_c(tier_b: TierB) -> Iterator[TierC]:
+    try:
+        artifacts = locate_node().require()
+    except MissingBinaryError as e:
+        pytest.fail(str(e), pytrace=False)
+    node = start_real_node(tier_b.control_plane, "real-node-0", artifacts)
+    try:
+        yield TierC(tier_b, node)
+    finally:
+        node.stop()
+
+
 @pytest.fixture
 def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     name = control_plane.create_namespace(request.node.name)
@@ -86,7 +109,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     webhooks and controllers act on every TrainJob, so tier A's tests, which play those parts themselves,
     must run before them. The sort is stable: order is kept within each group.
     """
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    items.sort(
+        key=lambda item: (item.get_closest_marker("e2e") is not None, item.get_closest_marker("node") is not None)
+    )
 
 
 @pytest.hookimpl(wrapper=True)

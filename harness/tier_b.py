@@ -376,7 +376,9 @@ def _start_kwok(tb: TierB) -> None:
             cp.artifacts.binary("kwok"),
             f"--kubeconfig={cp.admin_kubeconfig}",
             f"--config={config}",
-            "--manage-all-nodes=true",
+            # Only kwok's own nodes: tier C's real nodes are their kubelets'.
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             f"--node-ip={LOOPBACK}",
             f"--server-address={LOOPBACK}:{port}",
