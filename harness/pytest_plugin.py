@@ -15,15 +15,17 @@ When a test fails, the tail of every control-plane log is attached to its report
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client
 
 from harness.async_client import api_client as make_api_client
-from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
+from harness.binaries import REPO_ROOT, TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import ProcessExitedError
 from harness.real_node import RealNode, start_real_node
@@ -66,6 +68,9 @@ def tier_b(control_plane: ControlPlane) -> TierB:
 class TierC:
     tier_b: TierB
     node: RealNode
+    image: str | None
+    """The project's image (scripts/build-image), imported into the node; None when it is not built."""
+    image_problem: str = ""
 
 
 @pytest.fixture(scope="session")
@@ -74,11 +79,22 @@ def tier_c(tier_b: TierB) -> Iterator[TierC]:
         artifacts = locate_node().require()
     except MissingBinaryError as e:
         pytest.fail(str(e), pytrace=False)
-    node = start_real_node(tier_b.control_plane, "real-node-0", artifacts)
+    archive, image = _project_image()
+    problem = "" if archive.is_file() else f"the project's image is not built ({archive}): run scripts/build-image"
+    images = [archive] if archive.is_file() else []
+    node = start_real_node(tier_b.control_plane, "real-node-0", artifacts, images=images)
     try:
-        yield TierC(tier_b, node)
+        yield TierC(tier_b, node, image if images else None, problem)
     finally:
         node.stop()
+
+
+def _project_image() -> tuple[Path, str]:
+    """Where scripts/build-image puts the image of this checkout, and its tag."""
+    out = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "build-image"), "--print"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return Path(out[0]), out[1]
 
 
 @pytest.fixture

@@ -140,6 +140,25 @@ class RealNode:
         """Makes the images of a `docker save` archive available to the kubelet (no registry is involved)."""
         self.ctr("images", "import", str(archive))
 
+    def container_pids(self) -> dict[str, int]:
+        """Container id -> host pid of each live container of this node (pod sandboxes included), read from
+        /proc, so it works with the kubelet or containerd down: a container's first process is a child of
+        one of this node's shims, in a cgroup under the node's cgroup root named by the container id."""
+        shims = _shim_pids(str(self.socket))
+        found: dict[str, int] = {}
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cgroup = (proc / "cgroup").read_text()
+            except (OSError, ValueError, IndexError):
+                continue
+            ours = [line for line in cgroup.splitlines() if f":{self.cgroup_root}/" in line]
+            if ppid in shims and ours:
+                found[ours[0].rsplit("/", 1)[-1]] = int(proc.name)
+        return found
+
     def tasks(self) -> dict[str, dict[str, str]]:
         """containerd's running tasks on this node: container id -> {pid, status}."""
         lines = self.ctr("tasks", "list").stdout.splitlines()[1:]
@@ -184,6 +203,18 @@ class RealNode:
             self.control_plane.supervisor.stop(self.kubelet.name)
             self.kubelet = None
 
+    def power_off(self) -> None:
+        """The machine goes down: the kubelet, every container and containerd are gone (what an operator
+        asserts with the out-of-service taint). The node object stays; `stop()` still cleans up."""
+        self.stop_kubelet()
+        if self.containerd is not None and self.containerd.alive():
+            self._remove_containers()
+        if self.containerd is not None:
+            with contextlib.suppress(KeyError):
+                self.control_plane.supervisor.stop(self.containerd.name)
+            self.containerd = None
+        self._kill_leftover_shims()
+
     def _check(self, process: ManagedProcess | None) -> bool:
         if process is not None and not process.alive():
             raise NodeProcessExited(process.describe_exit())
@@ -203,15 +234,7 @@ class RealNode:
 
     def stop(self) -> None:
         """Everything of this node goes: kubelet, containers, containerd, mounts, cgroups, the bridge."""
-        sup = self.control_plane.supervisor
-        self.stop_kubelet()
-        if self.containerd is not None and self.containerd.alive():
-            self._remove_containers()
-        if self.containerd is not None:
-            with contextlib.suppress(KeyError):
-                sup.stop(self.containerd.name)
-            self.containerd = None
-        self._kill_leftover_shims()
+        self.power_off()
         _unmount_under(self.dir)
         _remove_cgroups(self.cgroup_root)
         _run(["ip", "link", "delete", self.bridge], check=False)
@@ -233,18 +256,28 @@ class RealNode:
             self.ctr("containers", "delete", line, check=False)
 
     def _kill_leftover_shims(self) -> None:
-        # A shim outlives containerd on purpose (live restore); this node's shims name its socket.
-        marker = str(self.socket)
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmdline and cmdline[0].endswith(b"containerd-shim-runc-v2") and marker.encode() in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(proc.name), 9)
+        # A shim outlives containerd on purpose (live restore), and so do its containers.
+        for pid in self.container_pids().values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        for pid in _shim_pids(str(self.socket)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def _shim_pids(socket: str) -> set[int]:
+    """This node's shims: each names its containerd's socket on its command line."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"containerd-shim-runc-v2") and socket.encode() in cmdline:
+            pids.add(int(proc.name))
+    return pids
 
 
 def _unmount_under(root: Path) -> None:
