@@ -28,6 +28,7 @@ from contract.trainjob import Submission, build_runtime_copy, build_trainjob
 from harness.kube_http import KubeHttp
 from harness.pytest_plugin import TierC
 from harness.real_node import real_node_pod_spec
+from harness.tier_b import KWOK_COMPLETE_ANNOTATION
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, TRAINER_V, eventually
 from tests.e2e.test_readmission_gate import LOCAL_QUEUE, RAISED, Gate, admitted_workload, open_trainjob, preemptor
@@ -170,8 +171,7 @@ def test_a_readmission_runs_with_a_higher_epoch_on_a_real_kubelet(
     for pod in eventually(lambda: _assert(kit.running(kit.pods_of(admin, ns, other["metadata"]["name"]))), 90,
                           "the preemptor runs"):  # fmt: skip
         admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
-                          {"metadata": {"annotations": {"kwok.harness.dispatch.phpboyscout.uk/complete": "true"}}},
-                          ns)  # fmt: skip
+                          {"metadata": {"annotations": {KWOK_COMPLETE_ANNOTATION: "true"}}}, ns)  # fmt: skip
 
     # Re-admitted with A raised: the new container sees a higher R, hence a higher epoch.
     admitted_workload(gate, tj, RAISED.format(2), within=120)
