@@ -2,6 +2,7 @@
 
 python -m harness                 # tier A until Ctrl-C, prints the admin kubeconfig path
 python -m harness --tier b        # tier B
+python -m harness --tier c        # tier B plus one real node (kubelet + containerd; root)
 python -m harness --tier b --exit-when-ready   # start, print timings as JSON, stop
 """
 
@@ -13,29 +14,35 @@ import signal
 import sys
 import time
 
-from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate
+from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import new_run_dir, start_control_plane
+from harness.real_node import RealNode, start_real_node
 from harness.tier_b import start_tier_b
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    parser.add_argument("--tier", choices=("a", "b"), default="a")
+    parser.add_argument("--tier", choices=("a", "b", "c"), default="a")
     parser.add_argument("--exit-when-ready", action="store_true", help="print timings as JSON and stop")
     args = parser.parse_args(argv)
 
     try:
-        locate().require(TIER_B_BINARIES if args.tier == "b" else TIER_A_BINARIES)
+        locate().require(TIER_A_BINARIES if args.tier == "a" else TIER_B_BINARIES)
+        node_artifacts = locate_node().require() if args.tier == "c" else None
     except MissingBinaryError as e:
         print(e, file=sys.stderr)
         return 2
 
     started = time.monotonic()
     cp = start_control_plane(new_run_dir())
+    node: RealNode | None = None
     try:
         tier_a_ready = time.monotonic() - started
-        if args.tier == "b":
+        if args.tier in ("b", "c"):
             start_tier_b(cp)
+        if node_artifacts is not None:
+            node = start_real_node(cp, "real-node-0", node_artifacts)
+            cp.timings.update({f"real_node_{k}": v for k, v in node.timings.items()})
         ready = time.monotonic() - started
         if args.exit_when_ready:
             timings = {"tier": args.tier, "ready_s": round(ready, 2), "tier_a_ready_s": round(tier_a_ready, 2)}
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
     finally:
+        if node is not None:
+            node.stop()
         cp.stop()
 
 

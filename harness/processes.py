@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +154,20 @@ class ProcessSupervisor:
 
 _lock = threading.Lock()
 _live: list[ProcessSupervisor] = []
+_cleanups: list[Callable[[], None]] = []
 _handlers_installed = False
+
+
+def add_cleanup(fn: Callable[[], None]) -> None:
+    """`fn` runs at interpreter exit and on SIGTERM/SIGHUP, before any process is stopped: for what a
+    process leaves behind that stopping it does not remove (a real node's containers, bridge, cgroups)."""
+    with _lock:
+        _cleanups.append(fn)
+
+
+def remove_cleanup(fn: Callable[[], None]) -> None:
+    with _lock, contextlib.suppress(ValueError):
+        _cleanups.remove(fn)
 
 
 def _register(supervisor: ProcessSupervisor) -> None:
@@ -177,7 +190,13 @@ def _unregister(supervisor: ProcessSupervisor) -> None:
 
 
 def stop_everything() -> None:
-    """Stops every process of every supervisor still alive in this interpreter."""
+    """Runs the registered cleanups, then stops every process of every supervisor still alive in this
+    interpreter."""
+    with _lock:
+        cleanups = list(reversed(_cleanups))
+    for fn in cleanups:
+        with contextlib.suppress(Exception):
+            fn()
     with _lock:
         supervisors = list(reversed(_live))
     for s in supervisors:

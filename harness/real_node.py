@@ -32,7 +32,7 @@ from harness.binaries import NodeArtifacts
 from harness.cluster import LOOPBACK, ControlPlane, free_port
 from harness.kube_http import Credentials
 from harness.kubeconfig import write_kubeconfig
-from harness.processes import ManagedProcess, wait_until
+from harness.processes import ManagedProcess, add_cleanup, remove_cleanup, wait_until
 
 REAL_NODE_TAINT = "harness.dispatch.phpboyscout.uk/real-node"
 REAL_NODE_LABEL = "harness.dispatch.phpboyscout.uk/real-node"
@@ -234,6 +234,7 @@ class RealNode:
 
     def stop(self) -> None:
         """Everything of this node goes: kubelet, containers, containerd, mounts, cgroups, the bridge."""
+        remove_cleanup(self.stop)
         self.power_off()
         _unmount_under(self.dir)
         _remove_cgroups(self.cgroup_root)
@@ -453,6 +454,8 @@ def start_real_node(
         cgroup_root=f"/dispatch-k8s-{suffix}",
         kubelet_port=free_port(),
     )
+    # Also when the run is interrupted (SIGTERM, SIGHUP, interpreter exit): none of this dies with a process.
+    add_cleanup(node.stop)
     try:
         for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs"):
             (dir_ / sub).mkdir(parents=True, exist_ok=True)
