@@ -40,7 +40,17 @@ def test_every_container_of_the_chart_starts_from_the_built_image(tier_c: TierC,
     for c in containers:
         container = copy.deepcopy(c)
         container.update(image=tier_c.image, imagePullPolicy="Never", args=[c["args"][0], "--help"])
-        for key in ("ports", "livenessProbe", "readinessProbe", "startupProbe", "volumeMounts", "env", "lifecycle"):
+        # A native sidecar (restartPolicy Always) runs here as a plain container that exits.
+        for key in (
+            "ports",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "volumeMounts",
+            "env",
+            "lifecycle",
+            "restartPolicy",
+        ):
             container.pop(key, None)
         name = f"{c['name']}-{secrets.token_hex(2)}"
         pod = {
