@@ -9,6 +9,7 @@ the kubelet with its client certificate) and checks it against the contract's fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import secrets
@@ -53,18 +54,16 @@ while True:
 """
 
 
-def real_runtime(tier_c: TierC, name: str, *, cpu: str | None, max_restarts: int) -> dict[str, Any]:
+def real_runtime(tier_c: TierC, name: str, *, cpu: str, max_restarts: int) -> dict[str, Any]:
     """A ClusterTrainingRuntime meeting the runtime requirements, its trainer on the real node in the node's
     Debian image (imported into containerd; never pulled)."""
-    runtime = kit.training_runtime(name, cpu=cpu or "1", failure_policy={"maxRestarts": max_restarts})
+    runtime = kit.training_runtime(name, cpu=cpu, failure_policy={"maxRestarts": max_restarts})
     job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
     pod = job["template"]["spec"]["template"]["spec"]
     pod.update(real_node_pod_spec(tier_c.node.name))
     container = pod["containers"][0]
     container["image"] = tier_c.node.artifacts.base_image
     container["imagePullPolicy"] = "Never"
-    if cpu is None:
-        del container["resources"]
     return runtime
 
 
@@ -182,25 +181,26 @@ def test_a_readmission_runs_with_a_higher_epoch_on_a_real_kubelet(
     assert int(log2.values()["DISPATCH_EPOCH"]) > int(log1.values()["DISPATCH_EPOCH"])
 
 
-def test_a_pod_admitted_with_a_zero_exits_125_and_fails_the_jobset(tier_c: TierC, gate: Gate, ns: str) -> None:
-    """Kueue admits a Workload whose pods request nothing without asking any check (docs/agent.md), so its
-    pods carry A = "0": the prologue refuses (exit 125, one line), the Job fails at once (backoffLimit 0),
-    and the JobSet fails (no restart left), as the runtime requirements intend."""
+def test_a_pod_started_behind_dispatchs_back_exits_125_and_fails_the_jobset(tier_c: TierC, gate: Gate, ns: str) -> None:
+    """A dispatch TrainJob (plain mode) unsuspended by someone else, with no dispatch webhook to refuse it: its
+    pods carry the admission count A = "0" of creation, so the prologue, the last line of defence, refuses to
+    run the command (exit 125, one line), the Job fails at once (backoffLimit 0) and the JobSet fails (no
+    restart left), as the runtime requirements intend."""
     admin = gate.admin
-    runtime_name = f"dispatch-real-norequests-{secrets.token_hex(3)}"
-    admin.create(real_runtime(tier_c, runtime_name, cpu=None, max_restarts=0))
+    runtime_name = f"dispatch-real-plain-{secrets.token_hex(3)}"
+    admin.create(real_runtime(tier_c, runtime_name, cpu="100m", max_restarts=0))
     try:
         runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
-        sub = submission(ns, tier_c.node.artifacts.base_image, gate.low)
+        sub = dataclasses.replace(submission(ns, tier_c.node.artifacts.base_image, gate.low), queue=None,
+                                  priority_class=None)  # fmt: skip
         tj = create(gate, sub, runtime)
         name = tj["metadata"]["name"]
-        open_trainjob(gate, tj)
+        admin.merge_patch(TRAINER_V, "TrainJob", name, {"spec": {"suspend": False}}, ns)
 
         def failed_pod() -> dict[str, Any]:
             pods = kit.pods_of(admin, ns, name)
             assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-            status = pods[0]["status"]
-            assert status.get("phase") == "Failed", status.get("phase")
+            assert pods[0]["status"].get("phase") == "Failed", pods[0]["status"].get("phase")
             return pods[0]
 
         pod = eventually(failed_pod, 120, "the trainer pod Failed")
@@ -209,7 +209,7 @@ def test_a_pod_admitted_with_a_zero_exits_125_and_fails_the_jobset(tier_c: TierC
         terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
         assert terminated["exitCode"] == PROLOGUE_REFUSAL_EXIT, terminated
         log = admin.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/log")
-        assert log.splitlines() == [
+        assert str(log).splitlines() == [
             "dispatch: DISPATCH_K8S_ADMISSION '0': no gate admitted this pod, so dispatch did not start it"
         ], log
 
@@ -218,9 +218,8 @@ def test_a_pod_admitted_with_a_zero_exits_125_and_fails_the_jobset(tier_c: TierC
             assert kit.condition_true(js, "Failed"), json.dumps(js.get("status"))
 
         eventually(jobset_failed, 60, "the JobSet Failed")
-        assert admin.list("v1", "Pod", ns, label_selector=f"{LABEL_JOBSET_NAME}={name}")[0]["status"]["phase"] == (
-            "Failed"
-        )
+        pods = admin.list("v1", "Pod", ns, label_selector=f"{LABEL_JOBSET_NAME}={name}")
+        assert [p["status"]["phase"] for p in pods] == ["Failed"], "the JobSet restarted"
     finally:
         admin.delete(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
 
