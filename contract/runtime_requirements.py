@@ -68,6 +68,19 @@ def runtime_problems(runtime_spec: Mapping[str, Any], *, allow_rank_restart: boo
             "InPlaceRestart",
             "must be Recreate or BlockingRecreate: an in-place restart of the group keeps A and J",
         )
+    for i, rule in enumerate(failure.get("rules") or []):
+        if not isinstance(rule, Mapping) or rule.get("action") not in _RESTART_ONE_JOB:
+            continue
+        if not rule.get("targetReplicatedJobs") or name in rule["targetReplicatedJobs"]:
+            # Not waived by allowRankRestart either: JobSet recreates the whole trainer Job, every rank,
+            # healthy ones included, and bumps only job-restart-attempt, never J (status.restarts).
+            add(
+                "runtime.job-restart",
+                f"spec.template.spec.failurePolicy.rules[{i}].action",
+                rule["action"],
+                "must not target the trainer job: restarting one Job reruns every rank under the same A and J; "
+                "RestartJobSet raises J",
+            )
     if allow_rank_restart:
         return problems
     unless = " (or the site sets allowRankRestart)"
@@ -86,15 +99,5 @@ def runtime_problems(runtime_spec: Mapping[str, Any], *, allow_rank_restart: boo
                 f"{base}.podFailurePolicy.rules[{i}].action",
                 "Ignore",
                 "an ignored failure lets the Job replace the rank under the same J" + unless,
-            )
-    for i, rule in enumerate(failure.get("rules") or []):
-        if not isinstance(rule, Mapping) or rule.get("action") not in _RESTART_ONE_JOB:
-            continue
-        if not rule.get("targetReplicatedJobs") or name in rule["targetReplicatedJobs"]:
-            add(
-                "runtime.rank-restart",
-                f"spec.template.spec.failurePolicy.rules[{i}].action",
-                rule["action"],
-                "restarting one Job keeps J; RestartJobSet raises it" + unless,
             )
     return problems

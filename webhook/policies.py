@@ -14,7 +14,8 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 * ``dispatch-k8s-workloads``: on dispatch's Workloads, only dispatch sets its check Ready, no check's
   podSetUpdates carries a pod key that decides identity, and a held Workload is not reactivated.
 * ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls.
-* ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``).
+* ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``) nor restarts
+  the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J.
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
   change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
@@ -27,6 +28,7 @@ import json
 from typing import Any, Final
 
 from contract.keys import (
+    ANCESTOR_TRAINER,
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
@@ -36,6 +38,7 @@ from contract.keys import (
     ENV_RESERVED_PREFIX,
     GATE,
     HOLD_ANNOTATIONS,
+    LABEL_ANCESTOR_STEP,
     LABEL_QUEUE_NAME,
     LABEL_RESTART_ATTEMPT,
     OPENED_TRUE,
@@ -53,6 +56,17 @@ WORKLOADS: Final = f"{NAME}-workloads"
 JOBSET_POLICY: Final = f"{NAME}-jobsets"
 RUNTIME_COPIES: Final = f"{NAME}-runtime-copies"
 PODS: Final = f"{NAME}-pods"
+
+
+# A failure rule restarting one Job (not the JobSet) that can hit the trainer job: no targets means every
+# replicated job; otherwise a target named like the replicated job labelled as the trainer's ancestor step.
+_NO_TRAINER_JOB_RESTART: Final = (
+    "!object.spec.?template.?spec.?failurePolicy.?rules.orValue([]).exists(r, "
+    "r.?action.orValue('') in ['RestartJob', 'RestartJobAndIgnoreMaxRestarts'] && "
+    "(r.?targetReplicatedJobs.orValue([]).size() == 0 || r.targetReplicatedJobs.exists(t, "
+    "object.spec.?template.?spec.?replicatedJobs.orValue([]).exists(j, j.?name.orValue('') == t && "
+    f"j.?template.?metadata.?labels[?'{LABEL_ANCESTOR_STEP}'].orValue('') == '{ANCESTOR_TRAINER}'))))"
+)
 
 
 def _q(text: str) -> str:
@@ -408,6 +422,12 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
                     "'InPlaceRestart'",
                     "message": "a dispatch runtime never restarts in place (InPlaceRestart keeps A and J), even "
                     "with allowRankRestart",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": _NO_TRAINER_JOB_RESTART,
+                    "message": "a dispatch runtime's failure rules never RestartJob the trainer job (it reruns every "
+                    "rank under the same A and J), even with allowRankRestart; RestartJobSet raises J",
                     "reason": "Forbidden",
                 },
             ],

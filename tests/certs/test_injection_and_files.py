@@ -62,7 +62,9 @@ def test_a_blanked_or_partial_bundle_is_patched_entry_by_entry():
     vwc, _ = configurations(ca_bundle=BUNDLE)
     vwc["webhooks"][1]["clientConfig"].pop("caBundle")
     vwc["webhooks"][2]["clientConfig"]["caBundle"] = "not base64!"
-    assert injection.bundles(vwc)[1:] == [b"", b""]
+    bundles = injection.bundles(vwc)
+    assert bundles[1:3] == [b"", b""]
+    assert set(bundles[:1] + bundles[3:]) == {BUNDLE}, "the other entries keep theirs"
     ops = injection.injection_patch(vwc, BUNDLE)
     assert [op["path"] for op in ops[1:]] == ["/webhooks/1/clientConfig/caBundle", "/webhooks/2/clientConfig/caBundle"]
     assert not injection.all_injected([vwc], BUNDLE)

@@ -17,6 +17,7 @@ from contract.keys import (
     ANNOTATION_JOBSET_UID,
     POD_FINALIZER,
 )
+from contract.runtime_patch import trainer_replicated_job
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
 from tests.cluster.principals import Principals, json_patch, merge_patch, principals
@@ -367,6 +368,23 @@ def test_item_10_no_runtime_copy_restarts_in_place(who, namespace, policies):
             time.sleep(0.2)
     assert refusal.status == 403, refusal
     assert "never restarts in place" in json.loads(refusal.body)["message"]
+
+
+def test_item_10_failure_rules_that_raise_j_pass_the_runtime_copies_policy(who, namespace, policies):
+    """The policy's RestartJob expression evaluates on a copy with failure rules without an error (an error
+    would refuse every such copy) and the type check above passes. Trainer v2.2.1's CRD itself refuses
+    the RestartJob action before any policy sees it, so the refusal cannot be shown on this Trainer; the
+    webhook's rule (contract.runtime_requirements) is unit-tested."""
+    sub = submission(namespace=namespace)
+    copy_ = build_runtime_copy(sub, runtime())
+    trainer = trainer_replicated_job(copy_["spec"])["name"]
+    rules = [
+        {"name": "a", "action": "RestartJobSet", "targetReplicatedJobs": [trainer]},
+        {"name": "b", "action": "FailJobSet"},
+    ]
+    copy_["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 1, "rules": rules}
+    collection = who.dispatch.collection_path(copy_["apiVersion"], copy_["kind"], namespace)
+    who.dispatch.request("POST", collection, copy_, query={"dryRun": "All"})
 
 
 # -- dispatch's pod finalizer and what ties a trainer pod to its execution (issue 10, item 11) --------

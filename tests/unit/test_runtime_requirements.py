@@ -62,10 +62,6 @@ def test_other_containers_may_restart():
     [
         lambda s: trainer_job(s).update(backoffLimitPerIndex=1),
         lambda s: trainer_job(s).update(podFailurePolicy={"rules": [{"action": "Count"}, {"action": "Ignore"}]}),
-        lambda s: s["template"]["spec"].update(failurePolicy={"rules": [{"action": "RestartJob"}]}),
-        lambda s: s["template"]["spec"].update(
-            failurePolicy={"rules": [{"action": "RestartJobAndIgnoreMaxRestarts", "targetReplicatedJobs": ["node"]}]}
-        ),
     ],
 )
 def test_rank_restart_refused_unless_allowed(change):
@@ -73,6 +69,22 @@ def test_rank_restart_refused_unless_allowed(change):
     change(s)
     assert rules(s) == ["runtime.rank-restart"]
     assert rules(s, allow=True) == []
+
+
+@pytest.mark.parametrize("allow", [False, True])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        {"rules": [{"action": "RestartJob"}]},
+        {"rules": [{"action": "RestartJobAndIgnoreMaxRestarts", "targetReplicatedJobs": ["node"]}]},
+    ],
+)
+def test_restart_of_the_trainer_job_is_refused_even_where_rank_restart_is_allowed(failure, allow):
+    """RestartJob recreates every rank of the trainer Job, healthy ones too, and keeps J: a whole group
+    rerun under one identity, not the replacement of a failed rank that allowRankRestart waives."""
+    s = spec()
+    s["template"]["spec"]["failurePolicy"] = failure
+    assert rules(s, allow=allow) == ["runtime.job-restart"]
 
 
 @pytest.mark.parametrize("allow", [False, True])
