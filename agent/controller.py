@@ -20,7 +20,6 @@ every replica. Only the leader runs workers and writes.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import sys
 import time
@@ -43,7 +42,7 @@ from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
 from agent.releaser import FinalizerReleaser
 from agent.workload import owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
-from contract.objects import dig, labels
+from contract.objects import dig, labels, parse_rfc3339
 from serving.kube import describe_api_error
 
 log = logging.getLogger(__name__)
@@ -293,9 +292,9 @@ class Controller:
         if outcome.foreign_reported:
             m.foreign.inc(amount=outcome.foreign_reported)
         if outcome.ready and outcome.quota_reserved_at:
-            reserved = _parse_time(outcome.quota_reserved_at)
+            reserved = parse_rfc3339(outcome.quota_reserved_at)
             if reserved is not None:
-                m.reserved_to_ready.observe(max(0.0, time.time() - reserved))
+                m.reserved_to_ready.observe(max(0.0, time.time() - reserved.timestamp()))
         if outcome.action is Action.HOLD and outcome.held_nodes is not None:
             self.held[key] = outcome.held_nodes
             self.held_since.setdefault(key, time.time())
@@ -423,13 +422,6 @@ class _Handler:
 
     def event(self, kind: str, obj: Mapping[str, Any]) -> None:
         self.on_event(kind, obj)
-
-
-def _parse_time(value: str) -> float | None:
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _describe(exc: Exception) -> str:

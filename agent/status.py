@@ -28,7 +28,7 @@ from contract.keys import (
     ANNOTATION_HOLD_WHO,
     LABEL_RESTART_ATTEMPT,
 )
-from contract.objects import annotations, dig, labels
+from contract.objects import annotations, dig, labels, parse_rfc3339
 from contract.ownership import is_kueue_mode
 from contract.trainer import prefixes_from_env
 
@@ -185,16 +185,6 @@ def ceased(
     return True, f"every pod of the current execution (A={current}) ended, and none can start: {why_not}"
 
 
-def _parse_time(text: object) -> dt.datetime | None:
-    if not isinstance(text, str) or "T" not in text.upper():
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
-
-
 def hold_status(holder: object, now: dt.datetime | None) -> HoldStatus | None:
     """dispatch's hold annotations as recorded on ``holder``, or None when there is no hold."""
     if not is_held(holder):
@@ -206,7 +196,7 @@ def hold_status(holder: object, now: dt.datetime | None) -> HoldStatus | None:
         return value if isinstance(value, str) else None
 
     until = get(ANNOTATION_HOLD_UNTIL)
-    moment = _parse_time(until)
+    moment = parse_rfc3339(until)
     return HoldStatus(
         instance=get(ANNOTATION_HOLD_INSTANCE),
         since=get(ANNOTATION_HOLD_SINCE),

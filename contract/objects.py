@@ -6,6 +6,7 @@ wrongly-typed step instead of raising.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,3 +51,15 @@ def add_op(doc: object, path: tuple[str | int, ...], value: Any) -> dict[str, An
                 nest = {key: nest}
             return {"op": "add", "path": pointer(*path[:depth]), "value": nest}
     return {"op": "add", "path": pointer(*path), "value": value}
+
+
+def parse_rfc3339(text: object) -> dt.datetime | None:
+    """An RFC 3339 date-time with its offset (as the API server writes them, and hold-until), or None: a
+    date alone or a time without an offset is not one, and naive times would compare against local time."""
+    if not isinstance(text, str) or "T" not in text.upper():
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

@@ -36,7 +36,7 @@ from contract.keys import (
     TRAINER_GROUP,
 )
 from contract.names import parse_name, validate_job_id
-from contract.objects import add_op, annotations, dig, labels
+from contract.objects import add_op, annotations, dig, labels, parse_rfc3339
 from contract.ownership import dispatch_patch_index, is_dispatch, is_kueue_mode
 from contract.trainjob import Submission, build_trainjob
 
@@ -293,17 +293,6 @@ def list_items(
 
 def rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str) -> dt.datetime | None:
-    """An RFC 3339 date-time with its offset, or None."""
-    if "T" not in text.upper():
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
 
 
 def hold_of(*, instance: str, now: dt.datetime, who: str, reason: str, until: str | None) -> Hold:

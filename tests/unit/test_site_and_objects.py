@@ -1,7 +1,7 @@
 import pytest
 
 from contract.errors import ContractError
-from contract.objects import add_op, annotations, dig, labels, pointer
+from contract.objects import add_op, annotations, dig, labels, parse_rfc3339, pointer
 from contract.site import check_site_keys, reserved_prefix
 
 
@@ -53,3 +53,17 @@ def test_add_op_creates_missing_parents_once():
         "path": "/l/0/x/y",
         "value": {"z": 1},
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("2026-12-01T10:00:00Z", 1796119200), ("2026-12-01t11:00:00+01:00", 1796119200)],
+)
+def test_rfc3339_with_an_offset_is_a_moment(text, seconds):
+    assert parse_rfc3339(text).timestamp() == seconds
+
+
+@pytest.mark.parametrize("text", ["2026-12-01", "2026-12-01T10:00:00", "yesterday", "", None, 17])
+def test_anything_else_is_not(text):
+    """A date alone or a naive time would compare against this machine's local time: refused."""
+    assert parse_rfc3339(text) is None
