@@ -90,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         with out.step("webhook", timeout=90, logs=[logs / "dispatch-webhook.log", work / "dispatch-certs.log"]) as done:
             certs = install.generate_certs(work)
             sa, kubeconfig = install.service_account_kubeconfig(cp, rendered)
-            _, webhook_url = install.start_webhook(cp, work, certs, kubeconfig)
+            webhook_sa, webhook_kubeconfig = install.webhook_kubeconfig(cp, rendered, work)
+            _, webhook_url = install.start_webhook(cp, work, certs, webhook_kubeconfig)
             configs = install.apply_webhook_configurations(cp, rendered, webhook_url, certs)
-            principal = f"system:serviceaccount:{install.NAMESPACE}:{sa}"
-            done.detail = f"dispatch-webhook on {webhook_url} as {principal} (a TokenRequest token)"
+            principal = f"system:serviceaccount:{install.NAMESPACE}:{webhook_sa}"
+            done.detail = (
+                f"dispatch-webhook on {webhook_url} as {principal} "
+                "(its own ServiceAccount: the token kube-controller-manager wrote into the chart's Secret)"
+            )
             done.more.append(f"the chart's {configs} webhook configurations, pointed there: the API server calls it")
 
         with out.step("helm test", timeout=200, logs=[work / "selftest.log"]) as done:
@@ -103,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
         with out.step("agent", timeout=90, logs=[logs / "dispatch-agent.log"]) as done:
             _, api_url, _ = install.start_agent(cp, work, certs, kubeconfig)
-            done.detail = f"dispatch-agent as the same ServiceAccount, leading; its API on {api_url}"
+            done.detail = (
+                f"dispatch-agent as system:serviceaccount:{install.NAMESPACE}:{sa} (dispatch; a TokenRequest token), "
+                f"leading; its API on {api_url}"
+            )
 
         check = rendered.of("AdmissionCheck")[0]["metadata"]["name"]
         scenario_logs = [logs / "dispatch-agent.log", logs / "dispatch-webhook.log", logs / "kueue.log"]

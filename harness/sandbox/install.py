@@ -6,8 +6,11 @@ processes.
 configurations). The webhook configurations are the one change: their clientConfig reaches the webhook on
 loopback (`url: https://127.0.0.1:<port>/...` and the caBundle of certificates from `dispatch-certs generate`)
 instead of through the Service. The webhook and the agent then run as local processes, each with its
-ConfigMap's file as its configuration and a kubeconfig holding a token of the chart's ServiceAccount from the
-TokenRequest API, so the chart's RBAC is exactly what they have.
+ConfigMap's file as its configuration and a kubeconfig holding a token of the ServiceAccount its container
+holds in the pod, so the chart's RBAC is exactly what they have: the agent a token of the chart's
+ServiceAccount from the TokenRequest API (what the pod's projected volume holds), the webhook the token that
+kube-controller-manager's token controller wrote into the chart's token Secret of the webhook's own
+ServiceAccount (what the webhook container mounts).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import yaml
 from ulid import ULID
 
 from harness.cluster import ADMIN_USER, LOOPBACK, ControlPlane, free_port
-from harness.kube_http import ApiError, KubeHttp
+from harness.kube_http import ApiError, Credentials, KubeHttp
+from harness.kubeconfig import write_kubeconfig
 from harness.processes import ManagedProcess, tail, wait_until
 from webhook.config import DEFAULT_CONTROLLER_USERNAMES
 
@@ -60,6 +64,8 @@ NOT_APPLIED = {
     "NetworkPolicy": "no pods",
     "ServiceMonitor": "no pods",
 }
+TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
+"""The one kind of Secret applied: the webhook's token, which kube-controller-manager's token controller fills."""
 IDENTITY = "dispatch-k8s-sandbox"
 """The agent's holder identity in the Lease."""
 TOKEN_SECONDS = 24 * 3600
@@ -149,10 +155,18 @@ def apply_chart(admin: KubeHttp, rendered: Rendered) -> Applied:
             if not _is_hook(doc):
                 admin.apply(doc)
                 report.applied[kind] += 1
+    # After the ServiceAccounts, as helm orders them: the token controller deletes a token Secret whose
+    # ServiceAccount does not exist.
+    for doc in rendered.of("Secret"):
+        if doc.get("type") == TOKEN_SECRET_TYPE:
+            admin.apply(doc)
+            report.applied["Secret"] += 1
     for doc in rendered.docs:
         kind, name = doc["kind"], doc["metadata"]["name"]
         if _is_hook(doc):
             report.skipped.append((kind, name, "a helm hook"))
+        elif kind == "Secret" and doc.get("type") == TOKEN_SECRET_TYPE:
+            continue
         elif kind not in APPLIED_KINDS and kind not in WEBHOOK_KINDS:
             report.skipped.append((kind, name, NOT_APPLIED.get(kind, "not known to the sandbox")))
     return report
@@ -352,6 +366,35 @@ def install(cp: ControlPlane, work: Path) -> tuple[Rendered, Applied]:
 
 
 def service_account_kubeconfig(cp: ControlPlane, rendered: Rendered) -> tuple[str, Path]:
-    (sa,) = [d for d in rendered.of("ServiceAccount") if not _is_hook(d)]
-    name = sa["metadata"]["name"]
+    """The pod's ServiceAccount (the agent's and the certificate controller's, dispatch's principal): a
+    bound token from the TokenRequest API, as the pod's projected token volume holds."""
+    (deployment,) = rendered.of("Deployment")
+    name = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    rendered.one("ServiceAccount", name)
     return name, cp.service_account_kubeconfig(NAMESPACE, name, expiration_seconds=TOKEN_SECONDS)
+
+
+def webhook_kubeconfig(cp: ControlPlane, rendered: Rendered, work: Path, timeout: float = 60) -> tuple[str, Path]:
+    """The webhook container's ServiceAccount, signed in with the token it mounts: the one the token
+    controller of kube-controller-manager wrote into the chart's token Secret (applied by `apply_chart`)."""
+    (deployment,) = rendered.of("Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
+    (mount,) = [
+        m for m in container["volumeMounts"] if m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    ]
+    secret_name = volumes[mount["name"]]["secret"]["secretName"]
+    secret = rendered.one("Secret", secret_name)
+    name = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    token: list[str] = []
+
+    def filled() -> bool:
+        data = (cp.admin.get_or_none("v1", "Secret", secret_name, NAMESPACE) or {}).get("data") or {}
+        if "token" in data:
+            token.append(base64.b64decode(data["token"]).decode())
+        return bool(token)
+
+    wait_until(filled, timeout, interval=0.3, what=f"kube-controller-manager filling Secret {NAMESPACE}/{secret_name}")
+    credentials = Credentials(server=cp.api_url, ca_file=cp.ca_file, token=token[0])
+    path = write_kubeconfig(work / "webhook" / "kubeconfig", credentials, f"system:serviceaccount:{NAMESPACE}:{name}")
+    return name, path

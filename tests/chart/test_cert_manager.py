@@ -71,7 +71,9 @@ def test_the_servers_read_cert_managers_secret_and_no_certificate_controller_run
     full = r.one("Deployment")["metadata"]["name"]
     spec = pod_spec(r)
     assert "initContainers" not in spec
-    assert not r.of("Secret"), "cert-manager creates its Secret; no empty one"
+    assert [d["type"] for d in r.of("Secret")] == ["kubernetes.io/service-account-token"], (
+        "cert-manager creates its Secret; no empty one (only the webhook's token)"
+    )
     assert not [d for d in r.of("ClusterRole") + r.of("Role") if d["metadata"]["name"].endswith("-certs")]
     c = containers(r)
     assert set(c) == {"webhook", "agent"}

@@ -1,6 +1,6 @@
 """The chart's `helm test`: its hook as rendered, its RBAC on a real API server, and its command run as a
-local process through the real API server (tier A runs no pods: the webhook runs on loopback under the
-chart's ServiceAccount, as in harness/sandbox, and the hook's command under the hook's ServiceAccount).
+local process through the real API server (tier A runs no pods: the webhook runs on loopback under its own
+ServiceAccount, as in harness/sandbox, and the hook's command under the hook's ServiceAccount).
 
 It passes on dispatch-k8s's denial, and fails naming the cause when the API server cannot reach the
 webhook: nothing listening, a caBundle that does not verify the certificate, no webhook configuration.
@@ -134,11 +134,11 @@ def test_helm_test_passes_through_the_api_server_and_names_what_is_wrong(
             zip([c[0] for c in checks], verdicts, strict=True)
         )
 
-        # The webhook on loopback, under the chart's ServiceAccount, with the chart's config.
+        # The webhook on loopback, under its own ServiceAccount (the webhook container's), with the chart's config.
         certs = generate_certs(tmp_path)
         webhook_config = _config(r, f"{full}-webhook", "config.yaml", tmp_path / "webhook.yaml")
         port = free_port()
-        sa_kubeconfig = cp.service_account_kubeconfig(namespace, pod_spec(r)["serviceAccountName"])
+        sa_kubeconfig = cp.service_account_kubeconfig(namespace, f"{full}-webhook")
         webhook = cp.supervisor.start(f"selftest-webhook-{namespace}", [
             sys.executable, "-m", "webhook", "serve", "--tls-cert-file", str(certs.cert),
             "--tls-private-key-file", str(certs.key), "--port", str(port), "--bind-address", "127.0.0.1",

@@ -5,9 +5,10 @@
   real CRDs.
 * The pods are admitted in a namespace enforcing the restricted Pod Security Standard.
 * The RBAC, applied for real: SubjectAccessReviews as the chart's ServiceAccount allow every call the
-  agent, the webhook, the certificate controller and the agent API make, and deny a sample of what they
-  must not do; the same for the uninstall hook's ServiceAccount.
-* The processes themselves, under the chart's ServiceAccount token and with the chart's arguments and
+  agent, the certificate controller and the agent API make, and deny a sample of what they must not do;
+  the same for the webhook's own ServiceAccount (it reads runtime copies only: no Secret, no write, not
+  dispatch) and the uninstall hook's.
+* The processes themselves, under the chart's ServiceAccounts' tokens and with the chart's arguments and
   config files: the certificate controller fills the chart's empty Secret and injects the CA into the
   chart's webhook configurations; the agent lists, watches and takes the Lease; the webhook serves the
   certificate for the Service's name; then the pre-delete hook's command deletes the configurations.
@@ -226,9 +227,6 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: get_lease", ("get", COORDINATION, "leases", {"ns": lease_ns, "name": lease_name})),
         ("agent: replace_lease", ("update", COORDINATION, "leases", {"ns": lease_ns, "name": lease_name})),
         ("agent: create_lease", ("create", COORDINATION, "leases", {"ns": lease_ns})),
-        # webhook/kube.py: the runtime copy a TrainJob refers to.
-        ("webhook: RuntimeReader", ("get", TRAINER, "trainingruntimes", {"ns": TEAM, "name": "rt"})),
-        *[(f"webhook: RuntimeCopies {verb}", (verb, TRAINER, "trainingruntimes", {})) for verb in ("list", "watch")],
         # certs/controller.py: the Secret and our two configurations, by name.
         *[
             (f"certs: {verb} the Secret", (verb, "", "secrets", {"ns": ns, "name": f"{full}-certs"}))
@@ -249,6 +247,39 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
                     where = {"ns": lease_ns if plural == "leases" else TEAM, "name": name, "subresource": sub}
                     checks.append((f"api: {verb} {resource}", (verb, rule["apiGroups"][0], plural, where)))
     return checks
+
+
+def webhook_needed() -> list[tuple[str, Check]]:
+    """Every call the webhook makes, under its own ServiceAccount (webhook/kube.py; discovery, for its
+    readiness, is every authenticated user's)."""
+    return [
+        ("webhook: RuntimeReader", ("get", TRAINER, "trainingruntimes", {"ns": TEAM, "name": "rt"})),
+        *[(f"webhook: RuntimeCopies {verb}", (verb, TRAINER, "trainingruntimes", {})) for verb in ("list", "watch")],
+    ]
+
+
+def webhook_forbidden(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]]:
+    """What a compromised webhook must not get: the CA key, dispatch's writes, the agent's or the API's rights."""
+    return [
+        ("not the certificate Secret (the CA key)", ("get", "", "secrets", {"ns": ns, "name": f"{full}-certs"})),
+        ("nor a watch of it", ("watch", "", "secrets", {"ns": ns, "name": f"{full}-certs"})),
+        ("nor its own token's Secret", ("get", "", "secrets", {"ns": ns, "name": f"{full}-webhook-token"})),
+        ("no Secret at all", ("list", "", "secrets", {})),
+        ("no raise of A", ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
+        ("no TrainJob is created", ("create", TRAINER, "trainjobs", {"ns": TEAM})),
+        ("runtime copies are only read", ("create", TRAINER, "trainingruntimes", {"ns": TEAM})),
+        ("nor changed", ("patch", TRAINER, "trainingruntimes", {"ns": TEAM, "name": "rt"})),
+        ("no Workload status", ("patch", KUEUE, "workloads", {"ns": TEAM, "name": "wl", "subresource": "status"})),
+        ("no Lease", ("update", COORDINATION, "leases", {"ns": lease[0], "name": lease[1]})),
+        ("no pod finalizer", ("patch", "", "pods", {"ns": TEAM, "name": "p"})),
+        ("no caBundle injection", ("patch", ADMISSION_GROUP, "validatingwebhookconfigurations", {"name": full})),
+        (
+            "no token minted for dispatch",
+            ("create", "", "serviceaccounts", {"ns": ns, "name": full, "subresource": "token"}),
+        ),
+        ("no TokenReview", ("create", "authentication.k8s.io", "tokenreviews", {})),
+        ("no impersonation", ("impersonate", "", "serviceaccounts", {"ns": ns, "name": full})),
+    ]
 
 
 def forbidden(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]]:
@@ -295,6 +326,7 @@ def forbidden(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Che
         ("JobSets are only read", ("delete", JOBSET, "jobsets", {"ns": TEAM, "name": "tj"})),
         ("no RBAC is granted", ("create", "rbac.authorization.k8s.io", "clusterrolebindings", {})),
         ("no ConfigMap is read", ("get", "", "configmaps", {"ns": ns, "name": f"{full}-agent"})),
+        ("the runtime copies are the webhook's to watch", ("watch", TRAINER, "trainingruntimes", {})),
         (
             "no ServiceAccount token is minted",
             ("create", "", "serviceaccounts", {"ns": ns, "name": full, "subresource": "token"}),
@@ -322,6 +354,20 @@ def test_the_service_account_may_do_exactly_what_the_code_does(control_plane, ap
     assert [k for k, ok in allowed.items() if not ok] == [], "calls the code makes that the chart's RBAC refuses"
     denied = _verdicts(control_plane, r.namespace, sa, forbidden(full, r.namespace, lease))
     assert [k for k, ok in denied.items() if ok] == [], "rights the chart grants that nothing needs"
+
+
+def test_the_webhooks_service_account_may_only_read_runtime_copies_and_is_not_dispatch(control_plane, applied):
+    r = applied
+    full = r.one("Deployment")["metadata"]["name"]
+    sa = f"{full}-webhook"
+    lease = (r.namespace, "dispatch-admission")
+    allowed = _verdicts(control_plane, r.namespace, sa, webhook_needed())
+    assert [k for k, ok in allowed.items() if not ok] == [], "calls the webhook makes that its RBAC refuses"
+    denied = _verdicts(control_plane, r.namespace, sa, webhook_forbidden(full, r.namespace, lease))
+    assert [k for k, ok in denied.items() if ok] == [], "rights the webhook's ServiceAccount must not have"
+    config = yaml.safe_load(r.one("ConfigMap", f"{full}-webhook")["data"]["config.yaml"])
+    assert f"system:serviceaccount:{r.namespace}:{sa}" not in config["dispatch"]["usernames"]
+    assert config["dispatch"]["usernames"] == [f"system:serviceaccount:{r.namespace}:{full}"]
 
 
 def test_the_uninstall_hook_may_only_read_and_delete_our_two_configurations(control_plane, applied):
@@ -399,14 +445,14 @@ def _https_status(port: int, server_name: str, context: ssl.SSLContext, path: st
     return int(status_line.split()[1])
 
 
-def test_the_three_processes_run_under_the_charts_service_account_and_the_hook_uninstalls(
+def test_the_three_processes_run_under_the_charts_service_accounts_and_the_hook_uninstalls(
     control_plane, applied, tmp_path
 ):
     cp, r = control_plane, applied
     ns, full = r.namespace, r.one("Deployment")["metadata"]["name"]
     spec = r.one("Deployment")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in spec["initContainers"] + spec["containers"]}
-    cp.admin.apply(r.one("Secret"))
+    cp.admin.apply(r.one("Secret", f"{full}-certs"))
     configurations = [r.one("ValidatingWebhookConfiguration"), r.one("MutatingWebhookConfiguration")]
     for doc in configurations:
         doc = copy.deepcopy(doc)
@@ -466,13 +512,15 @@ def test_the_three_processes_run_under_the_charts_service_account_and_the_hook_u
         finally:
             cp.supervisor.stop(agent.name)
 
-        # The webhook: serves the same certificate; ready means it reaches the API server with the chart's token.
+        # The webhook: serves the same certificate; ready means it reaches the API server (the watch of the
+        # runtime copies listed) with a token of its own ServiceAccount, which is all the webhook container holds.
         webhook_config = _config(r, f"{full}-webhook", "config.yaml", tmp_path / "webhook.yaml")
         port = free_port()
         flags = _args(containers["webhook"], config=str(webhook_config), port=str(port), bind_address="127.0.0.1",
                       shutdown_delay_duration="0s", **tls)  # fmt: skip
+        webhook_kubeconfig = cp.service_account_kubeconfig(ns, f"{full}-webhook")
         webhook = cp.supervisor.start(
-            f"chart-webhook-{ns}", [*python, "webhook", *flags, "--kubeconfig", str(kubeconfig)]
+            f"chart-webhook-{ns}", [*python, "webhook", *flags, "--kubeconfig", str(webhook_kubeconfig)]
         )
         try:
             _wait(

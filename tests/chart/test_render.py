@@ -181,7 +181,8 @@ def test_names_follow_the_release():
     assert fullname(template(release="dispatch")) == "dispatch-dispatch-k8s"
     r = template(release="prod-dispatch-k8s")
     assert fullname(r) == "prod-dispatch-k8s"
-    assert r.one("Secret")["metadata"]["name"] == "prod-dispatch-k8s-certs"
+    assert r.one("Secret", "prod-dispatch-k8s-certs")["type"] == "Opaque"
+    assert r.one("ServiceAccount", "prod-dispatch-k8s-webhook")["metadata"]["namespace"] == r.namespace
 
 
 # --- the Secret, the webhook configurations and the policies --------------------------------------------
@@ -190,8 +191,7 @@ def test_names_follow_the_release():
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_the_secret_is_rendered_empty_and_no_ca_bundle_anywhere(name):
     r = rendered(name)
-    secret = r.one("Secret")
-    assert secret["metadata"]["name"] == f"{fullname(r)}-certs"
+    secret = r.one("Secret", f"{fullname(r)}-certs")
     assert secret["type"] == "Opaque"
     assert not {"data", "stringData"} & set(secret), "an upgrade would overwrite the controller's keys"
     assert "helm.sh/resource-policy" not in (secret["metadata"].get("annotations") or {})
@@ -297,7 +297,7 @@ def test_the_certificate_controller_is_a_native_sidecar_serving_the_servers_thro
     args = parse_args(certs)
     assert args.command == "run"
     assert not args.once
-    assert args.secret == r.one("Secret")["metadata"]["name"]
+    assert args.secret == r.one("Secret", f"{fullname(r)}-certs")["metadata"]["name"]
     assert args.service == r.one("Service")["metadata"]["name"]
     assert args.configurations == [fullname(r)]
     assert args.configurations == [r.one("ValidatingWebhookConfiguration")["metadata"]["name"]]
@@ -478,13 +478,68 @@ def _role(r: Rendered, kind: str, name: str) -> dict[str, Any]:
 def test_every_binding_grants_a_rendered_role_to_the_pods_service_account(name):
     r = rendered(name)
     sa = pod_spec(r)["serviceAccountName"]
+    webhook_sa = f"{fullname(r)}-webhook"
     assert r.one("ServiceAccount", sa)["metadata"]["namespace"] == r.namespace
     for binding in r.regular():
         if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
             continue
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": r.namespace}]
+        # The webhook's role goes to the webhook container's own ServiceAccount, every other to the pod's.
+        subject = webhook_sa if binding["roleRef"]["name"] == f"{fullname(r)}-webhook" else sa
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": subject, "namespace": r.namespace}]
         role = _role(r, binding["roleRef"]["kind"], binding["roleRef"]["name"])
         assert role["metadata"].get("namespace") == binding["metadata"].get("namespace")
+
+
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_the_webhook_container_holds_its_own_token_and_the_others_the_pods(name):
+    """Only the agent and the certificate controller hold a token of the pod's ServiceAccount (dispatch's
+    principal, with the certificate Secret); the webhook container holds its own ServiceAccount's."""
+    r = rendered(name)
+    full, spec = fullname(r), pod_spec(r)
+    assert spec["automountServiceAccountToken"] is False, "no container gets the pod's token unasked"
+    webhook_sa = r.one("ServiceAccount", f"{full}-webhook")
+    assert webhook_sa["metadata"]["name"] != spec["serviceAccountName"]
+    assert webhook_sa["automountServiceAccountToken"] is False
+    secret = r.one("Secret", f"{full}-webhook-token")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": f"{full}-webhook"}
+    assert not {"data", "stringData"} & set(secret), "the token controller writes the token"
+
+    token = volume(r, "token")["projected"]["sources"]
+    assert token[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    assert {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}} in token
+    assert {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+            "fieldPath": "metadata.namespace"}}]}} in token  # fmt: skip
+    assert volume(r, "webhook-token")["secret"]["secretName"] == f"{full}-webhook-token"
+
+    c = containers(r)
+    expected = {"webhook": "webhook-token", "agent": "token"}
+    if "certs" in c:
+        expected["certs"] = "token"
+    assert set(c) == set(expected)
+    for container, vol in expected.items():
+        assert mount_of(c[container], f"{TOKEN_DIR}/token")["name"] == vol, container
+        mounts = {m["name"] for m in c[container]["volumeMounts"]}
+        assert not ({"token", "webhook-token"} - {vol}) & mounts, f"{container} holds one token only"
+
+    # Nothing the webhook container mounts holds the CA key, and its username is not dispatch.
+    for mount in c["webhook"]["volumeMounts"]:
+        source = volume(r, mount["name"])
+        if "secret" in source:
+            assert source["secret"]["secretName"] in (f"{full}-webhook-token", f"{full}-tls"), mount
+    config = yaml.safe_load(config_file(r, c["webhook"], "/etc/dispatch/webhook/config.yaml"))
+    assert f"system:serviceaccount:{r.namespace}:{full}-webhook" not in config["dispatch"]["usernames"]
+
+
+def test_the_webhooks_service_account_cannot_be_made_dispatch():
+    webhook = "system:serviceaccount:dispatch-system:dispatch-k8s-webhook"
+    error = template_error({"webhook": {"dispatch": {"extraUsernames": [webhook]}}})
+    assert f"webhook.dispatch.extraUsernames must not name {webhook}" in error
+    error = template_error({"serviceAccount": {"name": "dispatch-k8s-webhook"}})
+    assert "serviceAccount.name must not be dispatch-k8s-webhook" in error
 
 
 @pytest.mark.parametrize("name", ["defaults", "custom"])

@@ -107,6 +107,11 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
     assert "ValidatingAdmissionPolicy 'dispatch-k8s-workloads'" in ready, refused
     assert "only dispatch's admission controller sets its check Ready" in ready, refused
 
+    # The webhook signed in as its own ServiceAccount with the token kube-controller-manager wrote into the
+    # chart's Secret (not dispatch's); the agent as the chart's ServiceAccount, dispatch.
+    assert re.search(r"dispatch-webhook on \S+ as system:serviceaccount:dispatch-system:dispatch-k8s-webhook \(its own",
+                     output), shown  # fmt: skip
+    assert "dispatch-agent as system:serviceaccount:dispatch-system:dispatch-k8s (dispatch" in output, shown
     # `helm test` as the chart renders it: its command under the test hook's ServiceAccount, through the API
     # server (Trainer's webhooks called beside dispatch's), passed on dispatch-k8s's denial.
     assert re.search(r"dispatch-webhook selftest as system:serviceaccount:dispatch-system:dispatch-k8s-test: passed",

@@ -55,6 +55,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.serviceAccount.name | default (include "dispatch-k8s.fullname" .) }}
 {{- end }}
 
+{{/*
+The webhook container's own ServiceAccount: it may only read TrainingRuntimes, is not one of dispatch's
+principals and has no right on the certificate Secret (docs/security.md). Its token reaches the webhook
+container only, from the Secret below; the pod's ServiceAccount token reaches the agent and the certificate
+controller only.
+*/}}
+{{- define "dispatch-k8s.webhookServiceAccountName" -}}
+{{- printf "%s-webhook" (include "dispatch-k8s.fullname" .) }}
+{{- end }}
+
+{{- define "dispatch-k8s.webhookTokenSecret" -}}
+{{- printf "%s-webhook-token" (include "dispatch-k8s.fullname" .) }}
+{{- end }}
+
+{{/* Where a container finds its ServiceAccount token, CA and namespace (the in-cluster client's path). */}}
+{{- define "dispatch-k8s.tokenDir" -}}
+/var/run/secrets/kubernetes.io/serviceaccount
+{{- end }}
+
 {{- define "dispatch-k8s.certsSecret" -}}
 {{- printf "%s-certs" (include "dispatch-k8s.fullname" .) }}
 {{- end }}
