@@ -513,7 +513,11 @@ def test_the_webhook_container_holds_its_own_token_and_the_others_the_pods(name)
     assert {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}} in token
     assert {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
             "fieldPath": "metadata.namespace"}}]}} in token  # fmt: skip
-    assert volume(r, "webhook-token")["secret"]["secretName"] == f"{full}-webhook-token"
+    webhook_token = volume(r, "webhook-token")["secret"]
+    assert webhook_token["secretName"] == f"{full}-webhook-token"
+    # Listed keys: the kubelet waits for the token controller to fill them instead of mounting an empty volume.
+    assert [i["key"] for i in webhook_token["items"]] == ["token", "ca.crt", "namespace"]
+    assert "optional" not in webhook_token
 
     c = containers(r)
     expected = {"webhook": "webhook-token", "agent": "token"}
