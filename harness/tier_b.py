@@ -55,6 +55,9 @@ NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110"}
 # A pod of a Job completes only when its pod template carries this annotation (value "true"); by
 # default kwok keeps pods Running, as long training jobs are.
 KWOK_COMPLETE_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/complete"
+# A test's stand-in for a kubelet that has not yet stopped a deleted pod's containers (a long grace
+# period, a slow runtime): the harness's kubelet stage leaves such a pod Running, so it "may still run".
+KWOK_SLOW_KUBELET_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/kubelet-slow"
 # Lease holder written by stop_node_heartbeat: kwok sees the node's Lease held by someone else
 # and stops renewing it and updating the node and its pods.
 PARTITION_HOLDER = "dispatch-harness-partition"
@@ -200,7 +203,8 @@ def kubelet_terminates_deleted_pods() -> dict[str, Any]:
     stops the containers and writes a terminal phase (since 1.27, before it confirms the deletion). kwok's
     ``pod-delete`` only removes pods with no finalizers left, so without this a trainer pod carrying
     dispatch's finalizer (contract/keys.py POD_FINALIZER) would stay Running forever on a healthy node.
-    Limited to pods carrying that finalizer, so every other pod behaves as kwok made it."""
+    Limited to pods carrying that finalizer, so every other pod behaves as kwok made it, and skipping pods
+    a test marks with KWOK_SLOW_KUBELET_ANNOTATION: their kubelet has not stopped them yet."""
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
@@ -212,6 +216,7 @@ def kubelet_terminates_deleted_pods() -> dict[str, Any]:
                     {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
                     {"key": ".metadata.finalizers.[]", "operator": "In", "values": [POD_FINALIZER]},
                     {"key": ".status.phase", "operator": "In", "values": ["Running", "Pending"]},
+                    {"key": f'.metadata.annotations["{KWOK_SLOW_KUBELET_ANNOTATION}"]', "operator": "DoesNotExist"},
                 ]
             },
             "delay": {"durationMilliseconds": 500},

@@ -20,7 +20,7 @@ from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import HoldRequest, ListRequest
 from contract.keys import ANNOTATION_JOBSET_UID, FIELD_MANAGER
-from harness.tier_b import TierB
+from harness.tier_b import KWOK_SLOW_KUBELET_ANNOTATION, TierB
 from tests.api import test_e2e as base
 from tests.api.cluster import apply
 from tests.api.requests import fresh_job_id, start_request
@@ -48,16 +48,22 @@ def pod_path(e: E2E, name: str) -> str:
 
 
 def linger(e: E2E, pod: str) -> None:
-    """Keep the pod in the API once deleted: kwok confirms no deletion while a finalizer is left."""
+    """Keep the pod in the API once deleted, still Running, as a kubelet that has not stopped its containers
+    yet does: kwok confirms no deletion while a finalizer is left, and the harness's kubelet stage leaves a
+    pod marked slow Running."""
     e.cp.admin.request(
-        "PATCH", pod_path(e, pod), {"metadata": {"finalizers": [LINGER]}},
+        "PATCH", pod_path(e, pod),
+        {"metadata": {"finalizers": [LINGER], "annotations": {KWOK_SLOW_KUBELET_ANNOTATION: "true"}}},
         content_type="application/strategic-merge-patch+json",
     )  # fmt: skip
 
 
 def let_go(e: E2E, pod: str) -> None:
+    """The kubelet stops the lingering pod's containers at last: it ends, and its deletion completes."""
     e.cp.admin.request(
-        "PATCH", pod_path(e, pod), {"metadata": {"$deleteFromPrimitiveList/finalizers": [LINGER]}},
+        "PATCH", pod_path(e, pod),
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": [LINGER],
+                      "annotations": {KWOK_SLOW_KUBELET_ANNOTATION: None}}},
         content_type="application/strategic-merge-patch+json",
     )  # fmt: skip
 
