@@ -54,6 +54,8 @@ NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110"}
 
 # A pod of a Job completes only when its pod template carries this annotation (value "true"); by
 # default kwok keeps pods Running, as long training jobs are.
+# The nodes kwok plays the kubelet of (tier C's real nodes are their own kubelets').
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_COMPLETE_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/complete"
 # A test's stand-in for a kubelet that has not yet stopped a deleted pod's containers (a long grace
 # period, a slow runtime): the harness's kubelet stage leaves such a pod Running, so it "may still run".
@@ -112,9 +114,11 @@ class TierB:
         self.admin.delete("v1", "Node", name)
 
     def stop_node_heartbeat(self, node: str) -> None:
-        """Simulates losing the node: its Lease is taken over, so kwok stops renewing it and stops
-        updating the node and its pods; after the grace period the node lifecycle controller marks it
+        """Simulates losing the node: kwok stops playing its kubelet (the node leaves kwok's annotation
+        selector, so nothing writes the node's or its pods' status, as with a dead kubelet) and its Lease is
+        taken over, so nobody renews it; after the grace period the node lifecycle controller marks it
         Unknown and taints it node.kubernetes.io/unreachable."""
+        self.admin.merge_patch("v1", "Node", node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
         self.admin.merge_patch(
             "coordination.k8s.io/v1",
             "Lease",
@@ -124,7 +128,8 @@ class TierB:
         )
 
     def resume_node_heartbeat(self, node: str) -> None:
-        """Ends the partition: the Lease expires at once and kwok takes it back."""
+        """Ends the partition: the Lease expires at once and kwok takes the node and its Lease back."""
+        self.admin.merge_patch("v1", "Node", node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "fake"}}})
         long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         self.admin.merge_patch(
             "coordination.k8s.io/v1",
@@ -150,7 +155,7 @@ def kwok_node(name: str, zone: str = "zone-a") -> dict[str, Any]:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", KWOK_NODE_ANNOTATION: "fake"},
             "labels": {
                 "beta.kubernetes.io/arch": "amd64",
                 "beta.kubernetes.io/os": "linux",
@@ -383,7 +388,7 @@ def _start_kwok(tb: TierB) -> None:
             f"--config={config}",
             # Only kwok's own nodes: tier C's real nodes are their kubelets'.
             "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             f"--node-ip={LOOPBACK}",
             f"--server-address={LOOPBACK}:{port}",
