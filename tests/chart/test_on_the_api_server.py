@@ -77,6 +77,21 @@ def dry_run_apply(cp: ControlPlane, doc: dict[str, Any]) -> dict[str, Any]:
     return cp.admin.request("PATCH", _path(cp, doc), doc, query=query, content_type="application/apply-patch+yaml")
 
 
+def refused_on_dry_run(cp: ControlPlane, docs: list[dict[str, Any]]) -> list[str]:
+    """Each rendered object the API server refuses on a server-side dry run, as "<Kind> <name>: <why>"."""
+    refused = []
+    for doc in docs:
+        if doc["kind"] == "Pod":  # a Pod (the test hook) is admitted only with its ServiceAccount in place
+            cp.ensure_service_account(doc["metadata"]["namespace"], doc["spec"]["serviceAccountName"])
+        try:
+            answer = dry_run_apply(cp, doc)
+        except ApiError as exc:
+            refused.append(f"{doc['kind']} {doc['metadata']['name']}: {exc}")
+            continue
+        assert answer["kind"] == doc["kind"]
+    return refused
+
+
 @pytest.fixture
 def lease_namespace(control_plane: ControlPlane) -> Iterator[str]:
     name = control_plane.create_namespace("leases")
@@ -92,16 +107,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     name, control_plane, namespace, lease_namespace, service_monitor_crd
 ):
     r = template(value_set(name, lease_namespace=lease_namespace), release=_release(), namespace=namespace)
-    refused = []
-    for doc in r.docs:
-        if doc["kind"] == "Pod":  # a Pod (the test hook) is admitted only with its ServiceAccount in place
-            control_plane.ensure_service_account(doc["metadata"]["namespace"], doc["spec"]["serviceAccountName"])
-        try:
-            answer = dry_run_apply(control_plane, doc)
-        except ApiError as exc:
-            refused.append(f"{doc['kind']} {doc['metadata']['name']}: {exc}")
-            continue
-        assert answer["kind"] == doc["kind"]
+    refused = refused_on_dry_run(control_plane, r.docs)
     assert not refused, "\n".join(refused)
     assert len(r.docs) >= 18
     if name == "observability":
