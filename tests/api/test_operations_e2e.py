@@ -297,14 +297,25 @@ def manager_of(obj: dict[str, Any], field: str) -> set[str]:
 
 
 async def test_the_controller_writes_the_lease_and_events_with_dispatchs_field_manager(e2e: E2E):
-    lease = e2e.cp.admin.get("coordination.k8s.io/v1", "Lease", "dispatch-admission", "dispatch-system")
-    assert manager_of(lease, "f:renewTime") == {FIELD_MANAGER}, lease["metadata"].get("managedFields")
+    async def renewed() -> None:
+        lease = e2e.cp.admin.get_or_none("coordination.k8s.io/v1", "Lease", "dispatch-admission", "dispatch-system")
+        assert lease is not None, "the controller has not taken the Lease yet"
+        assert manager_of(lease, "f:renewTime") == {FIELD_MANAGER}, lease["metadata"].get("managedFields")
+
+    await eventually(renewed, 30, "the controller's Lease")
     async with e2e.client() as api:
         started = await api.start(kueue_request(e2e))
         await api.open(ref(started))
         pod = (await running_pod(e2e, started.name))["metadata"]["name"]
         linger(e2e, pod)
         await api.hold(hold_request(started))
+
+        async def evicted() -> None:
+            # A Release before Kueue has acted on the hold undoes it: the execution simply goes on.
+            (p,) = e2e.pods(started.name)
+            assert p["metadata"].get("deletionTimestamp"), p["metadata"]
+
+        await eventually(evicted, 60, "Kueue evicts the held job: its pod Terminating")
         await api.release(ref(started))
 
         async def held_event() -> dict[str, Any]:

@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from agent.api.decisions import RUNTIME_NOT_SEEN
 from contract.admission import admission_count, admission_floor
 from contract.keys import (
     ANNOTATION_ADMISSION,
@@ -25,7 +26,8 @@ from contract.keys import (
     LABEL_RESTART_ATTEMPT,
     LABEL_WORKLOAD_JOB_UID,
 )
-from harness.kube_http import KubeHttp
+from contract.trainjob import Submission, build_runtime_copy, build_trainjob
+from harness.kube_http import ApiError, KubeHttp
 from harness.sandbox import site
 
 KUEUE_V = site.KUEUE_V
@@ -53,6 +55,27 @@ def eventually(probe: Callable[[], T], within: float, what: str, interval: float
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: not reached within {within:.0f}s: {exc}") from exc
         time.sleep(interval)
+
+
+# -- creating ---------------------------------------------------------------------------------------
+
+
+def create_as_start(admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """The runtime copy, then the TrainJob, as Start creates them: Kueue's and Trainer's webhooks read the copy
+    from their informer caches and may refuse the TrainJob for a moment (agent/api/service.py rides this out
+    the same way, on the same messages)."""
+    admin.create(build_runtime_copy(sub, runtime))
+    trainjob = build_trainjob(sub, runtime["spec"])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return admin.create(trainjob)
+        except ApiError as exc:
+            message = str(exc)
+            not_seen = exc.status == 403 and "untime" in message and any(p in message for p in RUNTIME_NOT_SEEN)
+            if not not_seen or time.monotonic() > deadline:
+                raise
+        time.sleep(0.25)
 
 
 def conditions(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -33,7 +33,7 @@ from contract.keys import (
     TAINT_UNREACHABLE,
 )
 from contract.runtime_requirements import runtime_problems
-from contract.trainjob import Submission, build_runtime_copy, build_trainjob
+from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
 from harness.sandbox import site
@@ -176,8 +176,7 @@ def create_dispatch_trainjob(gate: Gate, namespace: str, runtime: dict[str, Any]
         queue=LOCAL_QUEUE,
         priority_class=gate.low,
     )
-    gate.admin.create(build_runtime_copy(sub, runtime))
-    return gate.admin.create(build_trainjob(sub, runtime["spec"]))
+    return kit.create_as_start(gate.admin, sub, runtime)
 
 
 def get_trainjob(gate: Gate, tj: dict[str, Any]) -> dict[str, Any]:

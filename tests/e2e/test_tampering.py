@@ -22,7 +22,7 @@ from ulid import ULID
 
 from agent.operations import Hold, plan_hold
 from contract.keys import LABEL_JOBSET_NAME, LABEL_QUEUE_NAME
-from contract.trainjob import Submission, build_runtime_copy, build_trainjob
+from contract.trainjob import Submission, build_runtime_copy
 from harness.cluster import ADMIN_USER
 from harness.kube_http import ApiError, KubeHttp
 from tests.cluster.principals import EDIT_RULES
@@ -219,8 +219,7 @@ def test_items_1_2_3_4_7_on_a_closed_job(guarded: Guarded) -> None:
 def _plain_job(g: Guarded) -> dict[str, Any]:
     sub = Submission(job_id=str(ULID()), n=2, g=0, attempt=0, namespace=g.namespace,
                      image="registry.invalid/dispatch-e2e/train:1", command=["python", "train.py"], queue=None)  # fmt: skip
-    g.admin.create(build_runtime_copy(sub, g.gate.runtime))
-    return g.admin.create(build_trainjob(sub, g.gate.runtime["spec"]))
+    return kit.create_as_start(g.admin, sub, g.gate.runtime)
 
 
 def test_items_5_6_on_a_running_job(guarded: Guarded) -> None:

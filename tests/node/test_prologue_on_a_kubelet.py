@@ -25,7 +25,7 @@ from ulid import ULID
 from contract.identity import attempt_token, epoch, r_of
 from contract.keys import LABEL_JOBSET_NAME, PROLOGUE_REFUSAL_EXIT
 from contract.runtime_requirements import runtime_problems
-from contract.trainjob import Submission, build_runtime_copy, build_trainjob
+from contract.trainjob import Submission
 from harness.kube_http import KubeHttp
 from harness.pytest_plugin import TierC
 from harness.real_node import real_node_pod_spec
@@ -83,8 +83,7 @@ def submission(namespace: str, image: str, priority_class: str) -> Submission:
 
 def create(gate: Gate, sub: Submission, runtime: dict[str, Any]) -> dict[str, Any]:
     """As Start creates a dispatch TrainJob: the runtime copy, then the TrainJob, closed."""
-    gate.admin.create(build_runtime_copy(sub, runtime))
-    return gate.admin.create(build_trainjob(sub, runtime["spec"]))
+    return kit.create_as_start(gate.admin, sub, runtime)
 
 
 class LogFollower:
