@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds tier C's real nodes into their own cache folder (never tier A/B's): the kubelet from the pinned
-# k8s.io/kubernetes (controlplane/go/node, same pins as the control plane), containerd 2 and the CNI
+# Builds tier C's real nodes into their own cache folder (never tier A/B's): the kubelet and kube-proxy from
+# the pinned k8s.io/kubernetes (controlplane/go/node, same pins as the control plane), containerd 2 and the CNI
 # plugins from their modules, and the base images from Debian packages (debootstrap, then `docker import`
 # and `docker build` in a private Docker engine that stops when the build ends). Only what is missing is built.
 #
@@ -28,7 +28,7 @@ if [[ ${1:-} == --print-dir ]]; then
 	exit 0
 fi
 
-packages=(debootstrap docker.io runc iproute2)
+packages=(debootstrap docker.io runc iproute2 nftables)
 if [[ ${1:-} == --install-packages ]]; then
 	missing=()
 	for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -150,7 +150,8 @@ require_version cni github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION
 mkdir -p "$root/bin"
 cat "$here/versions.env" "$here/node.env" >"$root/versions.env"
 
-go_build "$root/bin" node "$(kube_ldflags)" selinux,notest,grpcnotrace k8s.io/kubernetes/cmd/kubelet
+go_build "$root/bin" node "$(kube_ldflags)" selinux,notest,grpcnotrace k8s.io/kubernetes/cmd/kubelet \
+	k8s.io/kubernetes/cmd/kube-proxy
 # No btrfs, devmapper or zfs snapshotters: they need cgo, and the nodes use overlayfs.
 go_build "$root/bin" containerd "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
 	no_btrfs,no_devmapper,no_zfs \

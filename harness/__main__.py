@@ -2,7 +2,7 @@
 
 python -m harness                 # tier A until Ctrl-C, prints the admin kubeconfig path
 python -m harness --tier b        # tier B
-python -m harness --tier c        # tier B plus one real node (kubelet + containerd; root)
+python -m harness --tier c        # tier B plus one real node (kubelet, containerd, kube-proxy; root)
 python -m harness --tier b --exit-when-ready   # start, print timings as JSON, stop
 """
 
@@ -17,6 +17,7 @@ import time
 from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import new_run_dir, start_control_plane
 from harness.real_node import RealNode, start_real_node
+from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import start_tier_b
 
 
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     cp = start_control_plane(new_run_dir())
     node: RealNode | None = None
+    network: ServiceNetwork | None = None
     try:
         tier_a_ready = time.monotonic() - started
         if args.tier in ("b", "c"):
@@ -43,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         if node_artifacts is not None:
             node = start_real_node(cp, "real-node-0", node_artifacts)
             cp.timings.update({f"real_node_{k}": v for k, v in node.timings.items()})
+            network = start_service_network(cp, node, node_artifacts)
+            cp.timings["service_network_ready"] = network.timings["ready"]
         ready = time.monotonic() - started
         if args.exit_when_ready:
             timings = {"tier": args.tier, "ready_s": round(ready, 2), "tier_a_ready_s": round(tier_a_ready, 2)}
@@ -59,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
     finally:
+        if network is not None:
+            network.stop()
         if node is not None:
             node.stop()
         cp.stop()

@@ -29,6 +29,7 @@ from harness.binaries import REPO_ROOT, TIER_A_BINARIES, TIER_B_BINARIES, Missin
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import ProcessExitedError
 from harness.real_node import RealNode, start_real_node
+from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import TierB, start_tier_b
 
 _LOG_TAIL_LINES = 30
@@ -68,6 +69,8 @@ def tier_b(control_plane: ControlPlane) -> TierB:
 class TierC:
     tier_b: TierB
     node: RealNode
+    network: ServiceNetwork
+    """kube-proxy and the `kubernetes` Service's endpoint: pods reach Services, the API server webhooks'."""
     image: str | None
     """The project's image (scripts/build-image), imported into the node; None when it is not built."""
     image_problem: str = ""
@@ -84,7 +87,11 @@ def tier_c(tier_b: TierB) -> Iterator[TierC]:
     images = [archive] if archive.is_file() else []
     node = start_real_node(tier_b.control_plane, "real-node-0", artifacts, images=images)
     try:
-        yield TierC(tier_b, node, image if images else None, problem)
+        network = start_service_network(tier_b.control_plane, node, artifacts)
+        try:
+            yield TierC(tier_b, node, network, image if images else None, problem)
+        finally:
+            network.stop()
     finally:
         node.stop()
 

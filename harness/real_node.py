@@ -4,7 +4,8 @@ run's API server, so pods really start: real containers (runc), real Downward AP
 Each node has its own containerd (root, state, socket), kubelet root dir, pod log dir, cgroup root and a
 Linux bridge made by this run; the bridge's address is the node's IP (the kubelet refuses a loopback node
 IP) and pods get addresses on it from the CNI bridge and host-local plugins. Nothing is routed off the
-machine: no masquerade, no forwarding rule, no route but the bridge's own subnet.
+machine: no masquerade, no forwarding rule, no route but the bridge's own subnet and the Service CIDR through
+the node (where harness/service_network.py's kube-proxy translates it).
 
 The node carries the taint REAL_NODE_TAINT, so tier B's workloads stay on kwok's nodes; what must run for
 real tolerates it (`real_node_pod_spec`). `RealNode.stop()` removes every container, mount, cgroup and the
@@ -29,7 +30,7 @@ import yaml
 
 from certs import pki
 from harness.binaries import NodeArtifacts
-from harness.cluster import LOOPBACK, ControlPlane, free_port
+from harness.cluster import LOOPBACK, SERVICE_CIDR, ControlPlane, free_port
 from harness.kube_http import Credentials
 from harness.kubeconfig import write_kubeconfig
 from harness.processes import ManagedProcess, add_cleanup, remove_cleanup, wait_until
@@ -382,7 +383,8 @@ def _cni_config(node: RealNode) -> dict[str, Any]:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": str(node.subnet), "gateway": node.ip}]],
-                    "routes": [{"dst": str(node.subnet)}],
+                    # The Service CIDR goes to the node, where kube-proxy's rules are (harness/service_network.py).
+                    "routes": [{"dst": str(node.subnet)}, {"dst": SERVICE_CIDR, "gw": node.ip}],
                     "dataDir": str(node.dir / "cni" / "ipam"),
                 },
             }

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import sys
@@ -89,6 +90,7 @@ EXIT_CODES: Final = {
 ENV_SERVER: Final = "DISPATCH_AGENT_SERVER"
 ENV_TOKEN_FILE: Final = "DISPATCH_AGENT_TOKEN_FILE"
 ENV_CA_FILE: Final = "DISPATCH_AGENT_CA_FILE"
+ENV_RESOLVE: Final = "DISPATCH_AGENT_RESOLVE"
 REF_FLAGS: Final = (
     "namespace",
     "name",
@@ -142,6 +144,15 @@ def add_verbs(commands: Any) -> None:
             "--ca-file",
             default=os.environ.get(ENV_CA_FILE),
             help=f"CA bundle for the agent's certificate (${ENV_CA_FILE})",
+        )
+        connection.add_argument(
+            "--resolve",
+            action="append",
+            default=os.environ.get(ENV_RESOLVE, "").split(),
+            metavar="HOST:ADDRESS",
+            help=f"connect to HOST at ADDRESS, e.g. the Service's name at its ClusterIP from outside the cluster's "
+            f"DNS, the certificate still checked for HOST (as curl's --resolve; repeatable; ${ENV_RESOLVE}, "
+            "space-separated)",
         )
         add_kube_arguments(connection)
         if name != "output":
@@ -212,7 +223,8 @@ async def token_source(args: argparse.Namespace) -> str | Callable[[], str]:
 
 
 async def run(args: argparse.Namespace, request: BaseModel | None) -> int:
-    async with AgentClient(args.server, await token_source(args), ca_file=args.ca_file) as agent:
+    resolve = resolve_of(args.resolve)
+    async with AgentClient(args.server, await token_source(args), ca_file=args.ca_file, resolve=resolve) as agent:
         if args.command == "output":
             assert isinstance(request, OutputRequest)
             async for chunk in agent.output(request):
@@ -231,6 +243,21 @@ async def run(args: argparse.Namespace, request: BaseModel | None) -> int:
     return 0
 
 
+def resolve_of(entries: Sequence[str]) -> dict[str, str]:
+    """``HOST:ADDRESS`` entries (an IPv6 address after the first colon is fine); ValueError names a bad one."""
+    hosts = {}
+    for entry in entries:
+        host, sep, address = entry.partition(":")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ValueError(f"--resolve {entry!r}: give HOST:ADDRESS, ADDRESS an IP address") from None
+        if not host or not sep:
+            raise ValueError(f"--resolve {entry!r}: give HOST:ADDRESS")
+        hosts[host] = address
+    return hosts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return run_command(parser().parse_args(argv))
 
@@ -241,6 +268,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"{PROG} {args.command}: --server (or ${ENV_SERVER}) is required", file=sys.stderr)
         return 2
     try:
+        resolve_of(args.resolve)
         request = request_of(args)
     except (OSError, ValueError, ValidationError) as exc:
         error = AgentError(ErrorKind.INVALID, f"the request: {exc}")

@@ -11,12 +11,14 @@ not be reached at all).
 from __future__ import annotations
 
 import json
+import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import BaseModel, ValidationError
 
 from agent.api.errors import ErrorKind
@@ -85,6 +87,27 @@ def _error(status: int, raw: bytes) -> AgentError:
     return AgentError(kind, body.message, status=status, field=body.field, orphans=body.orphans)
 
 
+class _Resolve(AbstractResolver):
+    """Given host names to given addresses (as curl's --resolve), the rest by the system's resolver: the
+    certificate is still checked against the name in the URL."""
+
+    def __init__(self, hosts: Mapping[str, str]) -> None:
+        self.hosts = dict(hosts)
+        self.fallback = aiohttp.ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        if host not in self.hosts:
+            return await self.fallback.resolve(host, port, family)
+        address = self.hosts[host]
+        return [ResolveResult(hostname=host, host=address, port=port, family=socket.AF_INET, proto=0,
+                              flags=socket.AI_NUMERICHOST)]  # fmt: skip
+
+    async def close(self) -> None:
+        await self.fallback.close()
+
+
 class AgentClient:
     def __init__(
         self,
@@ -94,11 +117,15 @@ class AgentClient:
         ca_file: str | Path | None = None,
         ssl_context: ssl.SSLContext | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        resolve: Mapping[str, str] | None = None,
     ) -> None:
+        """``resolve`` connects to a host of the URL at a given address, e.g. the Service's name at its
+        ClusterIP from a machine without the cluster's DNS."""
         self.server = server.rstrip("/")
         self._token = token
         self._ssl = ssl_context or ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
         self._timeout = timeout
+        self._resolve = dict(resolve or {})
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AgentClient:
@@ -115,7 +142,8 @@ class AgentClient:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl))
+            resolver = _Resolve(self._resolve) if self._resolve else None
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, resolver=resolver))
         return self._session
 
     def _headers(self) -> dict[str, str]:

@@ -13,14 +13,17 @@ import asyncio
 import shlex
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, locate
+from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import stop_everything
-from harness.sandbox import install, scenario, table
+from harness.real_node import RealNode, start_real_node
+from harness.sandbox import install, on_node, scenario, table
 from harness.sandbox.steps import Progress, StepFailed
-from harness.tier_b import start_tier_b
+from harness.service_network import ServiceNetwork, start_service_network
+from harness.tier_b import TierB, start_tier_b
 
 SANDBOX_BINARIES = (*TIER_B_BINARIES, "helm")
 
@@ -37,18 +40,98 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _env_file(path: Path, cp: ControlPlane, api_url: str, token: Path, ca: Path) -> Path:
+def _env_file(path: Path, cp: ControlPlane, setup: scenario.Setup) -> Path:
     bin_dir = Path(sys.executable).parent
+    resolve = " ".join(f"{host}:{address}" for host, address in setup.resolve.items())
     lines = [
         f"export KUBECONFIG={shlex.quote(str(cp.admin_kubeconfig))}",
-        f"export DISPATCH_AGENT_SERVER={shlex.quote(api_url)}",
-        f"export DISPATCH_AGENT_TOKEN_FILE={shlex.quote(str(token))}",
-        f"export DISPATCH_AGENT_CA_FILE={shlex.quote(str(ca))}",
+        f"export DISPATCH_AGENT_SERVER={shlex.quote(setup.api_url)}",
+        f"export DISPATCH_AGENT_TOKEN_FILE={shlex.quote(str(setup.token_file))}",
+        f"export DISPATCH_AGENT_CA_FILE={shlex.quote(str(setup.ca_file))}",
+        *([f"export DISPATCH_AGENT_RESOLVE={shlex.quote(resolve)}"] if resolve else []),
         f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"',
     ]
     path.write_text("# The sandbox's cluster and agent API, for kubectl-style tools and dispatch-agent.\n"
                     + "\n".join(lines) + "\n")  # fmt: skip
     return path
+
+
+@dataclass(frozen=True)
+class Installed:
+    """dispatch as the scenario reaches it."""
+
+    check: str
+    api_url: str
+    ca_file: Path
+    resolve: dict[str, str]
+    logs: list[Path]
+
+
+def _as_processes(out: Progress, cp: ControlPlane, work: Path, logs: Path) -> Installed:
+    """The chart rendered and applied but for its pods; the webhook and the agent as local processes."""
+    with out.step("chart", timeout=120, logs=[work / "helm.log"]) as done:
+        rendered, applied = install.install(cp, work)
+        n = sum(applied.applied.values())
+        done.detail = f"helm {rendered.helm_version} template: {len(rendered.docs)} objects; applied {n}"
+        skipped = [
+            f"{kind} {name}" + ("" if kind in install.NOT_APPLIED else f" ({why})")
+            for kind, name, why in applied.skipped
+        ]
+        done.more.append("not applied (they need pods): " + ", ".join(skipped))
+
+    with out.step("webhook", timeout=90, logs=[logs / "dispatch-webhook.log", work / "dispatch-certs.log"]) as done:
+        certs = install.generate_certs(work)
+        sa, kubeconfig = install.service_account_kubeconfig(cp, rendered)
+        webhook_sa, webhook_kubeconfig = install.webhook_kubeconfig(cp, rendered, work)
+        _, webhook_url = install.start_webhook(cp, work, certs, webhook_kubeconfig)
+        configs = install.apply_webhook_configurations(cp, rendered, webhook_url, certs)
+        principal = f"system:serviceaccount:{install.NAMESPACE}:{webhook_sa}"
+        done.detail = (
+            f"dispatch-webhook on {webhook_url} as {principal} "
+            "(its own ServiceAccount: the token kube-controller-manager wrote into the chart's Secret)"
+        )
+        done.more.append(f"the chart's {configs} webhook configurations, pointed there: the API server calls it")
+
+    with out.step("helm test", timeout=200, logs=[work / "selftest.log"]) as done:
+        principal, said = install.helm_test(cp, rendered, work)
+        done.detail = f"dispatch-webhook selftest as {principal}: passed"
+        done.more.append(said.partition(": HTTP ")[0])
+
+    with out.step("agent", timeout=90, logs=[logs / "dispatch-agent.log"]) as done:
+        _, api_url, _ = install.start_agent(cp, work, certs, kubeconfig)
+        done.detail = (
+            f"dispatch-agent as system:serviceaccount:{install.NAMESPACE}:{sa} (dispatch; a TokenRequest token), "
+            f"leading; its API on {api_url}"
+        )
+    check = rendered.of("AdmissionCheck")[0]["metadata"]["name"]
+    return Installed(check, api_url, certs.ca, {}, [logs / "dispatch-agent.log", logs / "dispatch-webhook.log"])
+
+
+def _on_the_node(out: Progress, cp: ControlPlane, node: RealNode, image: on_node.Image, work: Path) -> Installed:
+    """`helm install` for real: the chart's pods on the real node, reached through their Service."""
+    pod_logs = [node.pod_logs_dir]
+    with out.step("chart", timeout=420, logs=[work / "helm.log", *pod_logs]) as done:
+        version, pods = on_node.helm_install(cp, node, image, work)
+        done.detail = (
+            f"helm {version} install --wait: {len(pods)} pod(s) Ready on {node.name} (kubelet, containerd, runc), "
+            f"image {image.ref}"
+        )
+        done.more.append(
+            "the certificate controller in the pod generated the certificate and injected the CA; "
+            "the webhook and the agent run in the pod, not here"
+        )
+
+    with out.step("helm test", timeout=200, logs=[work / "helm.log", *pod_logs]) as done:
+        said = on_node.helm_test(cp, work)
+        done.detail = f"helm test: its pod ran on {node.name}; the API server reached the webhook through its Service"
+        done.more.append(said.strip())
+
+    with out.step("agent", timeout=90, logs=pod_logs) as done:
+        api = on_node.agent_api(cp, work, pods)
+        address = next(iter(api.resolve.values()))
+        done.detail = f"pod {api.lease_holder} leads; its API on {api.api_url} (the Service's ClusterIP {address})"
+    check = on_node.CHECK
+    return Installed(check, api.api_url, api.ca_file, api.resolve, [work / "helm.log", *pod_logs])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     except MissingBinaryError as exc:
         print(f"sandbox: {exc}\n(scripts/sandbox builds them: it runs {BUILD_SCRIPT} first)", file=sys.stderr)
         return 2
+    image, not_here = on_node.available()
 
     run_dir = new_run_dir()
     work = run_dir / "sandbox"
@@ -66,61 +150,43 @@ def main(argv: list[str] | None = None) -> int:
     logs = run_dir / "logs"
     out.line("dispatch-k8s sandbox: a local Kubernetes cluster with dispatch installed, and one job run through it")
     out.line(f"  run folder {run_dir}")
+    if image is None:
+        out.line(f"  no real node ({not_here}): the webhook and the agent run as local processes")
     out.line()
     cp: ControlPlane | None = None
+    node: RealNode | None = None
+    network: ServiceNetwork | None = None
     try:
-        with out.step("cluster", timeout=300, logs=[logs]) as done:
+        with out.step("cluster", timeout=420, logs=[logs]) as done:
             cp = start_control_plane(run_dir)
-            tb = start_tier_b(cp)
+            tb: TierB = start_tier_b(cp)
             done.detail = (
                 f"tier B: kube-apiserver, etcd, controller-manager, scheduler, kwok ({len(tb.node_names)} nodes), "
                 "Kueue, JobSet, Trainer"
             )
+            if image is not None:
+                node = start_real_node(cp, "real-node-0", locate_node().require(), images=[image.archive])
+                network = start_service_network(cp, node, locate_node().require())
+                done.detail = done.detail.replace("tier B", "tier C")
+                done.more.append(
+                    f"a real node {node.name} (kubelet, containerd, runc; the image imported) and kube-proxy"
+                )
 
-        with out.step("chart", timeout=120, logs=[work / "helm.log"]) as done:
-            rendered, applied = install.install(cp, work)
-            n = sum(applied.applied.values())
-            done.detail = f"helm {rendered.helm_version} template: {len(rendered.docs)} objects; applied {n}"
-            skipped = [
-                f"{kind} {name}" + ("" if kind in install.NOT_APPLIED else f" ({why})")
-                for kind, name, why in applied.skipped
-            ]
-            done.more.append("not applied (they need pods): " + ", ".join(skipped))
+        if node is not None and image is not None:
+            installed = _on_the_node(out, cp, node, image, work)
+        else:
+            installed = _as_processes(out, cp, work, logs)
 
-        with out.step("webhook", timeout=90, logs=[logs / "dispatch-webhook.log", work / "dispatch-certs.log"]) as done:
-            certs = install.generate_certs(work)
-            sa, kubeconfig = install.service_account_kubeconfig(cp, rendered)
-            webhook_sa, webhook_kubeconfig = install.webhook_kubeconfig(cp, rendered, work)
-            _, webhook_url = install.start_webhook(cp, work, certs, webhook_kubeconfig)
-            configs = install.apply_webhook_configurations(cp, rendered, webhook_url, certs)
-            principal = f"system:serviceaccount:{install.NAMESPACE}:{webhook_sa}"
-            done.detail = (
-                f"dispatch-webhook on {webhook_url} as {principal} "
-                "(its own ServiceAccount: the token kube-controller-manager wrote into the chart's Secret)"
-            )
-            done.more.append(f"the chart's {configs} webhook configurations, pointed there: the API server calls it")
-
-        with out.step("helm test", timeout=200, logs=[work / "selftest.log"]) as done:
-            principal, said = install.helm_test(cp, rendered, work)
-            done.detail = f"dispatch-webhook selftest as {principal}: passed"
-            done.more.append(said.partition(": HTTP ")[0])
-
-        with out.step("agent", timeout=90, logs=[logs / "dispatch-agent.log"]) as done:
-            _, api_url, _ = install.start_agent(cp, work, certs, kubeconfig)
-            done.detail = (
-                f"dispatch-agent as system:serviceaccount:{install.NAMESPACE}:{sa} (dispatch; a TokenRequest token), "
-                f"leading; its API on {api_url}"
-            )
-
-        check = rendered.of("AdmissionCheck")[0]["metadata"]["name"]
-        scenario_logs = [logs / "dispatch-agent.log", logs / "dispatch-webhook.log", logs / "kueue.log"]
+        scenario_logs = [*installed.logs, logs / "kueue.log"]
         with out.step("queues", timeout=120, logs=scenario_logs) as done:
             setup = scenario.prepare(
-                cp, tb, check=check, roles=(f"{install.RELEASE}-supervisor", f"{install.RELEASE}-preflight"),
-                api_url=api_url, ca_file=certs.ca, work=work, logs=[*scenario_logs, work / "status.jsonl"],
+                cp, tb, check=installed.check,
+                roles=(f"{install.RELEASE}-supervisor", f"{install.RELEASE}-preflight"),
+                api_url=installed.api_url, ca_file=installed.ca_file, work=work,
+                logs=[*scenario_logs, work / "status.jsonl"], resolve=installed.resolve,
             )  # fmt: skip
             done.detail = (
-                f"ClusterQueue {setup.local_queue} (AdmissionCheck {check}, room for one job) Active; "
+                f"ClusterQueue {setup.local_queue} (AdmissionCheck {installed.check}, room for one job) Active; "
                 f"LocalQueue {setup.namespace}/{setup.local_queue}"
             )
             done.more.append(
@@ -146,12 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_wait:
             return 0
 
-        env = _env_file(work / "env.sh", cp, api_url, setup.token_file, certs.ca)
+        env = _env_file(work / "env.sh", cp, setup)
         ref = result.ref
         assert ref is not None
         out.line("The cluster stays up until Ctrl-C.")
         out.line(f"  kubeconfig (admin)  {cp.admin_kubeconfig}")
-        out.line(f"  agent API           {api_url}   CA {certs.ca}")
+        out.line(f"  agent API           {setup.api_url}   CA {setup.ca_file}")
+        for host, address in setup.resolve.items():
+            out.line(f"{'':22}{host} is the Service's ClusterIP {address} (--resolve {host}:{address})")
         out.line(f"  supervisor token    {setup.token_file}")
         out.line(f"  try the CLI         . {env}")
         out.line(f"{'':22}dispatch-agent status --namespace {ref.namespace} --name {ref.name} --uid {ref.uid}")
@@ -169,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\nsandbox: interrupted", file=sys.stderr)
         return 130
     finally:
+        if network is not None:
+            network.stop()
+        if node is not None:
+            node.stop()
         if cp is not None:
             count = len(cp.supervisor.processes)
             cp.stop()

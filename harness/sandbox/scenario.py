@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +53,8 @@ class Setup:
     job_cpu: str
     api_url: str
     ca_file: Path
+    resolve: Mapping[str, str]
+    """Host names of ``api_url`` → addresses (the Service's name → its ClusterIP on a real node), else empty."""
     check: str
     """The name of dispatch's AdmissionCheck (the chart's)."""
     token_file: Path
@@ -175,7 +177,9 @@ class Scenario:
 
     async def run(self) -> Result:
         s = self.s
-        async with AgentClient(s.api_url, token_from_file(s.token_file), ca_file=s.ca_file, timeout=60) as agent:
+        async with AgentClient(
+            s.api_url, token_from_file(s.token_file), ca_file=s.ca_file, timeout=60, resolve=s.resolve
+        ) as agent:
             await self._run(agent)
         return self.result
 
@@ -360,7 +364,7 @@ def _bind(admin: KubeHttp, kind: str, name: str, role_kind: str, role: str, subj
 
 def prepare(
     cp: ControlPlane, tb: TierB, *, check: str, roles: tuple[str, str], api_url: str, ca_file: Path, work: Path,
-    logs: Sequence[Path],
+    logs: Sequence[Path], resolve: Mapping[str, str] | None = None,
 ) -> Setup:  # fmt: skip
     """What a site does around dispatch: a ClusterQueue gated by dispatch's AdmissionCheck (``check``, the
     chart's) with room for one job, two WorkloadPriorityClasses, a runtime that meets the runtime
@@ -410,6 +414,7 @@ def prepare(
         job_cpu=JOB_CPU,
         api_url=api_url,
         ca_file=ca_file,
+        resolve=dict(resolve or {}),
         check=check,
         token_file=token_file,
         logs=logs,

@@ -44,10 +44,14 @@ class Tls:
         return path
 
 
+SERVICE_NAME = "dispatch-k8s.dispatch-system.svc"
+"""A name the test certificate carries that no resolver knows: reached with ``resolve`` only."""
+
+
 @pytest.fixture
 def tls(tmp_path: Path) -> Tls:
     ca = pki.make_ca("dispatch-agent-test-ca")
-    pair = pki.make_serving_cert(ca, "dispatch-agent", ip_addresses=[HOST], dns_names=["localhost"])
+    pair = pki.make_serving_cert(ca, "dispatch-agent", ip_addresses=[HOST], dns_names=["localhost", SERVICE_NAME])
     files = Tls(ca, tmp_path / "tls.crt", tmp_path / "tls.key")
     files.cert_file.write_bytes(pair.cert_pem)
     files.key_file.write_bytes(pair.key_pem)

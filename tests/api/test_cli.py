@@ -17,7 +17,7 @@ from agent.api.cli import COMMANDS, EXIT_CODES, main
 from agent.cli import main as agent_main
 from harness.cluster import free_port
 from serving.prometheus import version
-from tests.api.conftest import NAMESPACE, SUPERVISOR_TOKEN, Agent
+from tests.api.conftest import NAMESPACE, SERVICE_NAME, SUPERVISOR_TOKEN, Agent
 from tests.api.requests import start_body
 
 
@@ -73,6 +73,30 @@ async def test_errors_go_to_stderr_as_json(agent: Agent, tmp_path: Path):
     code, _, err = await cli(agent, tmp_path, "status", "--namespace", NAMESPACE)
     assert code == 2
     assert json.loads(err)["error"] == "invalid"
+
+
+@pytest.mark.asyncio
+async def test_resolve_reaches_the_services_name_at_an_address_and_still_checks_the_certificate(
+    agent: Agent, tmp_path: Path
+):
+    port = agent.url.rsplit(":", 1)[1]
+    by_name = f"https://{SERVICE_NAME}:{port}"
+    code, out, err = await cli(agent, tmp_path, "capabilities", "--resolve", f"{SERVICE_NAME}:127.0.0.1",
+                               server=by_name)  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["observeOnly"] is False
+    code, _, err = await cli(agent, tmp_path, "capabilities", env={"DISPATCH_AGENT_RESOLVE": f"{SERVICE_NAME}:127.0.0.1"},
+                             server=by_name)  # fmt: skip
+    assert code == 0, err
+    # A name the certificate does not carry, sent to the same address: refused by the TLS check.
+    code, _, err = await cli(agent, tmp_path, "capabilities", "--resolve", "elsewhere.invalid:127.0.0.1",
+                             server=f"https://elsewhere.invalid:{port}")  # fmt: skip
+    assert code == 3, err
+    assert b"certificate" in err.lower() or b"hostname" in err.lower(), err
+    code, out, err = await cli(agent, tmp_path, "capabilities", "--resolve", f"{SERVICE_NAME}:not-an-ip",
+                               server=by_name)  # fmt: skip
+    assert (code, out) == (2, b"")
+    assert "HOST:ADDRESS" in json.loads(err)["message"], err
 
 
 def test_usage(capsys, monkeypatch):

@@ -35,7 +35,7 @@ def helm_binary() -> Path:
         pytest.fail(str(exc), pytrace=False)
 
 
-def run_helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_helm(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "HELM_CACHE_HOME": str(_HOME / "cache"),
@@ -44,7 +44,7 @@ def run_helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
         "KUBECONFIG": str(_HOME / "no-kubeconfig"),
     }
     result = subprocess.run(
-        [str(helm_binary()), *args], capture_output=True, text=True, env=env, check=False, timeout=120
+        [str(helm_binary()), *args], capture_output=True, text=True, env=env, check=False, timeout=timeout
     )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} exited {result.returncode}:\n{result.stderr}")

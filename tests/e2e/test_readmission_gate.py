@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,6 +204,22 @@ def open_trainjob(gate: Gate, tj: dict[str, Any]) -> None:
                 raise
             time.sleep(0.2)
     raise AssertionError("Open kept conflicting")
+
+
+def patch_workload(gate: Gate, tj: dict[str, Any], plan: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
+    """Hold or Release, as the supervisor API does them: ``plan(trainjob, workload)``'s patch of the Workload,
+    preconditioned on what was read; read both again after a conflict (Kueue writes the Workload too)."""
+    ns, uid = tj["metadata"]["namespace"], tj["metadata"]["uid"]
+    for _ in range(10):
+        wl = kit.workload_of(gate.admin, ns, uid)
+        try:
+            json_patch(gate.admin, wl, plan(get_trainjob(gate, tj), wl).patch)
+            return
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            time.sleep(0.2)
+    raise AssertionError("the Workload's patch kept conflicting")
 
 
 def wait_running(gate: Gate, tj: dict[str, Any], a: int, j: int = 0, within: float = 90) -> list[dict[str, Any]]:
@@ -396,9 +412,8 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
         # Hold, then Release, as the supervisor API does them: the Workload deactivated (Kueue evicts it,
         # suspends the TrainJob, the Job controller deletes the pods, which the lost node never confirms)
         # and reactivated (Kueue reserves the quota again and asks the check).
-        wl = kit.workload_of(admin, ns, tj["metadata"]["uid"])
         hold = Hold(instance="e2e", since=kit.now(), who="tests/e2e", reason="node-loss test")
-        json_patch(admin, wl, plan_hold(get_trainjob(gate, tj), wl, hold).patch)
+        patch_workload(gate, tj, lambda t, w: plan_hold(t, w, hold))
 
         def stopped_by_kueue() -> None:
             w = kit.workload_of(admin, ns, tj["metadata"]["uid"])
@@ -409,8 +424,7 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
             assert all(p["metadata"].get("deletionTimestamp") for p in left), "the pods are not being deleted"
 
         eventually(stopped_by_kueue, 60, "Kueue stops the job and releases its quota; its pods stay Terminating")
-        wl = kit.workload_of(admin, ns, tj["metadata"]["uid"])
-        json_patch(admin, wl, plan_release(get_trainjob(gate, tj), wl).patch)
+        patch_workload(gate, tj, plan_release)
 
         def held() -> dict[str, Any]:
             w = kit.workload_of(admin, ns, tj["metadata"]["uid"])

@@ -22,7 +22,14 @@ from harness.pytest_plugin import TierC
 from harness.real_node import start_real_node
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
-from tests.e2e.test_readmission_gate import JSON_PATCH, RAISED, Gate, admitted_workload, json_patch, open_trainjob
+from tests.e2e.test_readmission_gate import (
+    JSON_PATCH,
+    RAISED,
+    Gate,
+    admitted_workload,
+    open_trainjob,
+    patch_workload,
+)
 from tests.node.test_prologue_on_a_kubelet import JOB_CPU, create, real_runtime, submission
 
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
@@ -74,9 +81,8 @@ def test_a_container_on_a_node_whose_kubelet_died_holds_the_gate_until_out_of_se
 
         # Hold and Release as the supervisor API does: Kueue evicts, the pod is being deleted but nobody can
         # confirm it; the gate holds the readmission and names the pod.
-        wl = kit.workload_of(admin, ns, tj["metadata"]["uid"])
         hold = Hold(instance="tier-c", since=kit.now(), who="tests/node", reason="real node loss")
-        json_patch(admin, wl, plan_hold(admin.get(TRAINER_V, "TrainJob", name, ns), wl, hold).patch)
+        patch_workload(gate, tj, lambda t, w: plan_hold(t, w, hold))
 
         def deleting() -> None:
             left = kit.pods_of(admin, ns, name)
@@ -84,8 +90,7 @@ def test_a_container_on_a_node_whose_kubelet_died_holds_the_gate_until_out_of_se
             assert left[0]["metadata"].get("deletionTimestamp"), "the pod is not being deleted"
 
         eventually(deleting, 60, "Kueue stops the job; the pod stays, being deleted")
-        wl = kit.workload_of(admin, ns, tj["metadata"]["uid"])
-        json_patch(admin, wl, plan_release(admin.get(TRAINER_V, "TrainJob", name, ns), wl).patch)
+        patch_workload(gate, tj, plan_release)
 
         def held() -> dict[str, Any]:
             entry = kit.check_entry(kit.workload_of(admin, ns, tj["metadata"]["uid"]), gate.check)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.sandbox import on_node
 from harness.sandbox.table import EXECUTIONS_TITLE
 
 pytestmark = pytest.mark.e2e
@@ -107,15 +108,28 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
     assert "ValidatingAdmissionPolicy 'dispatch-k8s-workloads'" in ready, refused
     assert "only dispatch's admission controller sets its check Ready" in ready, refused
 
-    # The webhook signed in as its own ServiceAccount with the token kube-controller-manager wrote into the
-    # chart's Secret (not dispatch's); the agent as the chart's ServiceAccount, dispatch.
-    assert re.search(r"dispatch-webhook on \S+ as system:serviceaccount:dispatch-system:dispatch-k8s-webhook \(its own",
-                     output), shown  # fmt: skip
-    assert "dispatch-agent as system:serviceaccount:dispatch-system:dispatch-k8s (dispatch" in output, shown
-    # `helm test` as the chart renders it: its command under the test hook's ServiceAccount, through the API
-    # server (Trainer's webhooks called beside dispatch's), passed on dispatch-k8s's denial.
-    assert re.search(r"dispatch-webhook selftest as system:serviceaccount:dispatch-system:dispatch-k8s-test: passed",
-                     output), shown  # fmt: skip
+    image, not_here = on_node.available()
+    if image is not None:
+        # Tier C (root, its build and the image, as in CI): dispatch from the chart by `helm install`, its pods on the real kubelet; `helm test`'s pod
+        # too; the supervisor reaches the agent through its Service (kube-proxy).
+        assert re.search(r"helm v\S+ install --wait: 1 pod\(s\) Ready on real-node-0 \(kubelet, containerd, runc\)",
+                         output), shown  # fmt: skip
+        assert "helm test: its pod ran on real-node-0; the API server reached the webhook through its Service" in (
+            output
+        ), shown
+        assert re.search(r"pod dispatch-k8s-\S+ leads; its API on https://dispatch-k8s\.dispatch-system\.svc:\d+ "
+                         r"\(the Service's ClusterIP 10\.96\.", output), shown  # fmt: skip
+    else:
+        assert f"no real node ({not_here})" in output, shown
+        # The webhook signed in as its own ServiceAccount with the token kube-controller-manager wrote into
+        # the chart's Secret (not dispatch's); the agent as the chart's ServiceAccount, dispatch.
+        assert re.search(r"dispatch-webhook on \S+ as system:serviceaccount:dispatch-system:dispatch-k8s-webhook "
+                         r"\(its own", output), shown  # fmt: skip
+        assert "dispatch-agent as system:serviceaccount:dispatch-system:dispatch-k8s (dispatch" in output, shown
+        # `helm test` as the chart renders it: its command under the test hook's ServiceAccount, through the
+        # API server (Trainer's webhooks called beside dispatch's), passed on dispatch-k8s's denial.
+        assert re.search(r"dispatch-webhook selftest as system:serviceaccount:dispatch-system:dispatch-k8s-test: "
+                         r"passed", output), shown  # fmt: skip
     assert "ok: the API server called dispatch-k8s's webhook" in output, shown
 
     # And it cleaned up: every process of its run stopped, the run folder named.
