@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -116,3 +117,11 @@ def template_error(values: Mapping[str, Any] | None = None, *, extra: Sequence[s
     )  # fmt: skip
     assert result.returncode != 0, f"helm template accepted what it must refuse: {values or extra}"
     return result.stderr
+
+
+def readme_argv(command: str, release: str, namespace: str) -> list[str]:
+    """A README command's helm arguments (charts/readme.py COMMANDS), for a test's release, namespace and chart."""
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[0] == "helm", command
+    swap = {"dispatch-k8s": release, "dispatch-system": namespace, "charts/dispatch-k8s": str(CHART)}
+    return [swap.get(w, w) for w in words[1:]]

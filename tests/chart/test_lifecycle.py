@@ -12,28 +12,19 @@ uninstall removes the webhook configurations with the rest.
 from __future__ import annotations
 
 import base64
-import shlex
 from typing import Any
 
 import pytest
 
 from charts.readme import COMMANDS
 from harness.cluster import ControlPlane
-from tests.chart.helm import CHART, run_helm
+from tests.chart.helm import readme_argv, run_helm
 from tests.chart.test_on_the_api_server import ADMISSION, _release
 
 pytestmark = pytest.mark.cluster
 
 FIELD_MANAGER = "dispatch.phpboyscout.uk/adapter"
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
-
-
-def _argv(command: str, release: str, namespace: str) -> list[str]:
-    """A README command's helm arguments, for this test's release, namespace and chart."""
-    words = shlex.split(command.replace("\\\n", " "))
-    assert words[0] == "helm", command
-    swap = {"dispatch-k8s": release, "dispatch-system": namespace, "charts/dispatch-k8s": str(CHART)}
-    return [swap.get(w, w) for w in words[1:]]
 
 
 def _helm(cp: ControlPlane, argv: list[str], *extra: str) -> str:
@@ -53,7 +44,7 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
     # The hook's Job would wait for a kubelet (module docstring).
     no_hook = ("--set", "uninstallHook.enabled=false")
     try:
-        _helm(cp, _argv(COMMANDS["install"], release, namespace), *no_hook)
+        _helm(cp, readme_argv(COMMANDS["install"], release, namespace), *no_hook)
         deployment = cp.admin.get("apps/v1", "Deployment", full, namespace)
         assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
             "registry.example/dispatch-k8s:0.1.0"
@@ -73,7 +64,7 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
                    for i in range(len(live["webhooks"]))]  # fmt: skip
             _patch(cp, path, ops, "application/json-patch+json")
 
-        _helm(cp, _argv(COMMANDS["upgrade"], release, namespace))
+        _helm(cp, readme_argv(COMMANDS["upgrade"], release, namespace))
         deployment = cp.admin.get("apps/v1", "Deployment", full, namespace)
         assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
             "registry.example/dispatch-k8s:0.2.0"
@@ -85,7 +76,7 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
         assert "STATUS: deployed" in _helm(cp, ["status", release, "--namespace", namespace])
         assert "REVISION: 2" in _helm(cp, ["status", release, "--namespace", namespace])
 
-        _helm(cp, _argv(COMMANDS["uninstall"], release, namespace))
+        _helm(cp, readme_argv(COMMANDS["uninstall"], release, namespace))
         for kind in KINDS:
             assert cp.admin.get_or_none(ADMISSION, kind, full) is None, f"{kind} left failing closed"
         assert cp.admin.get_or_none("v1", "Secret", f"{full}-certs", namespace) is None

@@ -10,9 +10,9 @@ taint (which keeps tier B's workloads off it) is lifted: the chart schedules wit
 from __future__ import annotations
 
 import json
-import shlex
 import ssl
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +23,7 @@ from charts.readme import COMMANDS
 from harness.kube_http import ApiError, KubeHttp
 from harness.pytest_plugin import TierC
 from harness.real_node import REAL_NODE_TAINT, real_node_pod_spec
-from tests.chart.helm import CHART, run_helm
+from tests.chart.helm import readme_argv, run_helm
 from tests.chart.test_on_the_api_server import _release
 from tests.e2e.kit import eventually
 from webhook import selftest
@@ -75,14 +75,6 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(tier_c: Tie
 
 
 # -- the chart -------------------------------------------------------------------------------------
-
-
-def _argv(command: str, release: str, namespace: str) -> list[str]:
-    """A README command's helm arguments, for this test's release, namespace and chart."""
-    words = shlex.split(command.replace("\\\n", " "))
-    assert words[0] == "helm", command
-    swap = {"dispatch-k8s": release, "dispatch-system": namespace, "charts/dispatch-k8s": str(CHART)}
-    return [swap.get(w, w) for w in words[1:]]
 
 
 def _helm(tier_c: TierC, argv: list[str], *extra: str) -> str:
@@ -187,7 +179,7 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
         admin.delete("kueue.x-k8s.io/v1beta2", "AdmissionCheck", CHECK)
     image_args = ("--set", f"image.repository={repository}", "--set", f"image.tag={tag}")
     try:
-        _helm(tier_c, _argv(COMMANDS["install"], release, ns), *image_args)
+        _helm(tier_c, readme_argv(COMMANDS["install"], release, ns), *image_args)
         eventually(lambda: _ready(admin, ns, release, tier_c.image), 300, "the Deployment's pods Ready")
         pods = [p for p in admin.list("v1", "Pod", ns, label_selector=f"app.kubernetes.io/instance={release}")
                 if p["metadata"].get("ownerReferences", [{}])[0].get("kind") == "ReplicaSet"]  # fmt: skip
@@ -202,7 +194,7 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
 
         # The README's `helm test`: its pod, on the real node, has the API server call the webhook through the
         # Service; and the same dry run from here.
-        out = _helm(tier_c, _argv(COMMANDS["test"], release, ns), "--logs")
+        out = _helm(tier_c, readme_argv(COMMANDS["test"], release, ns), "--logs")
         assert "Phase:          Succeeded" in out, out
         verdict = selftest.judge(*_dry_run(admin, namespace))
         assert verdict.result is selftest.Result.PASSED, verdict.message
@@ -215,14 +207,14 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
 
         # The README's upgrade rolls the pods; every review during the rollout is answered by the webhook.
         with Prober(admin, namespace) as prober:
-            _helm(tier_c, _argv(COMMANDS["upgrade"], release, ns))
+            _helm(tier_c, readme_argv(COMMANDS["upgrade"], release, ns))
             eventually(lambda: _ready(admin, ns, release, f"{repository}:{upgrade_tag}"), 300, "the rollout")
         unanswered = [v.message for v in prober.answers if v.result is not selftest.Result.PASSED]
         assert len(prober.answers) >= 10, len(prober.answers)
         assert not [m for m in unanswered if "failed calling webhook" in m], unanswered
 
         # The README's uninstall: its pre-delete hook runs on the real node and removes the configurations.
-        _helm(tier_c, _argv(COMMANDS["uninstall"], release, ns))
+        _helm(tier_c, readme_argv(COMMANDS["uninstall"], release, ns))
         for kind in KINDS:
             assert admin.get_or_none(ADMISSION, kind, release) is None, f"{kind} left failing closed"
         status, message = _dry_run(admin, namespace)
