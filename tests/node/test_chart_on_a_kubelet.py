@@ -33,6 +33,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 ADMISSION = "admissionregistration.k8s.io/v1"
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 CHECK = "dispatch-admission"  # admissionCheck.name's default
+CLUSTER_SCOPED = (
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    (ADMISSION, "ValidatingAdmissionPolicy"),
+    (ADMISSION, "ValidatingAdmissionPolicyBinding"),
+)
+"""The release's cluster-wide objects (named after it): none may outlive `helm uninstall`."""
 
 
 def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(tier_c: TierC, namespace: str) -> None:
@@ -217,6 +224,11 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
         _helm(tier_c, readme_argv(COMMANDS["uninstall"], release, ns))
         for kind in KINDS:
             assert admin.get_or_none(ADMISSION, kind, release) is None, f"{kind} left failing closed"
+        left = [f"{kind} {o['metadata']['name']}" for api, kind in CLUSTER_SCOPED
+                for o in admin.list(api, kind) if o["metadata"]["name"].startswith(release)]  # fmt: skip
+        assert left == [], left
+        assert admin.get_or_none("apps/v1", "Deployment", release, ns) is None
+        assert admin.get_or_none("kueue.x-k8s.io/v1beta2", "AdmissionCheck", CHECK) is None
         status, message = _dry_run(admin, namespace)
         assert status == 201, f"a TrainJob is still refused after the uninstall: {message}"
     finally:
