@@ -172,6 +172,19 @@ class ServiceNetwork:
             self.lock.close()
 
 
+def lock_holder() -> str | None:
+    """The pid of the run whose kube-proxy holds the machine's tables now, or None when they are free."""
+    if not LOCK_PATH.exists():
+        return None
+    with LOCK_PATH.open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return LOCK_PATH.read_text().strip() or "?"
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
 def _take_lock(timeout: float) -> IO[str]:
     LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
     f = LOCK_PATH.open("a+")

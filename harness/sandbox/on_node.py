@@ -24,6 +24,7 @@ from harness.cluster import ControlPlane
 from harness.processes import wait_until
 from harness.real_node import REAL_NODE_TAINT, RealNode
 from harness.sandbox.install import CHART, NAMESPACE, RELEASE, VALUES, helm_env
+from harness.service_network import lock_holder
 
 CHECK = "dispatch-admission"
 """The chart's AdmissionCheck: admissionCheck.name's default, which these values keep."""
@@ -50,6 +51,9 @@ def available() -> tuple[Image | None, str]:
     missing = locate_node().missing()
     if missing:
         return None, f"controlplane/build-node.sh has not built {', '.join(missing)}"
+    holder = lock_holder()
+    if holder is not None:
+        return None, f"another run (pid {holder}) has the machine's kube-proxy; a real node needs it"
     out = subprocess.run([str(REPO_ROOT / "scripts" / "build-image"), "--print"], capture_output=True, text=True,
                          check=False)  # fmt: skip
     if out.returncode != 0:
