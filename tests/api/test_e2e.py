@@ -41,7 +41,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 RUNTIME = "dispatch-e2e-torch"
-CHECK = "dispatch-admission"
+CHECK = "dispatch-admission-api-e2e"
+"""Served by the agent by its controllerName; not the chart's default name, which tier C's `helm install` owns
+(the ClusterQueue below keeps its check from being deleted: Kueue's finalizer)."""
 CLUSTER_QUEUE = "dispatch-e2e-cq"
 QUEUE = "dispatch-queue"
 SETTINGS = ApiSettings(workloadTimeout=30)
