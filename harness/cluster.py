@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +99,10 @@ class PkiFiles:
     @property
     def ca_cert(self) -> Path:
         return self.dir / "ca.crt"
+
+    def ca(self) -> pki.CertifiedKey:
+        """The run's CA, to issue certificates that components started later need (tier C)."""
+        return pki.CertifiedKey(cert_pem=self.ca_cert.read_bytes(), key_pem=self.path("ca.key").read_bytes())
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
@@ -185,6 +189,12 @@ class ControlPlane:
             client_key_file=self.pki.path(f"{component}.key"),
         )
         return write_kubeconfig(self.run_dir / "kubeconfigs" / f"{component}.kubeconfig", creds, component)
+
+    def client_kubeconfig(self, component: str, user: str, groups: Sequence[str] = ()) -> Path:
+        """A client certificate for ``user`` issued now by the run's CA, and its kubeconfig: for what starts
+        after the control plane (tier C's kubelets and kube-proxy)."""
+        _write_pair(self.pki.dir, component, pki.make_client_cert(self.pki.ca(), user, groups=list(groups)))
+        return self.component_kubeconfig(component)
 
     # --- namespaces and service accounts --------------------------------------------------
 

@@ -31,8 +31,6 @@ import yaml
 from certs import pki
 from harness.binaries import NodeArtifacts
 from harness.cluster import LOOPBACK, SERVICE_CIDR, ControlPlane, free_port
-from harness.kube_http import Credentials
-from harness.kubeconfig import write_kubeconfig
 from harness.processes import ManagedProcess, add_cleanup, remove_cleanup, wait_until
 
 REAL_NODE_TAINT = "harness.dispatch.phpboyscout.uk/real-node"
@@ -107,6 +105,15 @@ class RealNode:
     containerd: ManagedProcess | None = None
     kubelet: ManagedProcess | None = None
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kubelet_identity(self) -> str:
+        """The kubelet's client certificate and kubeconfig in the run's pki/ and kubeconfigs/."""
+        return f"kubelet-{self.name}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.run_dir / "kubeconfigs" / f"{self.kubelet_identity}.kubeconfig"
 
     @property
     def ip(self) -> str:
@@ -188,7 +195,7 @@ class RealNode:
             [
                 self.artifacts.binary("kubelet"),
                 f"--config={self.dir / 'kubelet' / 'config.yaml'}",
-                f"--kubeconfig={self.dir / 'kubelet' / 'kubeconfig'}",
+                f"--kubeconfig={self.kubeconfig}",
                 f"--root-dir={self.kubelet_root}",
                 f"--hostname-override={self.name}",
                 f"--node-ip={self.ip}",
@@ -469,18 +476,12 @@ def start_real_node(
 
         (dir_ / "containerd" / "config.toml").write_text(_containerd_config(node))
         (dir_ / "cni" / "net.d" / "10-dispatch-k8s.conflist").write_text(json.dumps(_cni_config(node), indent=2))
-        ca = pki.CertifiedKey(cert_pem=cp.ca_file.read_bytes(), key_pem=cp.pki.path("ca.key").read_bytes())
         k = dir_ / "kubelet"
-        client = pki.make_client_cert(ca, f"system:node:{name}", groups=["system:nodes"])
-        serving = pki.make_serving_cert(ca, name, dns_names=[name], ip_addresses=[node.ip])
-        for stem, pair in (("client", client), ("serving", serving)):
-            (k / f"{stem}.crt").write_bytes(pair.cert_pem)
-            (k / f"{stem}.key").write_bytes(pair.key_pem)
-            (k / f"{stem}.key").chmod(0o600)
-        creds = Credentials(
-            server=cp.api_url, ca_file=cp.ca_file, client_cert_file=k / "client.crt", client_key_file=k / "client.key"
-        )
-        write_kubeconfig(k / "kubeconfig", creds, f"system:node:{name}")
+        cp.client_kubeconfig(node.kubelet_identity, f"system:node:{name}", groups=["system:nodes"])
+        serving = pki.make_serving_cert(cp.pki.ca(), name, dns_names=[name], ip_addresses=[node.ip])
+        (k / "serving.crt").write_bytes(serving.cert_pem)
+        (k / "serving.key").write_bytes(serving.key_pem)
+        (k / "serving.key").chmod(0o600)
         (k / "config.yaml").write_text(yaml.safe_dump(_kubelet_config(node), sort_keys=False))
 
         node.start_containerd()

@@ -30,11 +30,8 @@ from typing import IO, Any
 
 import yaml
 
-from certs import pki
 from harness.binaries import NodeArtifacts
 from harness.cluster import KUBERNETES_SERVICE_IP, LOOPBACK, SERVICE_CIDR, ControlPlane, free_port
-from harness.kube_http import Credentials
-from harness.kubeconfig import write_kubeconfig
 from harness.processes import ManagedProcess, add_cleanup, remove_cleanup, wait_until
 from harness.real_node import POD_RANGE, RealNode
 
@@ -48,7 +45,7 @@ class Relay:
 
     def __init__(self, host: str, port: int, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        self._listener = socket.create_server((host, port), reuse_port=False)
+        self._listener = socket.create_server((host, port))
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -96,7 +93,7 @@ class Relay:
             s.close()
 
 
-def _kube_proxy_config(cp: ControlPlane, node: RealNode, kubeconfig: Path) -> dict[str, Any]:
+def _kube_proxy_config(node: RealNode, kubeconfig: Path) -> dict[str, Any]:
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
@@ -152,9 +149,6 @@ class ServiceNetwork:
     kube_proxy: ManagedProcess | None = None
     routed: bool = False
     timings: dict[str, float] = field(default_factory=dict)
-
-    def service_ip(self, namespace: str, name: str) -> str:
-        return self.control_plane.admin.get("v1", "Service", name, namespace)["spec"]["clusterIP"]
 
     def stop(self) -> None:
         remove_cleanup(self.stop)
@@ -229,17 +223,8 @@ def start_service_network(
 
         d = cp.run_dir / "kube-proxy"
         d.mkdir(parents=True, exist_ok=True)
-        ca = pki.CertifiedKey(cert_pem=cp.ca_file.read_bytes(), key_pem=cp.pki.path("ca.key").read_bytes())
         # The identity kubeadm gives kube-proxy, bound to system:node-proxier by the bootstrap RBAC.
-        client = pki.make_client_cert(ca, "system:kube-proxy")
-        (d / "client.crt").write_bytes(client.cert_pem)
-        (d / "client.key").write_bytes(client.key_pem)
-        (d / "client.key").chmod(0o600)
-        creds = Credentials(
-            server=cp.api_url, ca_file=cp.ca_file, client_cert_file=d / "client.crt", client_key_file=d / "client.key"
-        )
-        write_kubeconfig(d / "kubeconfig", creds, "system:kube-proxy")
-        config = _kube_proxy_config(cp, node, d / "kubeconfig")
+        config = _kube_proxy_config(node, cp.client_kubeconfig("kube-proxy", "system:kube-proxy"))
         (d / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         net.kube_proxy = cp.supervisor.start(
             "kube-proxy",

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.keys import ADMISSION_CHECK_NAME
 from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import stop_everything
@@ -130,8 +131,7 @@ def _on_the_node(out: Progress, cp: ControlPlane, node: RealNode, image: on_node
         api = on_node.agent_api(cp, work, pods)
         address = next(iter(api.resolve.values()))
         done.detail = f"pod {api.lease_holder} leads; its API on {api.api_url} (the Service's ClusterIP {address})"
-    check = on_node.CHECK
-    return Installed(check, api.api_url, api.ca_file, api.resolve, [work / "helm.log", *pod_logs])
+    return Installed(ADMISSION_CHECK_NAME, api.api_url, api.ca_file, api.resolve, [work / "helm.log", *pod_logs])
 
 
 def main(argv: list[str] | None = None) -> int:

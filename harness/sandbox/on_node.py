@@ -21,13 +21,11 @@ import yaml
 from contract.keys import LEASE_NAME
 from harness.binaries import REPO_ROOT, locate_node
 from harness.cluster import ControlPlane
+from harness.kube_http import KubeHttp
 from harness.processes import wait_until
 from harness.real_node import REAL_NODE_TAINT, RealNode
 from harness.sandbox.install import CHART, NAMESPACE, RELEASE, VALUES, helm_env
 from harness.service_network import lock_holder
-
-CHECK = "dispatch-admission"
-"""The chart's AdmissionCheck: admissionCheck.name's default, which these values keep."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +92,14 @@ def _helm(cp: ControlPlane, work: Path, *args: str, timeout: float = 600) -> str
     return result.stdout
 
 
+def deployment_pods(admin: KubeHttp, namespace: str, release: str) -> list[dict[str, Any]]:
+    """The release's Deployment's pods (not its hooks' pods)."""
+    return [
+        p for p in admin.list("v1", "Pod", namespace, label_selector=f"app.kubernetes.io/instance={release}")
+        if (p["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "ReplicaSet"
+    ]  # fmt: skip
+
+
 def helm_install(cp: ControlPlane, node: RealNode, image: Image, work: Path) -> tuple[str, list[str]]:
     """`helm install --wait`: returns helm's version and the Deployment's pods, Ready on the real node."""
     file = work / "values.yaml"
@@ -102,10 +108,7 @@ def helm_install(cp: ControlPlane, node: RealNode, image: Image, work: Path) -> 
           str(file), "--set", f"image.repository={image.repository}", "--set", f"image.tag={image.tag}", "--wait",
           "--timeout", "5m")  # fmt: skip
     version = _helm(cp, work, "version", "--short").strip().split("+")[0]
-    pods = [
-        p for p in cp.admin.list("v1", "Pod", NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}")
-        if (p["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "ReplicaSet"
-    ]  # fmt: skip
+    pods = deployment_pods(cp.admin, NAMESPACE, RELEASE)
     elsewhere = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") != node.name]
     if elsewhere:
         raise RuntimeError(f"pods not on {node.name}: {elsewhere}")

@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from charts.readme import COMMANDS
+from contract.keys import ADMISSION_CHECK_NAME
 from harness.kube_http import ApiError, KubeHttp
 from harness.pytest_plugin import TierC
 from harness.real_node import REAL_NODE_TAINT, real_node_pod_spec
+from harness.sandbox.on_node import deployment_pods
 from tests.chart.helm import readme_argv, run_helm
 from tests.chart.test_on_the_api_server import _release
 from tests.e2e.kit import eventually
@@ -33,7 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 ADMISSION = "admissionregistration.k8s.io/v1"
 KUEUE_V = "kueue.x-k8s.io/v1beta2"
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
-CHECK = "dispatch-admission"  # admissionCheck.name's default
+CHECK = ADMISSION_CHECK_NAME  # admissionCheck.name's default
 CLUSTER_SCOPED = (
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
@@ -192,8 +194,7 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
     try:
         _helm(tier_c, readme_argv(COMMANDS["install"], release, ns), *image_args)
         eventually(lambda: _ready(admin, ns, release, tier_c.image), 300, "the Deployment's pods Ready")
-        pods = [p for p in admin.list("v1", "Pod", ns, label_selector=f"app.kubernetes.io/instance={release}")
-                if p["metadata"].get("ownerReferences", [{}])[0].get("kind") == "ReplicaSet"]  # fmt: skip
+        pods = deployment_pods(admin, ns, release)
         assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
         assert {p["spec"]["nodeName"] for p in pods} == {tier_c.node.name}, [p["spec"] for p in pods]
 
