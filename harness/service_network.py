@@ -166,15 +166,15 @@ class ServiceNetwork:
             self.lock.close()
 
 
-def lock_holder() -> str | None:
+def lock_holder(path: Path = LOCK_PATH) -> str | None:
     """The pid of the run whose kube-proxy holds the machine's tables now, or None when they are free."""
-    if not LOCK_PATH.exists():
+    if not path.exists():
         return None
-    with LOCK_PATH.open("a+") as f:
+    with path.open("a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return LOCK_PATH.read_text().strip() or "?"
+            return path.read_text().strip() or "?"
         fcntl.flock(f, fcntl.LOCK_UN)
     return None
 
