@@ -58,7 +58,8 @@ NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110"}
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_COMPLETE_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/complete"
 # A test's stand-in for a kubelet that has not yet stopped a deleted pod's containers (a long grace
-# period, a slow runtime): the harness's kubelet stage leaves such a pod Running, so it "may still run".
+# period, a slow runtime), and stop_node_heartbeat's for a lost one: the harness's kubelet stage leaves
+# such a pod Running, so it "may still run".
 KWOK_SLOW_KUBELET_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/kubelet-slow"
 # Lease holder written by stop_node_heartbeat: kwok sees the node's Lease held by someone else
 # and stops renewing it and updating the node and its pods.
@@ -114,10 +115,16 @@ class TierB:
         self.admin.delete("v1", "Node", name)
 
     def stop_node_heartbeat(self, node: str) -> None:
-        """Simulates losing the node: kwok stops playing its kubelet (the node leaves kwok's annotation
-        selector, so nothing writes the node's or its pods' status, as with a dead kubelet) and its Lease is
-        taken over, so nobody renews it; after the grace period the node lifecycle controller marks it
-        Unknown and taints it node.kubernetes.io/unreachable."""
+        """Simulates losing the node: nothing renews its Lease any more, so after the grace period the node
+        lifecycle controller marks it Unknown and taints it node.kubernetes.io/unreachable; and kwok stops
+        playing its kubelet for the pods there, as a dead kubelet writes nothing.
+
+        The Lease is taken over (kwok leaves a Lease it does not hold alone), but that alone does not
+        silence kwok at once: v0.8.0 decides per pod event from its own Lease cache, and removing the
+        node's annotation changes nothing (its informer drops an update that stops matching instead of
+        turning it into a delete, so the node stays managed). A CI run saw kwok play the kubelet stage
+        (containers stopped) on a deleted pod there 17 s after the takeover. So each pod on the node is also marked with
+        KWOK_SLOW_KUBELET_ANNOTATION, which the harness's kubelet stage honours, before anything deletes it."""
         self.admin.merge_patch("v1", "Node", node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
         self.admin.merge_patch(
             "coordination.k8s.io/v1",
@@ -126,9 +133,11 @@ class TierB:
             {"spec": {"holderIdentity": PARTITION_HOLDER, "leaseDurationSeconds": 86400}},
             namespace="kube-node-lease",
         )
+        self._mark_pods_on(node, "true")
 
     def resume_node_heartbeat(self, node: str) -> None:
-        """Ends the partition: the Lease expires at once and kwok takes the node and its Lease back."""
+        """Ends the partition: the Lease expires at once and kwok takes the node and its Lease back, and the
+        pods there are its to play again."""
         self.admin.merge_patch("v1", "Node", node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "fake"}}})
         long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         self.admin.merge_patch(
@@ -138,6 +147,21 @@ class TierB:
             {"spec": {"renewTime": long_ago, "leaseDurationSeconds": 1}},
             namespace="kube-node-lease",
         )
+        self._mark_pods_on(node, None)
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        return self.admin.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})["items"]
+
+    def _mark_pods_on(self, node: str, value: str | None) -> None:
+        for pod in self.pods_on(node):
+            meta = pod["metadata"]
+            try:
+                self.admin.merge_patch("v1", "Pod", meta["name"],
+                                       {"metadata": {"annotations": {KWOK_SLOW_KUBELET_ANNOTATION: value}}},
+                                       namespace=meta["namespace"])  # fmt: skip
+            except ApiError as e:
+                if e.status != 404:  # gone meanwhile: nothing left to play
+                    raise
 
 
 def _condition(obj: dict[str, Any], type_: str) -> bool:
