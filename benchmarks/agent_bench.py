@@ -23,6 +23,10 @@ the Workloads. Measured:
 4. **memory**: the agent's RSS (VmRSS; VmHWM is the peak) idle, after the burst, with ``--total`` Workloads in
    the cluster (the rest are other jobs' Workloads, pending, with no check of ours: what the watch caches
    cost), and a fresh agent started with all of them there (its initial LIST).
+5. **the burst's floor**: with no agent running any more, the same two bursts on ``--burst`` other Workloads
+   (check ``bench-raw``), served by benchmarks/gate_floor.py: the gate's calls alone, through the agent's
+   own client layer, with as many workers. Its time to clear the burst and its CPU per readmission are the
+   floor the agent's are compared with (skipped with ``--memory-only``).
 
 Every loop is bounded in count and time; everything is on loopback.
 """
@@ -38,6 +42,7 @@ import os
 import platform
 import secrets
 import statistics
+import sys
 import threading
 import time
 import urllib.error
@@ -74,6 +79,7 @@ from serving.kube import read_json
 from tests.agent.kueue_double import status_body as kueue_status
 from tests.unit.fixtures import runtime, submission
 
+ROOT = Path(__file__).resolve().parent.parent
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
@@ -321,8 +327,7 @@ class Agent(AgentProcess):
         return self.metric(f"{name}_count", 'result="raise"'), self.metric(f"{name}_sum", 'result="raise"')
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu(self.process.pid)
 
 
 def start_agent(cp: ControlPlane, namespace: str, workers: int, label: str) -> Agent:
@@ -461,6 +466,11 @@ class Results:
     workload_bytes: int = 0
     pass_mean: float = 0.0
     passes: int = 0
+    floor_first_total: float = 0.0
+    floor_burst: list[float] = field(default_factory=list)
+    floor_window: float = 0.0
+    floor_total: float = 0.0
+    floor_cpu: float = 0.0
 
 
 async def admissions(
@@ -559,7 +569,51 @@ async def run(args: argparse.Namespace) -> Results:
         await asyncio.sleep(5)
         r.rss[f"fresh start with {r.workloads} Workloads"] = (fresh.proc("VmRSS"), fresh.proc("VmHWM"))
         cp.supervisor.stop(fresh.process.name)
+        if not args.memory_only:
+            await floor_bursts(args, r, cp, ns)
     return r
+
+
+async def floor_bursts(args: argparse.Namespace, r: Results, cp: ControlPlane, ns: str) -> None:
+    """5. The burst's floor: the same two bursts on as many other Workloads, served by
+    benchmarks/gate_floor.py (the gate's calls alone, as many workers) with no agent running."""
+    watch = ReadyWatch(cp.admin, ns, frozenset({"bench-raw"}))
+    argv = [sys.executable, "-m", "benchmarks.gate_floor", "--kubeconfig", str(cp.admin_kubeconfig),
+            "--namespace", ns, "--check", "bench-raw", "--workers", str(args.workers)]  # fmt: skip
+    floor = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+    try:
+        assert floor.stdout is not None
+        line = (await asyncio.wait_for(floor.stdout.readline(), 60)).decode()
+        assert line.strip() == "ready", f"benchmarks.gate_floor: {line!r}, exit {floor.returncode}"
+        async with api_client(cp.admin_credentials) as raw_client:
+            api = Api(raw_client)
+            t = time.monotonic()
+            jobs = await bounded(list(range(args.burst)), lambda _: create_dispatch_job(api, ns, ["bench-raw"]), 16)
+            print(f"created {len(jobs)} more (check bench-raw) in {time.monotonic() - t:.0f}s")
+            _, _, r.floor_first_total = await burst(api, watch, jobs, 600)
+            print(f"floor: burst of {len(jobs)} first admissions, all Ready after {r.floor_first_total:.1f}s")
+
+            async def release(job: Job) -> None:
+                job.workload = await evict_and_release(api, watch.latest[job.name])
+
+            await bounded(jobs, release)
+            await asyncio.sleep(2)
+            cpu = process_cpu(floor.pid)
+            r.floor_burst, r.floor_window, r.floor_total = await burst(api, watch, jobs, 600)
+            r.floor_cpu = process_cpu(floor.pid) - cpu
+            print(
+                f"floor: burst of {len(jobs)} readmissions: {ms(r.floor_burst)}; all Ready after {r.floor_total:.1f}s"
+            )
+    finally:
+        watch.stop()
+        floor.terminate()
+        await asyncio.wait_for(floor.wait(), 10)
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def count_workloads(cp: ControlPlane, namespace: str) -> tuple[int, int]:
@@ -599,6 +653,26 @@ def timing(r: Results) -> list[tuple[str, str]]:
             f"{r.burst_window:.1f}s / {r.burst_total:.1f}s ({n / r.burst_total:.0f} per s)",
         ),
         ("  agent CPU per readmission in the burst", f"{r.burst_cpu / n * 1000:.1f} ms"),
+        *floor_rows(r),
+    ]
+
+
+def floor_rows(r: Results) -> list[tuple[str, str]]:
+    n = len(r.floor_burst)
+    if not n:
+        return []
+    return [
+        ("floor (the gate's calls alone): first admissions, all Ready after", f"{r.floor_first_total:.1f}s"),
+        (f"floor: {n} readmissions at once", ms(r.floor_burst)),
+        (
+            "  writes issued within / all Ready after",
+            f"{r.floor_window:.1f}s / {r.floor_total:.1f}s ({n / r.floor_total:.0f} per s)",
+        ),
+        ("  floor CPU per readmission in the burst", f"{r.floor_cpu / n * 1000:.1f} ms"),
+        (
+            "agent / floor: all Ready after, CPU per readmission",
+            f"{r.burst_total / r.floor_total:.2f}x, {r.burst_cpu / max(r.floor_cpu, 1e-9):.2f}x",
+        ),
     ]
 
 

@@ -13,6 +13,12 @@ at the same moment (the machine is shared; compare arms, not runs):
 4. **policies + webhook, no levers**: the same with a second webhook process as it was before issue 13:
    its ServiceAccount may only GET runtime copies (so every lookup is a GET through the API server) and
    its mutating configuration lacks the ``created-open`` condition (so /mutate is called on every create).
+5. **policies + a webhook that allows everything**: the policies and dispatch's own configurations, but
+   served by benchmarks/allow_all_webhook.py, the same server stack answering ``allowed`` at once. This is
+   the floor of being a webhook at all: what dispatch's webhook adds over it is its own work.
+6. **policies + the same in Go**: benchmarks/allow_all_go (standard library only, built here with the
+   local Go toolchain): the floor of any webhook, whatever its language; what the API server's own side
+   of a webhook call costs.
 
 Each measured create is a canonical dispatch TrainJob (its runtime copy made beforehand, not measured),
 written by dispatch's ServiceAccount, as Start makes it.
@@ -29,24 +35,36 @@ import platform
 import secrets
 import ssl
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from certs import pki
 from contract.trainjob import build_runtime_copy, build_trainjob
-from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.cluster import ControlPlane, free_port, new_run_dir, start_control_plane
 from tests.cluster import webhook_process
 from tests.cluster.principals import EDIT_RULES, Principals, principals
 from tests.cluster.webhook_process import WebhookProcess, start_webhook, wait_enforced
 from tests.unit.fixtures import runtime, submission
 from webhook.config import Config
 from webhook.config import Principals as ConfigPrincipals
+from webhook.configurations import webhook_configurations
 from webhook.policies import admission_policies
 
+ROOT = Path(__file__).resolve().parent.parent
 WARMUP = 20
-ARMS = ("nothing", "policies only", "policies + webhook", "policies + webhook, no levers")
+ARMS = (
+    "nothing",
+    "policies only",
+    "policies + webhook",
+    "policies + webhook, no levers",
+    "policies + allow-all",
+    "policies + allow-all (Go)",
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -120,6 +138,36 @@ def start_without_levers(cp: ControlPlane, namespace: str, dispatch_username: st
     return hook
 
 
+def start_allow_all(cp: ControlPlane, namespace: str, go: bool = False) -> WebhookProcess:
+    """benchmarks/allow_all_webhook.py (or, ``go``, benchmarks/allow_all_go) on loopback, registered with
+    dispatch's configurations for ``namespace``."""
+    workdir = Path(tempfile.mkdtemp())
+    ca = pki.make_ca("allow-all-ca")
+    serving = pki.make_serving_cert(ca, "allow-all", ip_addresses=["127.0.0.1"])
+    cert, key = workdir / "tls.crt", workdir / "tls.key"
+    cert.write_bytes(serving.cert_pem)
+    key.write_bytes(serving.key_pem)
+    port = free_port()
+    if go:
+        binary = workdir / "allow-all-go"
+        env = {**os.environ, "GOTOOLCHAIN": "local"}
+        subprocess.run(["go", "build", "-o", binary, "."], cwd=ROOT / "benchmarks" / "allow_all_go", env=env,
+                       check=True, timeout=600)  # fmt: skip
+        argv = [binary, "--address", f"127.0.0.1:{port}", "--tls-cert-file", cert, "--tls-private-key-file", key]
+    else:
+        argv = [sys.executable, "-m", "benchmarks.allow_all_webhook", "--port", str(port),
+                "--tls-cert-file", cert, "--tls-private-key-file", key]  # fmt: skip
+    process = cp.supervisor.start(f"allow-all-{'go-' if go else ''}{namespace}", argv)
+    webhook_process.wait_ready(process, port, ca.cert_pem)
+    docs = webhook_configurations(namespace="dispatch-system", url=f"https://127.0.0.1:{port}",
+                                  ca_bundle=ca.cert_pem, name=f"allow-all-{secrets.token_hex(3)}")  # fmt: skip
+    for doc in docs:
+        for hook in doc["webhooks"]:
+            hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        cp.admin.create(doc)
+    return WebhookProcess(cp, namespace, process, port, ca.cert_pem, docs)
+
+
 def measure(who: Principals, namespaces: dict[str, str], creates: int, first: int) -> dict[str, list[float]]:
     """``creates`` (+ warm-up) creates per arm, interleaved with the order rotating; ms each."""
     steps = range(first, first + creates + WARMUP)
@@ -154,7 +202,13 @@ def run(creates: int, rounds: int) -> None:
         old_ns = namespaces["policies + webhook, no levers"] = cp.create_namespace("bench-3")
         grant(cp, old_ns, home)
         old = start_without_levers(cp, old_ns, who.dispatch_username)
-        for doc in policies(who, [namespaces["policies only"], home, old_ns]):
+        allow_ns = namespaces["policies + allow-all"] = cp.create_namespace("bench-4")
+        grant(cp, allow_ns, home)
+        allow_all = start_allow_all(cp, allow_ns)
+        go_ns = namespaces["policies + allow-all (Go)"] = cp.create_namespace("bench-5")
+        grant(cp, go_ns, home)
+        allow_go = start_allow_all(cp, go_ns, go=True)
+        for doc in policies(who, [namespaces["policies only"], home, old_ns, allow_ns, go_ns]):
             cp.admin.create(doc)
         wait_enforced(who.stranger, home)
         time.sleep(3)  # policies load asynchronously
@@ -166,7 +220,7 @@ def run(creates: int, rounds: int) -> None:
                 results[arm].append(timings[arm])
                 t = timings[arm]
                 print(
-                    f"round {r + 1} {arm:<20} n={len(t):4d}  p50 {percentile(t, 0.5):6.2f} ms  "
+                    f"round {r + 1} {arm:<29} n={len(t):4d}  p50 {percentile(t, 0.5):6.2f} ms  "
                     f"p99 {percentile(t, 0.99):6.2f} ms  mean {statistics.mean(t):6.2f} ms",
                     flush=True,
                 )
@@ -174,6 +228,8 @@ def run(creates: int, rounds: int) -> None:
         old_mutates, old_memory, old_api = counts(old)
         hook.stop()
         old.stop()
+        allow_all.stop()
+        allow_go.stop()
 
     print()
     print(
@@ -183,18 +239,18 @@ def run(creates: int, rounds: int) -> None:
         f"copies from memory {memory:.0f}, by GET {api:.0f}; without levers: /mutate {old_mutates:.0f}, memory "
         f"{old_memory:.0f}, GET {old_api:.0f}"
     )
-    print(f"{'round':<6} {'arm':<20} {'p50 ms':>8} {'p99 ms':>8}   webhook over policies: p50 / p99")
+    print(f"{'round':<6} {'arm':<29} {'p50 ms':>8} {'p99 ms':>8}   webhook over policies: p50 / p99")
     for r in range(rounds):
         floor = results["policies only"][r]
         for arm in ARMS:
             t = results[arm][r]
             extra = ""
-            if arm.startswith("policies + webhook"):
+            if arm.startswith("policies + "):
                 extra = (
                     f"   {percentile(t, 0.5) - percentile(floor, 0.5):+.2f} ms / "
                     f"{percentile(t, 0.99) - percentile(floor, 0.99):+.2f} ms"
                 )
-            print(f"{r + 1:<6} {arm:<20} {percentile(t, 0.5):8.2f} {percentile(t, 0.99):8.2f}{extra}")
+            print(f"{r + 1:<6} {arm:<29} {percentile(t, 0.5):8.2f} {percentile(t, 0.99):8.2f}{extra}")
     pooled = {arm: [x for run_ in results[arm] for x in run_] for arm in ARMS}
     p = {arm: (percentile(v, 0.5), percentile(v, 0.99)) for arm, v in pooled.items()}
     print(
@@ -204,7 +260,13 @@ def run(creates: int, rounds: int) -> None:
         f"{p['policies + webhook'][0] - p['policies only'][0]:+.2f} ms at p50 and "
         f"{p['policies + webhook'][1] - p['policies only'][1]:+.2f} ms at p99; without the levers "
         f"{p['policies + webhook, no levers'][0] - p['policies only'][0]:+.2f} ms and "
-        f"{p['policies + webhook, no levers'][1] - p['policies only'][1]:+.2f} ms"
+        f"{p['policies + webhook, no levers'][1] - p['policies only'][1]:+.2f} ms; a webhook that allows "
+        f"everything {p['policies + allow-all'][0] - p['policies only'][0]:+.2f} ms and "
+        f"{p['policies + allow-all'][1] - p['policies only'][1]:+.2f} ms; dispatch's over that one "
+        f"{p['policies + webhook'][0] - p['policies + allow-all'][0]:+.2f} ms and "
+        f"{p['policies + webhook'][1] - p['policies + allow-all'][1]:+.2f} ms; in Go "
+        f"{p['policies + allow-all (Go)'][0] - p['policies only'][0]:+.2f} ms and "
+        f"{p['policies + allow-all (Go)'][1] - p['policies only'][1]:+.2f} ms"
     )
 
 

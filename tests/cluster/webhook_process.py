@@ -38,7 +38,7 @@ class WebhookProcess:
 
     def restart(self) -> None:
         self.process = self.cp.supervisor.start(self.process.name, self.process.argv)
-        _wait_ready(self.process, self.port, self.ca_pem)
+        wait_ready(self.process, self.port, self.ca_pem)
 
     def unregister(self) -> None:
         for doc in self.configurations:
@@ -54,7 +54,7 @@ def _https_ok(url: str, ca_pem: bytes) -> bool:
         return False
 
 
-def _wait_ready(process: ManagedProcess, port: int, ca_pem: bytes) -> None:
+def wait_ready(process: ManagedProcess, port: int, ca_pem: bytes) -> None:
     deadline = time.monotonic() + 30
     while not _https_ok(f"https://127.0.0.1:{port}/readyz", ca_pem):
         if not process.alive() or time.monotonic() > deadline:
@@ -99,7 +99,7 @@ def start_webhook(
             "--tls-cert-file", workdir / "tls.crt", "--tls-private-key-file", workdir / "tls.key",
             "--config", workdir / "config.yaml", "--kubeconfig", kubeconfig]  # fmt: skip
     process = cp.supervisor.start(f"dispatch-webhook-{namespace}", argv)
-    _wait_ready(process, port, ca.cert_pem)
+    wait_ready(process, port, ca.cert_pem)
     suffix = secrets.token_hex(3)
     docs = webhook_configurations(
         namespace="dispatch-system",
