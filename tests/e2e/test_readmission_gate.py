@@ -484,8 +484,12 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
         admitted_workload(gate, tj, RAISED.format(2), within=60)
         assert (kit.a_of(get_trainjob(gate, tj)), kit.floor_of(get_trainjob(gate, tj))) == (2, 2)
         eventually(lambda: _gone(admin, ns, name, pod_names), 90, "the old execution's pods gone")
-        final = {obj["metadata"]["name"]: obj for kind, obj in pods.events() if kind == "DELETED"}
-        assert sorted(final) == pod_names
+
+        def recorded_deleted() -> None:  # the recorder's watch may lag the poll above by a moment
+            final = {obj["metadata"]["name"]: obj for kind, obj in pods.events() if kind == "DELETED"}
+            assert sorted(final) == pod_names
+
+        eventually(recorded_deleted, 30, "the recorder saw each old pod deleted")
 
         # The next execution's pods carry A = 2 (they wait for a node: theirs is out of service).
         def real() -> list[dict[str, Any]]:  # the stranger's pod is no execution of the job
