@@ -58,6 +58,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
 
 from agent.constants import DEFAULT_WORKERS
+from benchmarks.gate_floor import ready_status
 from contract.admission import admission_count, raise_admission
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
@@ -104,10 +105,6 @@ def ms(values: list[float]) -> str:
         f"p50 {percentile(values, 0.5) * 1000:7.1f} ms  p99 {percentile(values, 0.99) * 1000:7.1f} ms  "
         f"mean {statistics.mean(values) * 1000:7.1f} ms  (n={len(values)})"
     )
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- the API, as plain JSON ----------------------------------------------------------------------------
@@ -415,14 +412,7 @@ def minimal_pass(api: Api, check: str, times: CallTimes) -> Callable[[Job, dict[
         await timed("LIST pods", api.list_pods(namespace, tj_name))
         await timed("GET JobSet (404)", api.get(JOBSET, "jobsets", namespace, tj_name))
         await timed("JSON Patch TrainJob", api.patch_trainjob(namespace, tj_name, raise_admission(tj).patch))
-        body = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "metadata": {k: wl["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
-            "status": {"admissionChecks": [
-                {"name": check, "state": "Ready", "message": "raised", "lastTransitionTime": now()}]},
-        }  # fmt: skip
-        await timed("apply Workload status", api.apply_status(body, FIELD_MANAGER))
+        await timed("apply Workload status", api.apply_status(ready_status(wl, check), FIELD_MANAGER))
         times.sequence.append(time.perf_counter() - start)
         # Not part of the pass, for comparison: the same LIST served from the watch cache as it stands
         # (resourceVersion=0), which the gate cannot use: it may miss a pod created just before.
@@ -448,17 +438,51 @@ async def burst(api: Api, watch: ReadyWatch, jobs: list[Job], budget: float) -> 
 
 
 @dataclass
+class Bursts:
+    first: list[float]
+    """each Workload's reserved -> Ready, first admissions"""
+    first_total: float
+    readmissions: list[float]
+    window: float
+    """seconds the reserving writes of the readmissions took to be answered"""
+    total: float
+    """first reserving write -> last Ready, readmissions"""
+    cpu: float
+    """CPU seconds of the serving process over the readmissions"""
+
+
+async def two_bursts(api: Api, watch: ReadyWatch, ns: str, check: str, n: int, pid: int, who: str) -> Bursts:
+    """``n`` dispatch jobs whose Workloads name ``check``, all admitted at once, evicted and released, then
+    all reserved again at once; the CPU of process ``pid`` (serving ``check``) over the readmissions."""
+    t = time.monotonic()
+    jobs: list[Job] = await bounded(list(range(n)), lambda _: create_dispatch_job(api, ns, [check]), 16)
+    print(f"created {len(jobs)} dispatch TrainJobs, runtime copies and Workloads ({check}) in "
+          f"{time.monotonic() - t:.0f}s")  # fmt: skip
+    first, _, first_total = await burst(api, watch, jobs, 600)
+    print(f"{who}: burst of {n} first admissions: {ms(first)}; all Ready after {first_total:.1f}s")
+
+    async def release(job: Job) -> None:
+        job.workload = await evict_and_release(api, watch.latest[job.name])
+
+    await bounded(jobs, release)
+    await asyncio.sleep(2)  # the evictions are seen and acted on by no one: no quota is reserved
+    cpu = process_cpu(pid)
+    readmissions, window, total = await burst(api, watch, jobs, 600)
+    b = Bursts(first, first_total, readmissions, window, total, process_cpu(pid) - cpu)
+    print(f"{who}: burst of {n} readmissions: {ms(readmissions)}; all Ready after {total:.1f}s")
+    return b
+
+
+@dataclass
 class Results:
     agent: list[float] = field(default_factory=list)
     script: list[float] = field(default_factory=list)
     calls: CallTimes = field(default_factory=CallTimes)
     agent_cpu_per_admission: float = 0.0
-    first: list[float] = field(default_factory=list)
-    first_total: float = 0.0
-    burst: list[float] = field(default_factory=list)
-    burst_window: float = 0.0
-    burst_total: float = 0.0
-    burst_cpu: float = 0.0
+    bursts: Bursts | None = None
+    """3. the agent's"""
+    floor: Bursts | None = None
+    """5. the floor's"""
     rss: dict[str, tuple[int, int]] = field(default_factory=dict)
     """label -> (VmRSS, VmHWM) in KiB"""
     fresh_ready: float = 0.0
@@ -466,17 +490,12 @@ class Results:
     workload_bytes: int = 0
     pass_mean: float = 0.0
     passes: int = 0
-    floor_first_total: float = 0.0
-    floor_burst: list[float] = field(default_factory=list)
-    floor_window: float = 0.0
-    floor_total: float = 0.0
-    floor_cpu: float = 0.0
 
 
 async def admissions(
     args: argparse.Namespace, r: Results, agent: Agent, api: Api, watch: ReadyWatch, ns: str, ours: str
-) -> list[Job]:
-    """Measurements 1. to 3.; the burst's jobs."""
+) -> None:
+    """Measurements 1. to 3."""
     # 1. One Workload, the agent serving it.
     job = await create_dispatch_job(api, ns, [ours])
     cpu = agent.cpu_seconds()
@@ -495,25 +514,9 @@ async def admissions(
     print(f"one Workload, minimal script: {ms(r.script[WARMUP:])}")
 
     # 3. A burst: N dispatch Workloads admitted once, evicted and released, then reserved at once.
-    t = time.monotonic()
-    jobs: list[Job] = await bounded(list(range(args.burst)), lambda _: create_dispatch_job(api, ns, [ours]), 16)
-    print(f"created {len(jobs)} dispatch TrainJobs, runtime copies and Workloads in {time.monotonic() - t:.0f}s")
-    r.first, _, r.first_total = await burst(api, watch, jobs, 600)
-    print(f"burst of {len(jobs)} first admissions: {ms(r.first)}; all Ready after {r.first_total:.1f}s")
-
-    async def release(job: Job) -> None:
-        job.workload = await evict_and_release(api, watch.latest[job.name])
-
-    await bounded(jobs, release)
-    await asyncio.sleep(2)  # the agent sees the evictions and acts on none: no quota is reserved
-    cpu = agent.cpu_seconds()
-    r.burst, r.burst_window, r.burst_total = await burst(api, watch, jobs, 600)
-    r.burst_cpu = agent.cpu_seconds() - cpu
-    print(f"burst of {len(jobs)} readmissions: {ms(r.burst)}; all Ready after {r.burst_total:.1f}s")
+    r.bursts = await two_bursts(api, watch, ns, ours, args.burst, agent.process.pid, "agent")
     await asyncio.sleep(2)
-    r.rss[f"after the burst ({len(jobs) + 2} Workloads)"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
-
-    return jobs
+    r.rss[f"after the burst ({args.burst + 2} Workloads)"] = (agent.proc("VmRSS"), agent.proc("VmHWM"))
 
 
 async def run(args: argparse.Namespace) -> Results:
@@ -538,12 +541,13 @@ async def run(args: argparse.Namespace) -> Results:
         async with api_client(cp.admin_credentials) as raw_client:
             api = Api(raw_client)
 
-            jobs: list[Job] = []
+            made = 0  # the burst's Workloads
             if not args.memory_only:
-                jobs = await admissions(args, r, agent, api, watch, ns, ours)
+                await admissions(args, r, agent, api, watch, ns, ours)
+                made = args.burst
 
             # 4. Memory with many Workloads: the others are other jobs' Workloads, pending, no check of ours.
-            fillers = max(0, args.total - len(jobs) - 2)
+            fillers = max(0, args.total - made - 2)
             t = time.monotonic()
 
             async def filler(i: int) -> None:
@@ -586,24 +590,7 @@ async def floor_bursts(args: argparse.Namespace, r: Results, cp: ControlPlane, n
         line = (await asyncio.wait_for(floor.stdout.readline(), 60)).decode()
         assert line.strip() == "ready", f"benchmarks.gate_floor: {line!r}, exit {floor.returncode}"
         async with api_client(cp.admin_credentials) as raw_client:
-            api = Api(raw_client)
-            t = time.monotonic()
-            jobs = await bounded(list(range(args.burst)), lambda _: create_dispatch_job(api, ns, ["bench-raw"]), 16)
-            print(f"created {len(jobs)} more (check bench-raw) in {time.monotonic() - t:.0f}s")
-            _, _, r.floor_first_total = await burst(api, watch, jobs, 600)
-            print(f"floor: burst of {len(jobs)} first admissions, all Ready after {r.floor_first_total:.1f}s")
-
-            async def release(job: Job) -> None:
-                job.workload = await evict_and_release(api, watch.latest[job.name])
-
-            await bounded(jobs, release)
-            await asyncio.sleep(2)
-            cpu = process_cpu(floor.pid)
-            r.floor_burst, r.floor_window, r.floor_total = await burst(api, watch, jobs, 600)
-            r.floor_cpu = process_cpu(floor.pid) - cpu
-            print(
-                f"floor: burst of {len(jobs)} readmissions: {ms(r.floor_burst)}; all Ready after {r.floor_total:.1f}s"
-            )
+            r.floor = await two_bursts(Api(raw_client), watch, ns, "bench-raw", args.burst, floor.pid, "floor")
     finally:
         watch.stop()
         floor.terminate()
@@ -636,7 +623,6 @@ def per_workload(r: Results) -> str:
 def timing(r: Results) -> list[tuple[str, str]]:
     agent, script, calls = r.agent[WARMUP:], r.script[WARMUP:], r.calls.sequence[WARMUP:]
     overhead = (statistics.median(agent) - statistics.median(calls)) * 1000
-    n = len(r.burst)
     return [
         ("reserved -> Ready, one Workload, agent", ms(agent)),
         ("reserved -> Ready, one Workload, minimal script", ms(script)),
@@ -646,34 +632,30 @@ def timing(r: Results) -> list[tuple[str, str]]:
         ("agent median minus the calls' median", f"{overhead:.1f} ms"),
         ("agent's own pass, sequential (its metric)", f"mean {r.pass_mean * 1000:.1f} ms over {r.passes} passes"),
         ("agent CPU per admission, sequential", f"{r.agent_cpu_per_admission * 1000:.1f} ms"),
-        (f"burst: {len(r.first)} first admissions", f"{ms(r.first)}; all Ready after {r.first_total:.1f}s"),
-        (f"burst: {n} readmissions at once", ms(r.burst)),
-        (
-            "  writes issued within / all Ready after",
-            f"{r.burst_window:.1f}s / {r.burst_total:.1f}s ({n / r.burst_total:.0f} per s)",
-        ),
-        ("  agent CPU per readmission in the burst", f"{r.burst_cpu / n * 1000:.1f} ms"),
-        *floor_rows(r),
+        *burst_rows("agent", r.bursts),
+        *burst_rows("floor (the gate's calls alone)", r.floor),
+        *ratio_rows(r),
     ]
 
 
-def floor_rows(r: Results) -> list[tuple[str, str]]:
-    n = len(r.floor_burst)
-    if not n:
+def burst_rows(who: str, b: Bursts | None) -> list[tuple[str, str]]:
+    if b is None:
         return []
+    n = len(b.readmissions)
     return [
-        ("floor (the gate's calls alone): first admissions, all Ready after", f"{r.floor_first_total:.1f}s"),
-        (f"floor: {n} readmissions at once", ms(r.floor_burst)),
-        (
-            "  writes issued within / all Ready after",
-            f"{r.floor_window:.1f}s / {r.floor_total:.1f}s ({n / r.floor_total:.0f} per s)",
-        ),
-        ("  floor CPU per readmission in the burst", f"{r.floor_cpu / n * 1000:.1f} ms"),
-        (
-            "agent / floor: all Ready after, CPU per readmission",
-            f"{r.burst_total / r.floor_total:.2f}x, {r.burst_cpu / max(r.floor_cpu, 1e-9):.2f}x",
-        ),
+        (f"{who}: burst of {len(b.first)} first admissions", f"{ms(b.first)}; all Ready after {b.first_total:.1f}s"),
+        (f"{who}: burst of {n} readmissions at once", ms(b.readmissions)),
+        ("  writes issued within / all Ready after", f"{b.window:.1f}s / {b.total:.1f}s ({n / b.total:.0f} per s)"),
+        ("  CPU per readmission in the burst", f"{b.cpu / n * 1000:.1f} ms"),
     ]
+
+
+def ratio_rows(r: Results) -> list[tuple[str, str]]:
+    if r.bursts is None or r.floor is None:
+        return []
+    a, f = r.bursts, r.floor
+    return [("agent / floor: all Ready after, CPU per readmission",
+             f"{a.total / f.total:.2f}x, {a.cpu / max(f.cpu, 1e-9):.2f}x")]  # fmt: skip
 
 
 def report(args: argparse.Namespace, r: Results, seconds: float) -> None:

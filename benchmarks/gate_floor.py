@@ -64,6 +64,18 @@ class Events:
             self.queue.put_nowait(key)
 
 
+def ready_status(wl: Mapping[str, Any], check: str) -> dict[str, Any]:
+    """The workloads/status apply that sets ``check`` Ready, preconditioned on the Workload as read."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {k: wl["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
+        "status": {"admissionChecks": [
+            {"name": check, "state": "Ready", "message": "raised", "lastTransitionTime": now}]},
+    }  # fmt: skip
+
+
 async def one_pass(kube: Kube, key: Key, check: str) -> None:
     namespace, name = key
     wl = await kube.get_workload(namespace, name)
@@ -75,14 +87,7 @@ async def one_pass(kube: Kube, key: Key, check: str) -> None:
     await kube.list_pods(namespace, tj_name)
     await kube.get_jobset(namespace, tj_name)
     await kube.patch_trainjob(namespace, tj_name, raise_admission(tj).patch)
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await kube.apply_workload_status({
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {k: wl["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
-        "status": {"admissionChecks": [
-            {"name": check, "state": "Ready", "message": "raised", "lastTransitionTime": now}]},
-    })  # fmt: skip
+    await kube.apply_workload_status(ready_status(wl, check))
 
 
 async def serve(kubeconfig: str, namespace: str, check: str, workers: int) -> None:

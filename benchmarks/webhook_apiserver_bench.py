@@ -43,7 +43,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from certs import pki
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane, free_port, new_run_dir, start_control_plane
 from tests.cluster import webhook_process
@@ -52,7 +51,6 @@ from tests.cluster.webhook_process import WebhookProcess, start_webhook, wait_en
 from tests.unit.fixtures import runtime, submission
 from webhook.config import Config
 from webhook.config import Principals as ConfigPrincipals
-from webhook.configurations import webhook_configurations
 from webhook.policies import admission_policies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,30 +140,19 @@ def start_allow_all(cp: ControlPlane, namespace: str, go: bool = False) -> Webho
     """benchmarks/allow_all_webhook.py (or, ``go``, benchmarks/allow_all_go) on loopback, registered with
     dispatch's configurations for ``namespace``."""
     workdir = Path(tempfile.mkdtemp())
-    ca = pki.make_ca("allow-all-ca")
-    serving = pki.make_serving_cert(ca, "allow-all", ip_addresses=["127.0.0.1"])
-    cert, key = workdir / "tls.crt", workdir / "tls.key"
-    cert.write_bytes(serving.cert_pem)
-    key.write_bytes(serving.key_pem)
+    ca_pem = webhook_process.serving_files(workdir, "allow-all")
+    tls = ["--tls-cert-file", workdir / "tls.crt", "--tls-private-key-file", workdir / "tls.key"]
     port = free_port()
     if go:
         binary = workdir / "allow-all-go"
         env = {**os.environ, "GOTOOLCHAIN": "local"}
         subprocess.run(["go", "build", "-o", binary, "."], cwd=ROOT / "benchmarks" / "allow_all_go", env=env,
                        check=True, timeout=600)  # fmt: skip
-        argv = [binary, "--address", f"127.0.0.1:{port}", "--tls-cert-file", cert, "--tls-private-key-file", key]
+        argv = [binary, "--address", f"127.0.0.1:{port}", *tls]
     else:
-        argv = [sys.executable, "-m", "benchmarks.allow_all_webhook", "--port", str(port),
-                "--tls-cert-file", cert, "--tls-private-key-file", key]  # fmt: skip
+        argv = [sys.executable, "-m", "benchmarks.allow_all_webhook", "--port", str(port), *tls]
     process = cp.supervisor.start(f"allow-all-{'go-' if go else ''}{namespace}", argv)
-    webhook_process.wait_ready(process, port, ca.cert_pem)
-    docs = webhook_configurations(namespace="dispatch-system", url=f"https://127.0.0.1:{port}",
-                                  ca_bundle=ca.cert_pem, name=f"allow-all-{secrets.token_hex(3)}")  # fmt: skip
-    for doc in docs:
-        for hook in doc["webhooks"]:
-            hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-        cp.admin.create(doc)
-    return WebhookProcess(cp, namespace, process, port, ca.cert_pem, docs)
+    return webhook_process.register(cp, namespace, process, port, ca_pem, "allow-all")
 
 
 def measure(who: Principals, namespaces: dict[str, str], creates: int, first: int) -> dict[str, list[float]]:

@@ -62,7 +62,7 @@ KWOK_COMPLETE_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/complete"
 # such a pod Running, so it "may still run".
 KWOK_SLOW_KUBELET_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/kubelet-slow"
 # Lease holder written by stop_node_heartbeat: kwok sees the node's Lease held by someone else
-# and stops renewing it and updating the node and its pods.
+# and stops renewing it and updating the node (its pods: see stop_node_heartbeat).
 PARTITION_HOLDER = "dispatch-harness-partition"
 
 # Node lifecycle timing: kwok renews leases every duration/4 (5 s); the controller manager
@@ -119,13 +119,12 @@ class TierB:
         lifecycle controller marks it Unknown and taints it node.kubernetes.io/unreachable; and kwok stops
         playing its kubelet for the pods there, as a dead kubelet writes nothing.
 
-        The Lease is taken over (kwok leaves a Lease it does not hold alone), but that alone does not
-        silence kwok at once: v0.8.0 decides per pod event from its own Lease cache, and removing the
-        node's annotation changes nothing (its informer drops an update that stops matching instead of
-        turning it into a delete, so the node stays managed). A CI run saw kwok play the kubelet stage
-        (containers stopped) on a deleted pod there 17 s after the takeover. So each pod on the node is also marked with
-        KWOK_SLOW_KUBELET_ANNOTATION, which the harness's kubelet stage honours, before anything deletes it."""
-        self.admin.merge_patch("v1", "Node", node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
+        Taking over the Lease stops kwok's renewals, but not at once its pod stages: kwok v0.8.0 decides per
+        pod event from its own Lease cache, and a CI run saw it stop a deleted pod's containers there 17 s
+        after the takeover. (Nor would removing the node's annotation help: kwok's informer drops an update
+        that stops matching its selector instead of turning it into a delete, so the node stays managed.)
+        So each pod on the node is also marked with KWOK_SLOW_KUBELET_ANNOTATION, which the harness's
+        kubelet stage honours, before anything deletes it."""
         self.admin.merge_patch(
             "coordination.k8s.io/v1",
             "Lease",
@@ -136,9 +135,8 @@ class TierB:
         self._mark_pods_on(node, "true")
 
     def resume_node_heartbeat(self, node: str) -> None:
-        """Ends the partition: the Lease expires at once and kwok takes the node and its Lease back, and the
-        pods there are its to play again."""
-        self.admin.merge_patch("v1", "Node", node, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "fake"}}})
+        """Ends the partition: the Lease expires at once and kwok takes it back, and the pods there are its to
+        play again."""
         long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         self.admin.merge_patch(
             "coordination.k8s.io/v1",
@@ -149,11 +147,10 @@ class TierB:
         )
         self._mark_pods_on(node, None)
 
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
-        return self.admin.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})["items"]
-
     def _mark_pods_on(self, node: str, value: str | None) -> None:
-        for pod in self.pods_on(node):
+        """Sets (or, None, removes) KWOK_SLOW_KUBELET_ANNOTATION on every pod bound to ``node``."""
+        on_node = self.admin.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})
+        for pod in on_node["items"]:
             meta = pod["metadata"]
             try:
                 self.admin.merge_patch("v1", "Pod", meta["name"],

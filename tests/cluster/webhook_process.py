@@ -68,11 +68,7 @@ def start_webhook(
     """Run ``python -m webhook serve`` on loopback under its own ServiceAccount (which may only read and
     watch TrainingRuntimes, its one lookup) and register it for ``namespace`` alone. ``config``: the webhook's
     config file, instead of one naming ``dispatch_username`` as dispatch."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    ca = pki.make_ca("dispatch-webhook-test-ca")
-    serving = pki.make_serving_cert(ca, "dispatch-webhook", ip_addresses=["127.0.0.1"])
-    (workdir / "tls.crt").write_bytes(serving.cert_pem)
-    (workdir / "tls.key").write_bytes(serving.key_pem)
+    ca_pem = serving_files(workdir, "dispatch-webhook")
     (workdir / "config.yaml").write_text(yaml.safe_dump(config or {"dispatch": {"usernames": [dispatch_username]}}))
     role = f"webhook-lookup-{secrets.token_hex(3)}"
     cp.admin.create(
@@ -99,19 +95,37 @@ def start_webhook(
             "--tls-cert-file", workdir / "tls.crt", "--tls-private-key-file", workdir / "tls.key",
             "--config", workdir / "config.yaml", "--kubeconfig", kubeconfig]  # fmt: skip
     process = cp.supervisor.start(f"dispatch-webhook-{namespace}", argv)
-    wait_ready(process, port, ca.cert_pem)
-    suffix = secrets.token_hex(3)
+    return register(cp, namespace, process, port, ca_pem, "dispatch-k8s")
+
+
+def serving_files(workdir: Path, name: str) -> bytes:
+    """A fresh CA, and a serving certificate for 127.0.0.1 it issued in ``workdir``/tls.crt and tls.key;
+    the CA's PEM."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca = pki.make_ca(f"{name}-test-ca")
+    serving = pki.make_serving_cert(ca, name, ip_addresses=["127.0.0.1"])
+    (workdir / "tls.crt").write_bytes(serving.cert_pem)
+    (workdir / "tls.key").write_bytes(serving.key_pem)
+    return ca.cert_pem
+
+
+def register(
+    cp: ControlPlane, namespace: str, process: ManagedProcess, port: int, ca_pem: bytes, name: str
+) -> WebhookProcess:
+    """Once the webhook at ``port`` is ready, dispatch's webhook configurations (named ``name``-<suffix>)
+    pointing at it, for ``namespace`` alone."""
+    wait_ready(process, port, ca_pem)
     docs = webhook_configurations(
         namespace="dispatch-system",
         url=f"https://127.0.0.1:{port}",
-        ca_bundle=ca.cert_pem,
-        name=f"dispatch-k8s-{suffix}",
+        ca_bundle=ca_pem,
+        name=f"{name}-{secrets.token_hex(3)}",
     )
     for doc in docs:
         for hook in doc["webhooks"]:
             hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
         cp.admin.create(doc)
-    return WebhookProcess(cp, namespace, process, port, ca.cert_pem, docs)
+    return WebhookProcess(cp, namespace, process, port, ca_pem, docs)
 
 
 def wait_enforced(http: Any, namespace: str) -> None:
