@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert-file", help="PEM certificate of the supervisor API; the API is served only with it")
     serve.add_argument("--tls-private-key-file", help="PEM private key of the supervisor API")
     serve.add_argument("--api-port", type=_bounded(0, 65535), help="HTTPS port of the API (overrides api.port)")
+    flags.add_shutdown_delay(serve, "the API")
     logs.add_arguments(serve)
     api_cli.add_verbs(commands)  # the operators' client: dispatch-agent status|open|...
     return parser
@@ -125,12 +126,17 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             api = ApiServer(ApiKube(api_client_, timeout=settings.request_timeout), settings, metrics=metrics.registry)
         health = HealthServer(metrics.registry, ready)
         stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        api_closes = loop.time()
 
         def on_signal() -> None:
+            nonlocal api_closes
             health.stopping = True
+            if api is not None and not api.stopping:
+                api.stopping = True
+                api_closes = loop.time() + args.shutdown_delay_duration
             stop.set()
 
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         port = config.health_port if args.health_port is None else args.health_port
@@ -151,5 +157,10 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
                 config.lease_name,
             )
             await controller.run(stop)
+            # The gate has stepped down, so a standby takes over at once; the API is every replica's, and
+            # goes on answering (each answer closing its connection) until the Service has dropped this pod.
+            if (left := api_closes - loop.time()) > 0:
+                log.info("stopping: not ready now, the API closes in %.3gs", left)
+                await asyncio.sleep(left)
     log.info("stopped")
     return 0

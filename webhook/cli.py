@@ -20,17 +20,10 @@ from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
 from webhook.kube import LookupReadiness, RuntimeCopies, RuntimeReader
 from webhook.metrics import Metrics
-from webhook.server import Webhook, parse_duration, serving
+from webhook.server import Webhook, serving
 
 PROG = "dispatch-webhook"
 log = logging.getLogger(PROG)
-
-
-def _duration(text: str) -> float:
-    seconds = parse_duration(text)
-    if seconds is None:
-        raise argparse.ArgumentTypeError(f"not a duration like 5s or 1m30s: {text!r}")
-    return seconds
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,14 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     serve.add_argument("--config", required=True, help="YAML config: dispatch's principals and site options")
     flags.add_kube_arguments(serve)
-    serve.add_argument(
-        "--shutdown-delay-duration",
-        type=_duration,
-        default=0.0,
-        metavar="DURATION",
-        help="after SIGTERM, report not ready and keep serving this long before closing, so the Service "
-        "drops this pod before its listener goes (default 0s)",
-    )
+    flags.add_shutdown_delay(serve, "reviews")
     logs.add_arguments(serve)
     test = commands.add_parser(
         "selftest",
@@ -64,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     flags.add_kube_arguments(test)
     test.add_argument(
         "--timeout",
-        type=_duration,
+        type=flags.duration,
         default=60.0,
         metavar="DURATION",
         help="keep trying this long (a fresh install needs a few seconds; default 60s)",

@@ -12,7 +12,6 @@ import asyncio
 import functools
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -24,6 +23,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 import webhook.admission as admission  # through the module, so tests can replace a rule
 from certs.reload import ReloadingServerContext
+from serving.drain import close_after
+from serving.flags import parse_duration
 from serving.kube import describe_api_error
 from serving.logs import fields
 from webhook.config import Config
@@ -69,7 +70,13 @@ class Webhook:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        app.on_response_prepare.append(self._close_when_stopping)
         return app
+
+    async def _close_when_stopping(self, _: web.Request, response: web.StreamResponse) -> None:
+        # A review on a kept-alive connection when the listener closes would be denied (we fail closed).
+        if self.stopping:
+            close_after(response)
 
     async def _review(self, http: web.Request, *, endpoint: str) -> web.Response:
         started = time.perf_counter()
@@ -196,9 +203,6 @@ _HTTP_ERRORS: Final[dict[int, Callable[..., web.HTTPException]]] = {
     415: web.HTTPUnsupportedMediaType,
 }
 
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
 
 def lookup_budget(timeout: str | None) -> float:
     """Seconds the lookups may take: 80 % of the API server's timeout for this call (it sends it as
@@ -206,13 +210,6 @@ def lookup_budget(timeout: str | None) -> float:
     timeout; at most LOOKUP_TIMEOUT."""
     seconds = parse_duration(timeout) if timeout else None
     return LOOKUP_TIMEOUT if seconds is None else min(LOOKUP_TIMEOUT, 0.8 * seconds)
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds in a Go duration ("5s", "1m30s", "250ms"), or None when it is not one."""
-    if not re.fullmatch(f"(?:{_GO_DURATION.pattern})+", text):
-        return None
-    return sum(float(n) * _GO_UNITS[unit] for n, unit in _GO_DURATION.findall(text))
 
 
 def _encode(answer: Mapping[str, Any]) -> bytes:

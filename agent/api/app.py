@@ -37,6 +37,7 @@ from agent.api.routes import OPENAPI_PATH, ROUTES, Route
 from agent.api.service import Service
 from agent.api.settings import ApiSettings
 from certs.reload import ReloadingServerContext
+from serving.drain import close_after
 from serving.prometheus import Counter, Histogram, exposition, registry
 
 MAX_BODY: Final = 1024 * 1024
@@ -153,12 +154,21 @@ class ApiServer:
         self.follow_streams: dict[str, int] = {}
         """Output streams with ``follow`` open, per username."""
         self.metrics = ApiMetrics(metrics)
+        self.stopping = False
+        """Set on SIGTERM: every answer from then on closes its connection (serving.drain)."""
         self._openapi = json.dumps(document())
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
         self.add_routes(app)
+        app.on_response_prepare.append(self._close_when_stopping)
         return app
+
+    async def _close_when_stopping(self, _: web.Request, response: web.StreamResponse) -> None:
+        # A supervisor's call on a kept-alive connection when the listener closes would end with no answer,
+        # and it could not tell whether the call took effect.
+        if self.stopping:
+            close_after(response)
 
     def add_routes(self, app: web.Application) -> None:
         """The API's routes, for an app of the caller's (its middlewares then apply, not ours)."""

@@ -83,12 +83,14 @@ async def test_the_apis_metrics_share_the_health_port():
 
 
 @pytest.mark.cluster
-def test_serve_with_tls_files_serves_the_supervisor_api(control_plane, tmp_path):
+def test_serve_with_tls_files_serves_the_supervisor_api_and_drains_it_on_sigterm(control_plane, tmp_path):
+    import http.client
     import json
+    import os
+    import signal
     import ssl
     import sys
     import time
-    import urllib.request
 
     from certs import pki
     from harness.cluster import free_port
@@ -100,23 +102,48 @@ def test_serve_with_tls_files_serves_the_supervisor_api(control_plane, tmp_path)
     port = free_port()
     argv = [sys.executable, "-m", "agent", "serve", "--kubeconfig", control_plane.admin_kubeconfig,
             "--health-port", "0", "--bind-address", "127.0.0.1", "--api-port", str(port),
-            "--tls-cert-file", tmp_path / "tls.crt", "--tls-private-key-file", tmp_path / "tls.key"]  # fmt: skip
+            "--tls-cert-file", tmp_path / "tls.crt", "--tls-private-key-file", tmp_path / "tls.key",
+            "--shutdown-delay-duration", "3s"]  # fmt: skip
     name = f"agent-api-{port}"
-    control_plane.supervisor.start(name, argv)
+    process = control_plane.supervisor.start(name, argv)
     context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+
+    def document(conn: http.client.HTTPSConnection) -> tuple[dict, str | None]:
+        conn.request("GET", "/v1/openapi.json")
+        answer = conn.getresponse()
+        assert answer.status == 200, answer.status
+        return json.loads(answer.read()), answer.getheader("Connection")
+
     try:
         deadline = time.monotonic() + 30
+        kept = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
         while True:
             try:
-                with urllib.request.urlopen(
-                    f"https://127.0.0.1:{port}/v1/openapi.json", context=context, timeout=2
-                ) as r:
-                    document = json.loads(r.read())
+                served, connection = document(kept)
                 break
             except OSError:
                 assert time.monotonic() < deadline, control_plane.supervisor.get(name).describe_exit()
+                kept.close()
                 time.sleep(0.3)
-        assert document["openapi"].startswith("3.")
-        assert "/v1/start" in document["paths"]
+        assert served["openapi"].startswith("3.")
+        assert "/v1/start" in served["paths"]
+        assert connection is None  # HTTP/1.1: kept alive for the next call
+
+        # SIGTERM: the gate steps down at once, the API answers on for the delay, each answer closing its
+        # connection, so a supervisor's kept-alive connection never meets the listener's close mid-call.
+        os.kill(process.pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        eventually = time.monotonic() + 2
+        while "the API closes in" not in process.log_path.read_text():
+            assert time.monotonic() < eventually, process.log_path.read_text()
+            time.sleep(0.05)
+        served, connection = document(kept)  # the connection opened before SIGTERM still answers
+        assert (served["openapi"][:2], connection) == ("3.", "close")
+        assert kept.sock is None, "the client kept a connection the answer said to close"
+        fresh = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+        assert document(fresh)[1] == "close"  # a new connection, routed here before the Service updated
+        assert process.popen.wait(15) == 0, process.describe_exit()
+        assert time.monotonic() - signalled >= 3 - 0.5, "closed before the delay"
+        assert "stopped" in process.log_path.read_text()
     finally:
         control_plane.supervisor.stop(name)

@@ -347,9 +347,11 @@ def test_ports_probes_and_configs_agree(name, tmp_path):
         "metadata.name"
     ), "the Lease holder identity is the pod's name"
 
-    # After SIGTERM the webhook serves on for the delay; the kubelet must not kill it before it closes.
+    # After SIGTERM the webhook and the API serve on for their delays; the kubelet must not kill them first.
     grace = pod_spec(r)["terminationGracePeriodSeconds"]
-    assert grace >= webhook.shutdown_delay_duration + 10
+    assert webhook.shutdown_delay_duration > 0
+    assert agent.shutdown_delay_duration > 0 or agent.tls_cert_file is None  # no API, nothing to drain
+    assert grace >= max(webhook.shutdown_delay_duration, agent.shutdown_delay_duration) + 10
 
 
 @pytest.mark.parametrize("name", ["defaults", "custom"])
@@ -451,9 +453,21 @@ def test_a_changed_config_rolls_the_pods():
     assert checksum({}) == checksum({"replicas": 3})
 
 
-def test_a_grace_period_shorter_than_the_shutdown_delay_is_refused():
-    error = template_error({"terminationGracePeriodSeconds": 12, "webhook": {"shutdownDelaySeconds": 5}})
-    assert "terminationGracePeriodSeconds (12) must be at least webhook.shutdownDelaySeconds + 10 (15)" in error
+@pytest.mark.parametrize(
+    ("webhook", "api", "least"), [(5, 0, 15), (0, 7, 17), (9, 7, 19)], ids=["webhook", "api", "the-longest"]
+)
+def test_a_grace_period_shorter_than_a_shutdown_delay_is_refused(webhook, api, least):
+    values = {"webhook": {"shutdownDelaySeconds": webhook}, "api": {"shutdownDelaySeconds": api}}
+    error = template_error({"terminationGracePeriodSeconds": least - 1, **values})
+    assert f"terminationGracePeriodSeconds ({least - 1}) must be at least the longest of" in error
+    assert f"+ 10 ({least})" in error
+    assert template({"terminationGracePeriodSeconds": least, **values}).one("Deployment")
+
+
+def test_without_the_api_its_delay_is_not_the_pods():
+    values = {"api": {"enabled": False, "shutdownDelaySeconds": 60}, "terminationGracePeriodSeconds": 15}
+    agent = containers(template(values))["agent"]
+    assert not [a for a in agent["args"] if a.startswith("--shutdown-delay-duration")], agent["args"]
 
 
 # --- the AdmissionCheck ---------------------------------------------------------------------------------

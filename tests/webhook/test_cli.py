@@ -118,14 +118,21 @@ async def test_serves_until_sigterm_then_stops_cleanly(tmp_path: Path, tls_files
                     assert (resp.status, await resp.text()) == (200, "ok")
                 async with session.post(url + "/validate", json=admission_review(uid="cli")) as resp:
                     assert (await resp.json())["response"]["uid"] == "cli"
+                    assert "Connection" not in resp.headers, resp.headers  # HTTP/1.1: kept alive
+                assert connector._conns, "the connection was not kept for the next review"
 
                 process.send_signal(signal.SIGTERM)
                 await asyncio.wait_for(_wait_for_line(process.stderr, r"stopping: not ready now", seen), 10)
-                # During the shutdown delay the pod reports not ready but still answers reviews.
+                # During the shutdown delay the pod reports not ready but still answers reviews, and closes
+                # each connection after its answer, so a client's next review goes through the Service again
+                # (to a Ready pod) instead of meeting the listener's close on a kept-alive connection.
                 async with session.get(url + "/readyz") as resp:
                     assert (resp.status, await resp.text()) == (503, "shutting down")
+                    assert resp.headers.get("Connection") == "close", resp.headers
                 async with session.post(url + "/validate", json=admission_review(uid="late")) as resp:
                     assert (await resp.json())["response"]["uid"] == "late"
+                    assert resp.headers.get("Connection") == "close", resp.headers
+                assert not connector._conns, "a connection was kept after the answer said close"
             assert await asyncio.wait_for(process.wait(), 15) == 0
             seen += (await process.stderr.read()).decode().splitlines(keepends=True)
         finally:

@@ -6,12 +6,13 @@ import dataclasses
 
 import pytest
 
+from serving.flags import parse_duration
 from tests.webhook.conftest import admission_review
 from tests.webhook.test_protocol import parse_exposition
 from webhook import metrics as metrics_module
 from webhook.metrics import Metrics
 from webhook.review import Verdict, parse_review
-from webhook.server import LOOKUP_TIMEOUT, lookup_budget, parse_duration
+from webhook.server import LOOKUP_TIMEOUT, lookup_budget
 
 
 @pytest.mark.parametrize(
