@@ -26,7 +26,7 @@ COMMANDS: Final = {
     "status": "kubectl -n dispatch-system rollout status deployment/dispatch-k8s",
     "test": "helm test dispatch-k8s --namespace dispatch-system",
     "upgrade": (
-        "helm upgrade dispatch-k8s charts/dispatch-k8s --namespace dispatch-system --reuse-values \\\n"
+        "helm upgrade dispatch-k8s charts/dispatch-k8s --namespace dispatch-system --reset-then-reuse-values \\\n"
         "  --set image.tag=0.2.0"
     ),
     "uninstall": "helm uninstall dispatch-k8s --namespace dispatch-system",

@@ -5,20 +5,24 @@ Tier A runs no pods, so two things differ from a cluster with kubelets, and both
 pre-delete hook is off here (its Job would never finish; its command runs as a process under its own rights in
 test_on_the_api_server.py), and `helm test`'s Pod never runs (its command runs as a process in test_helm_test.py).
 What this shows is what install.md promises of an upgrade with Helm 4's server-side apply: the certificate
-controller's keys in the Secret and the caBundle it injected survive `helm upgrade --reuse-values`, and the
+controller's keys in the Secret and the caBundle it injected survive `helm upgrade --reset-then-reuse-values`, and the
 uninstall removes the webhook configurations with the rest.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from charts.readme import COMMANDS
 from harness.cluster import ControlPlane
-from tests.chart.helm import readme_argv, run_helm
+from tests.chart.helm import CHART, readme_argv, run_helm
 from tests.chart.test_on_the_api_server import ADMISSION, _release
 
 pytestmark = pytest.mark.cluster
@@ -68,7 +72,7 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
         deployment = cp.admin.get("apps/v1", "Deployment", full, namespace)
         assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
             "registry.example/dispatch-k8s:0.2.0"
-        ), "--reuse-values kept the repository, --set changed the tag"
+        ), "the release's values kept the repository, --set changed the tag"
         assert cp.admin.get("v1", "Secret", f"{full}-certs", namespace).get("data") == data, "the keys survive"
         for kind in KINDS:
             hooks = cp.admin.get(ADMISSION, kind, full)["webhooks"]
@@ -87,3 +91,61 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
         for kind in KINDS:
             cp.admin.delete(ADMISSION, kind, full)
         cp.delete_namespace(namespace)
+
+
+def _chart_before(value: str, flag: str, to: Path) -> Path:
+    """This chart as it was before ``value`` (section.key) existed: the value out of values.yaml and the
+    schema, and the line that passes it (``flag``) out of the Deployment."""
+    shutil.copytree(CHART, to)
+    section, key = value.split(".")
+    values = (to / "values.yaml").read_text()
+    start = values.index(f"\n{section}:\n")
+    entry = re.compile(rf"\n(?:  # .*\n)*  {key}: .*\n")
+    found = entry.search(values, start)
+    assert found, value
+    (to / "values.yaml").write_text(values[: found.start()] + "\n" + values[found.end() :])
+    schema = json.loads((to / "values.schema.json").read_text())
+    del schema["properties"][section]["properties"][key]
+    schema["properties"][section]["required"].remove(key)
+    (to / "values.schema.json").write_text(json.dumps(schema))
+    deployment = to / "templates" / "deployment.yaml"
+    lines = deployment.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if flag not in line]
+    assert len(kept) == len(lines) - 1, flag
+    deployment.write_text("".join(kept))
+    return to
+
+
+def test_the_readmes_upgrade_gives_a_value_added_since_the_release_its_default(control_plane, tmp_path):
+    """An upgrade from a release that predates a value: the README's command must give it the chart's default.
+
+    `--reuse-values` does not: Helm then renders the new chart with the old chart's values in place of its own, so
+    the new key is missing and the schema refuses the upgrade. `--reset-then-reuse-values` (Helm ≥ 3.14) starts
+    from the new chart's values and lays the release's own settings over them."""
+    cp = control_plane
+    release = _release()
+    namespace = f"{release}-ns"
+    value = "api.shutdownDelaySeconds"
+    old = _chart_before(value, f"--shutdown-delay-duration={{{{ .Values.{value} }}}}s", tmp_path / "dispatch-k8s")
+    no_hook = ("--set", "uninstallHook.enabled=false")
+    install = readme_argv(COMMANDS["install"], release, namespace)
+    try:
+        _helm(cp, [str(old) if arg == str(CHART) else arg for arg in install], *no_hook)
+        agent = _container(cp, release, namespace, "agent")
+        assert not [a for a in agent["args"] if a.startswith("--shutdown-delay-duration")], agent["args"]
+
+        _helm(cp, readme_argv(COMMANDS["upgrade"], release, namespace))
+        agent = _container(cp, release, namespace, "agent")
+        assert "--shutdown-delay-duration=5s" in agent["args"], agent["args"]
+        assert agent["image"] == "registry.example/dispatch-k8s:0.2.0", "the release's values kept, --set applied"
+    finally:
+        run_helm("uninstall", release, "--namespace", namespace, "--kubeconfig", str(cp.admin_kubeconfig),
+                 "--no-hooks", "--ignore-not-found", check=False)  # fmt: skip
+        for kind in KINDS:
+            cp.admin.delete(ADMISSION, kind, release)
+        cp.delete_namespace(namespace)
+
+
+def _container(cp: ControlPlane, release: str, namespace: str, name: str) -> dict[str, Any]:
+    spec = cp.admin.get("apps/v1", "Deployment", release, namespace)["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
