@@ -9,14 +9,21 @@ client's next request opens a new one, which the Service sends to a Ready pod.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import hdrs, web
 
+ResponseHook = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
 
-def close_after(response: web.StreamResponse) -> None:
-    """Make ``response`` the last answer on its connection, from an ``on_response_prepare`` hook.
 
-    aiohttp has chosen the headers by the time those hooks run, so the header is set here besides the flag
-    that closes the connection once the answer is sent.
-    """
-    response.force_close()
-    response.headers[hdrs.CONNECTION] = "close"
+def close_when(stopping: Callable[[], bool]) -> ResponseHook:
+    """An ``on_response_prepare`` hook: once ``stopping()``, each answer is the last on its connection."""
+
+    async def hook(_: web.Request, response: web.StreamResponse) -> None:
+        if stopping():
+            # aiohttp has chosen the headers by the time these hooks run: the header is set here besides
+            # the flag that closes the connection once the answer is sent.
+            response.force_close()
+            response.headers[hdrs.CONNECTION] = "close"
+
+    return hook

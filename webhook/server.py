@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 import webhook.admission as admission  # through the module, so tests can replace a rule
 from certs.reload import ReloadingServerContext
-from serving.drain import close_after
+from serving.drain import close_when
 from serving.flags import parse_duration
 from serving.kube import describe_api_error
 from serving.logs import fields
@@ -70,13 +70,9 @@ class Webhook:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
-        app.on_response_prepare.append(self._close_when_stopping)
-        return app
-
-    async def _close_when_stopping(self, _: web.Request, response: web.StreamResponse) -> None:
         # A review on a kept-alive connection when the listener closes would be denied (we fail closed).
-        if self.stopping:
-            close_after(response)
+        app.on_response_prepare.append(close_when(lambda: self.stopping))
+        return app
 
     async def _review(self, http: web.Request, *, endpoint: str) -> web.Response:
         started = time.perf_counter()

@@ -37,7 +37,7 @@ from agent.api.routes import OPENAPI_PATH, ROUTES, Route
 from agent.api.service import Service
 from agent.api.settings import ApiSettings
 from certs.reload import ReloadingServerContext
-from serving.drain import close_after
+from serving.drain import close_when
 from serving.prometheus import Counter, Histogram, exposition, registry
 
 MAX_BODY: Final = 1024 * 1024
@@ -161,14 +161,10 @@ class ApiServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[errors])
         self.add_routes(app)
-        app.on_response_prepare.append(self._close_when_stopping)
-        return app
-
-    async def _close_when_stopping(self, _: web.Request, response: web.StreamResponse) -> None:
         # A supervisor's call on a kept-alive connection when the listener closes would end with no answer,
         # and it could not tell whether the call took effect.
-        if self.stopping:
-            close_after(response)
+        app.on_response_prepare.append(close_when(lambda: self.stopping))
+        return app
 
     def add_routes(self, app: web.Application) -> None:
         """The API's routes, for an app of the caller's (its middlewares then apply, not ours)."""

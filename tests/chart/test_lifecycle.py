@@ -29,6 +29,8 @@ pytestmark = pytest.mark.cluster
 
 FIELD_MANAGER = "dispatch.phpboyscout.uk/adapter"
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+NO_HOOK = ("--set", "uninstallHook.enabled=false")
+"""The pre-delete hook's Job would wait for a kubelet (module docstring)."""
 
 
 def _helm(cp: ControlPlane, argv: list[str], *extra: str) -> str:
@@ -45,10 +47,8 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
     release = _release()
     namespace = f"{release}-ns"
     full = release  # the release name contains dispatch-k8s: it is the fullname
-    # The hook's Job would wait for a kubelet (module docstring).
-    no_hook = ("--set", "uninstallHook.enabled=false")
     try:
-        _helm(cp, readme_argv(COMMANDS["install"], release, namespace), *no_hook)
+        _helm(cp, readme_argv(COMMANDS["install"], release, namespace), *NO_HOOK)
         deployment = cp.admin.get("apps/v1", "Deployment", full, namespace)
         assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
             "registry.example/dispatch-k8s:0.1.0"
@@ -86,11 +86,7 @@ def test_the_readmes_commands_install_upgrade_and_uninstall(control_plane):
         assert cp.admin.get_or_none("v1", "Secret", f"{full}-certs", namespace) is None
         assert cp.admin.get_or_none("rbac.authorization.k8s.io/v1", "ClusterRole", f"{full}-agent") is None
     finally:
-        run_helm("uninstall", release, "--namespace", namespace, "--kubeconfig", str(cp.admin_kubeconfig),
-                 "--no-hooks", "--ignore-not-found", check=False)  # fmt: skip
-        for kind in KINDS:
-            cp.admin.delete(ADMISSION, kind, full)
-        cp.delete_namespace(namespace)
+        _remove(cp, release, namespace)
 
 
 def _chart_before(value: str, flag: str, to: Path) -> Path:
@@ -127,10 +123,9 @@ def test_the_readmes_upgrade_gives_a_value_added_since_the_release_its_default(c
     namespace = f"{release}-ns"
     value = "api.shutdownDelaySeconds"
     old = _chart_before(value, f"--shutdown-delay-duration={{{{ .Values.{value} }}}}s", tmp_path / "dispatch-k8s")
-    no_hook = ("--set", "uninstallHook.enabled=false")
     install = readme_argv(COMMANDS["install"], release, namespace)
     try:
-        _helm(cp, [str(old) if arg == str(CHART) else arg for arg in install], *no_hook)
+        _helm(cp, [str(old) if arg == str(CHART) else arg for arg in install], *NO_HOOK)
         agent = _container(cp, release, namespace, "agent")
         assert not [a for a in agent["args"] if a.startswith("--shutdown-delay-duration")], agent["args"]
 
@@ -139,11 +134,17 @@ def test_the_readmes_upgrade_gives_a_value_added_since_the_release_its_default(c
         assert "--shutdown-delay-duration=5s" in agent["args"], agent["args"]
         assert agent["image"] == "registry.example/dispatch-k8s:0.2.0", "the release's values kept, --set applied"
     finally:
-        run_helm("uninstall", release, "--namespace", namespace, "--kubeconfig", str(cp.admin_kubeconfig),
-                 "--no-hooks", "--ignore-not-found", check=False)  # fmt: skip
-        for kind in KINDS:
-            cp.admin.delete(ADMISSION, kind, release)
-        cp.delete_namespace(namespace)
+        _remove(cp, release, namespace)
+
+
+def _remove(cp: ControlPlane, release: str, namespace: str) -> None:
+    """Whatever the test left: the release without its hook, the webhook configurations (fail-closed), the
+    namespace. The release name contains dispatch-k8s, so it is the fullname."""
+    run_helm("uninstall", release, "--namespace", namespace, "--kubeconfig", str(cp.admin_kubeconfig),
+             "--no-hooks", "--ignore-not-found", check=False)  # fmt: skip
+    for kind in KINDS:
+        cp.admin.delete(ADMISSION, kind, release)
+    cp.delete_namespace(namespace)
 
 
 def _container(cp: ControlPlane, release: str, namespace: str, name: str) -> dict[str, Any]:
