@@ -25,12 +25,18 @@ def test_a_missing_kubeconfig_exits_naming_it(tmp_path, capsys):
     assert "cannot configure the Kubernetes client from" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", [["--workers", "0"], ["--health-port", "70000"], ["--workers", "two"]])
+@pytest.mark.parametrize(
+    "flag",
+    [["--workers", "0"], ["--health-port", "70000"], ["--workers", "two"], ["--shutdown-delay-duration", "5"]],
+)
 def test_a_flag_out_of_range_exits(capsys, flag):
     with pytest.raises(SystemExit) as exit_:
         main(["serve", *flag])
     assert exit_.value.code == 2
-    assert flag[0] in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert flag[0] in err
+    if flag[0] == "--shutdown-delay-duration":
+        assert "not a duration like 5s or 1m30s: '5'" in err
 
 
 def test_identities_differ_per_process(monkeypatch):
