@@ -5,8 +5,9 @@
 
 * webhook-configurations.yaml and admission-policies.yaml: built by webhook/configurations.py and
   webhook/policies.py, rendered with Helm expressions in place of the namespace, the Service, the
-  names and dispatch's principals (the chart's ServiceAccount plus webhook.dispatch.*, the same list the
-  webhook's config gets), and each webhook's timeoutSeconds from webhook.timeoutSeconds. No caBundle is
+  names and the principals (dispatch's: the chart's ServiceAccount plus webhook.dispatch.*, the same list the
+  webhook's config gets; Kueue's, webhook.kueue; the other owners', webhook.owners), and each webhook's
+  timeoutSeconds from webhook.timeoutSeconds. No caBundle is
   rendered: the certificate controller injects it, so an upgrade never blanks it.
 * rbac-api.yaml: the agent API's rights and the ClusterRoles a cluster admin grants its callers, from
   agent/api/rbac.py.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,9 @@ import readme  # charts/readme.py, beside this script (its folder is the first o
 import yaml
 
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
-from webhook.config import Config, Principals
+from webhook.config import Config, Owners, Principals
 from webhook.configurations import NAME, TIMEOUT_SECONDS, webhook_configurations
+from webhook.owners import DISPATCH, KUEUE
 from webhook.policies import admission_policies
 
 CHART = Path(__file__).parent / "dispatch-k8s"
@@ -44,11 +47,25 @@ ANNOTATIONS = '  {{- with include "dispatch-k8s.webhookAnnotations" . }}{{ . | n
 TIMEOUT = "__DISPATCH_TIMEOUT_SECONDS__"
 """Stand-in for each webhook's timeoutSeconds: the value webhook.timeoutSeconds."""
 
-# Stand-ins for dispatch's principals: the policies are built with these, and the expression that uses
-# them becomes a Helm expression over the chart's helpers (dispatch-k8s.dispatchUsernames / ...Groups).
-_USERS = "__DISPATCH_USERNAMES__"
-_GROUPS = "__DISPATCH_GROUPS__"
-_PRINCIPALS_MARK = "__DISPATCH_PRINCIPALS_EXPRESSION__"
+# Stand-ins for the principals of each role (dispatch, Kueue and the owners of webhook/owners.py): the policies
+# are built with these, and each expression that uses them becomes a Helm expression over the chart's values.
+_ROLES = (DISPATCH, KUEUE, *Owners.model_fields)
+_MARK = "__DISPATCH_PRINCIPALS_EXPRESSION_{}__"
+
+
+def _stand_in(role: str, what: str) -> str:
+    return f"__DISPATCH_{role.upper()}_{what}__"
+
+
+def _values(role: str, what: str) -> str:
+    """The Helm expression of a role's usernames or groups, as a list."""
+    if role == DISPATCH:
+        helper = "dispatchUsernames" if what == "USERNAMES" else "dispatchGroups"
+        return f'(include "dispatch-k8s.{helper}" . | fromJsonArray)'
+    where = "webhook.kueue" if role == KUEUE else f"webhook.owners.{role}"
+    return f".Values.{where}.{what.lower()}"
+
+
 # Stand-in for the name of dispatch's AdmissionCheck (the chart's admissionCheck.name).
 _CHECK = "__DISPATCH_ADMISSION_CHECK__"
 CHECK_TEMPLATE = "{{ .Values.admissionCheck.name }}"
@@ -79,38 +96,54 @@ def _release_scoped(name: str) -> str:
 
 
 def _principals_template(expression: str) -> str:
-    """The CEL expression naming dispatch's principals, as a Helm expression rendering a quoted YAML string."""
-    users, groups = json.dumps([_USERS]), json.dumps([_GROUPS])
-    if expression.count(users) != 1 or expression.count(groups) != 1 or "`" in expression:
+    """A CEL expression naming roles' principals (their stand-ins), as a Helm expression rendering a quoted YAML
+    string with each role's values in their place."""
+    if "`" in expression:
         raise ValueError(f"cannot template the principals in {expression!r}")
-    fmt = expression.replace("%", "%%").replace(users, "%s").replace(groups, "%s")
-    return (
-        f"{{{{ printf `{fmt}` "
-        '(include "dispatch-k8s.celList" (include "dispatch-k8s.dispatchUsernames" . | fromJsonArray)) '
-        '(include "dispatch-k8s.celList" (include "dispatch-k8s.dispatchGroups" . | fromJsonArray)) | toJson }}'
-    )
+    fmt, args = expression.replace("%", "%%"), []
+    while True:
+        found = [
+            (fmt.index(json.dumps([_stand_in(r, w)])), r, w)
+            for r in _ROLES
+            for w in ("USERNAMES", "GROUPS")
+            if json.dumps([_stand_in(r, w)]) in fmt
+        ]
+        if not found:
+            break
+        _, role, what = min(found)
+        fmt = fmt.replace(json.dumps([_stand_in(role, what)]), "%s", 1)
+        args.append(f'(include "dispatch-k8s.celList" {_values(role, what)})')
+    return f"{{{{ printf `{fmt}` {' '.join(args)} | toJson }}}}"
 
 
 def _policies() -> tuple[list[dict[str, Any]], str]:
-    config = Config(dispatch=Principals(usernames=(_USERS,), groups=(_GROUPS,)), admissionChecks=(_CHECK,))
+    stand_ins = {
+        r: Principals(usernames=(_stand_in(r, "USERNAMES"),), groups=(_stand_in(r, "GROUPS"),)) for r in _ROLES
+    }
+    config = Config(
+        dispatch=stand_ins[DISPATCH],
+        kueue=stand_ins[KUEUE],
+        owners=Owners(**{r: stand_ins[r] for r in Owners.model_fields}),
+        admissionChecks=(_CHECK,),
+    )
     policies = admission_policies(config, namespace=NAMESPACE)
-    expressions = set()
+    expressions: list[str] = []
     for doc in policies:
         doc["metadata"]["name"] = _release_scoped(doc["metadata"]["name"])
         spec = doc["spec"]
         if "policyName" in spec:
             spec["policyName"] = _release_scoped(spec["policyName"])
         for variable in spec.get("variables", []):
-            if _USERS in variable["expression"]:
-                expressions.add(variable["expression"])
-                variable["expression"] = _PRINCIPALS_MARK
-    if len(expressions) != 1:
-        raise ValueError(f"expected one expression naming dispatch's principals, found {len(expressions)}")
+            if "__DISPATCH_" in variable["expression"]:
+                expressions.append(variable["expression"])
+                variable["expression"] = _MARK.format(len(expressions) - 1)
     text = _strip_component(_dump(policies))
-    if _USERS in text or _GROUPS in text:
-        raise ValueError("dispatch's principals are used outside the one expression that is templated")
+    if "__DISPATCH_" in re.sub(r"__DISPATCH_PRINCIPALS_EXPRESSION_[0-9]+__", "", text.replace(_CHECK, "")):
+        raise ValueError("principals are used outside the variables that are templated")
     text = text.replace(_CHECK, CHECK_TEMPLATE)
-    return policies, text.replace(_PRINCIPALS_MARK, _principals_template(expressions.pop()))
+    for i in reversed(range(len(expressions))):  # __..._10__ before __..._1__
+        text = text.replace(_MARK.format(i), _principals_template(expressions[i]))
+    return policies, text
 
 
 def _is_lease_rule(rule: dict[str, Any]) -> bool:

@@ -3,8 +3,9 @@
 Trainer applies ``spec.runtimePatches`` in list order with a strategic merge patch, so a later entry wins:
 another manager's entry (Kueue's, which Kueue fills from every admission check's ``podSetUpdates``, or a
 stranger's) that sets the pod annotation ``dispatch.phpboyscout.uk/admission`` overrides A in dispatch's
-entry, and one that sets a ``DISPATCH_*`` variable or a strategic-merge directive (``$patch: replace`` in
-the annotations map) changes what the prologue reads. Only dispatch's entry may touch those.
+entry, and one that sets a ``DISPATCH_*`` variable, a container's command or mounts, a volume, or a
+strategic-merge directive (``$patch: replace`` in the annotations map) changes what the prologue reads or
+runs. So another entry may carry only what Kueue's carries (``FOREIGN_ENTRY_SHAPE``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any, Final
 from contract.errors import Problem
 from contract.keys import (
     ANNOTATION_ADMISSION,
-    ENV_RESERVED_PREFIX,
     LABEL_RESTART_ATTEMPT,
     PREFIX,
     RUNTIME_PATCH_MANAGER,
@@ -43,31 +43,74 @@ def _directives(value: object, path: str) -> Iterator[str]:
             yield from _directives(v, f"{path}[{i}]")
 
 
+FOREIGN_POD_METADATA: Final = ("labels", "annotations")
+FOREIGN_POD_SPEC: Final = ("nodeSelector", "tolerations", "schedulingGates")
+"""What an entry that is not dispatch's may set, on each replicated job's pod template: exactly what Kueue's
+entry carries (the flavors' node selectors and tolerations, every check's podSetUpdates, TAS's scheduling
+gates). Nothing else: no containers (the trainer's command, env, mounts), no volumes (one named as dispatch's
+would replace its source), no JobSet or Job metadata, no service account."""
+
+
+def _outside(value: object, shape: object, path: str) -> Iterator[str]:
+    """Paths of ``value`` outside ``shape``: a dict of the keys allowed (each with its own shape), ``[shape]``
+    for a list's items, or ``...`` for anything."""
+    if shape is ...:
+        return
+    if isinstance(shape, list):
+        for i, item in enumerate(value if isinstance(value, list) else []):
+            name = item.get("name", i) if isinstance(item, Mapping) else i
+            yield from _outside(item, shape[0], f"{path}[{name}]")
+        return
+    if not isinstance(value, Mapping) or not isinstance(shape, Mapping):
+        return
+    for key, item in value.items():
+        if key not in shape:
+            # A null sets nothing.
+            if item is not None:
+                yield f"{path}.{key}"
+        else:
+            yield from _outside(item, shape[key], f"{path}.{key}")
+
+
+FOREIGN_ENTRY_SHAPE: Final = {
+    "manager": ...,
+    "time": ...,
+    "trainingRuntimeSpec": {
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": ...,
+                        "template": {
+                            "spec": {
+                                "template": {
+                                    "metadata": {k: ... for k in FOREIGN_POD_METADATA},
+                                    "spec": {k: ... for k in FOREIGN_POD_SPEC},
+                                }
+                            }
+                        },
+                    }
+                ]
+            }
+        }
+    },
+}
+
+
 def entry_intrusions(entry: Mapping[str, Any], where: str) -> list[str]:
-    """What an entry that is not dispatch's sets of what only dispatch's may: pod keys under
-    ``dispatch.phpboyscout.uk/`` or J's label, ``DISPATCH_*`` variables, the command, or a directive."""
-    found = list(_directives(entry, where))
+    """What an entry that is not dispatch's sets beyond what Kueue's may (``FOREIGN_ENTRY_SHAPE``), and, within
+    that, what only dispatch's may: pod keys under ``dispatch.phpboyscout.uk/`` or J's label, or a
+    strategic-merge directive."""
+    found = list(_outside(entry, FOREIGN_ENTRY_SHAPE, where)) + list(_directives(entry, where))
     jobs = dig(entry, *JOBS_IN_ENTRY)
     for j, job in enumerate(jobs if isinstance(jobs, list) else []):
         pod = dig(job, "template", "spec", "template")
         base = f"{where}.replicatedJobs[{j}].template.spec.template"
-        for part in ("labels", "annotations"):
+        for part in FOREIGN_POD_METADATA:
             keys = dig(pod, "metadata", part)
             for key in keys if isinstance(keys, Mapping) else {}:
                 if reserved_pod_key(key) and not str(key).startswith("$"):
                     found.append(f"{base}.metadata.{part}[{key}]")
-        for kind in ("containers", "initContainers"):
-            containers = dig(pod, "spec", kind)
-            for c, container in enumerate(containers if isinstance(containers, list) else []):
-                if not isinstance(container, Mapping):
-                    continue
-                cbase = f"{base}.spec.{kind}[{container.get('name', c)}]"
-                found += [f"{cbase}.{field}" for field in ("command", "args") if field in container]
-                env = container.get("env")
-                for e in env if isinstance(env, list) else []:
-                    name = e.get("name") if isinstance(e, Mapping) else None
-                    if isinstance(name, str) and name.startswith(ENV_RESERVED_PREFIX):
-                        found.append(f"{cbase}.env[{name}]")
     return found
 
 
@@ -87,9 +130,11 @@ def foreign_entry_problems(old: object, new: object) -> list[Problem]:
                     "runtime-patch.foreign",
                     f"spec.runtimePatches[{entry.get('manager', i)}]",
                     intrusions[:4],
-                    "only dispatch's entry sets pod keys under "
-                    f"{PREFIX}, {LABEL_RESTART_ATTEMPT}, {ENV_RESERVED_PREFIX}* variables or the trainer's "
-                    "command; entries apply in order and a later one would override A",
+                    "another manager's entry sets only pod labels and annotations (none under "
+                    f"{PREFIX} nor {LABEL_RESTART_ATTEMPT}) and the pods' "
+                    + ", ".join(FOREIGN_POD_SPEC)
+                    + ", as Kueue's does: entries apply in order, and a later one would override A, the "
+                    "trainer container or its volumes",
                 )
             )
     return problems

@@ -59,6 +59,9 @@ class ResourceInfo:
 class KubeHttp:
     credentials: Credentials
     timeout: float = 30.0
+    impersonate: tuple[str, str | None] | None = None
+    """(username, group or None) to act as, with the credentials' right to impersonate (an admin's). One group
+    at most: the API server takes each group from a header of its own, and urllib sends a header once."""
     _context: ssl.SSLContext | None = field(default=None, init=False, repr=False)
     _resources: dict[tuple[str, str], ResourceInfo] = field(default_factory=dict, init=False, repr=False)
 
@@ -82,6 +85,11 @@ class KubeHttp:
             headers["Content-Type"] = content_type
         if self.credentials.token:
             headers["Authorization"] = f"Bearer {self.credentials.token}"
+        if self.impersonate is not None:
+            user, group = self.impersonate
+            headers["Impersonate-User"] = user
+            if group is not None:
+                headers["Impersonate-Group"] = group
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, context=self._context, timeout=self.timeout) as resp:

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -37,6 +37,8 @@ from harness.webhooks import (
     wire_to_service,
     with_prefix,
 )
+from webhook import owners
+from webhook.config import DEFAULT_KUEUE_USERNAME
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -342,6 +344,37 @@ def _dry_run_create(admin: KubeHttp, obj: dict[str, Any]) -> Callable[[], bool]:
 
 # --- the components ----------------------------------------------------------------------------
 
+COMPONENTS_GROUP: Final = "dispatch-harness:components"
+"""Kueue, JobSet, Trainer and kwok: bound to cluster-admin, as their upstream RBAC would grant them what they use."""
+KWOK_USER: Final = "dispatch-harness:kwok"
+COMPONENT_IDENTITIES: Final = {
+    # As their upstream manifests run them, so that dispatch's default-deny policies see the principals their
+    # defaults name (webhook/owners.py).
+    "kueue": (DEFAULT_KUEUE_USERNAME, (COMPONENTS_GROUP,)),
+    "jobset": (owners.DEFAULT_USERNAMES[owners.JOBSET][0], (COMPONENTS_GROUP,)),
+    "trainer": (owners.DEFAULT_USERNAMES[owners.TRAINER][0], (COMPONENTS_GROUP,)),
+    # kwok plays every fake node's kubelet: a member of system:nodes (not named system:node:<name>, so
+    # NodeRestriction does not confine it to one node).
+    "kwok": (KWOK_USER, (COMPONENTS_GROUP, *owners.DEFAULT_GROUPS[owners.KUBELET])),
+}
+
+
+def component_kubeconfig(cp: ControlPlane, component: str) -> Path:
+    user, groups = COMPONENT_IDENTITIES[component]
+    return cp.client_kubeconfig(component, user, groups)
+
+
+def _grant_components(cp: ControlPlane) -> None:
+    cp.admin.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "dispatch-harness-components"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": COMPONENTS_GROUP}],
+        }
+    )
+
 
 def _start_kube_components(tb: TierB) -> None:
     cp = tb.control_plane
@@ -405,7 +438,7 @@ def _start_kwok(tb: TierB) -> None:
         "kwok",
         [
             cp.artifacts.binary("kwok"),
-            f"--kubeconfig={cp.admin_kubeconfig}",
+            f"--kubeconfig={component_kubeconfig(cp, 'kwok')}",
             f"--config={config}",
             # Only kwok's own nodes: tier C's real nodes are their kubelets'.
             "--manage-all-nodes=false",
@@ -439,7 +472,11 @@ def _start_jobset(tb: TierB) -> Callable[[], None]:
     config_path = _write_yaml(cp.run_dir / "jobset" / "config.yaml", config)
     cp.supervisor.start(
         "jobset",
-        [cp.artifacts.binary("jobset"), f"--config={config_path}", f"--kubeconfig={cp.admin_kubeconfig}"],
+        [
+            cp.artifacts.binary("jobset"),
+            f"--config={config_path}",
+            f"--kubeconfig={component_kubeconfig(cp, 'jobset')}",
+        ],
     )
 
     def install() -> None:
@@ -508,7 +545,7 @@ def _start_trainer(tb: TierB) -> Callable[[], None]:
         [
             cp.artifacts.binary("trainer-controller-manager"),
             f"--config={config_path}",
-            f"--kubeconfig={cp.admin_kubeconfig}",
+            f"--kubeconfig={component_kubeconfig(cp, 'trainer')}",
         ],
         env={**os.environ, "TMPDIR": str(tmpdir)},
     )
@@ -606,7 +643,7 @@ def _start_kueue(tb: TierB) -> Callable[[], None]:
         [
             cp.artifacts.binary("kueue"),
             f"--config={config_path}",
-            f"--kubeconfig={cp.admin_kubeconfig}",
+            f"--kubeconfig={component_kubeconfig(cp, 'kueue')}",
             "--zap-log-level=2",
         ],
         env={**os.environ, "NAMESPACE": KUEUE_NAMESPACE},
@@ -684,6 +721,7 @@ def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> Tier
     for ns in (KUEUE_NAMESPACE, JOBSET_NAMESPACE, TRAINER_NAMESPACE):
         cp.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
+    _grant_components(cp)
     before = {p.name for p in cp.supervisor.processes}
     _start_kube_components(tb)
     _start_kwok(tb)

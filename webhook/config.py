@@ -9,6 +9,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.keys import ADMISSION_CHECK_NAME
 from serving.config import ConfigError, load_yaml_model
+from webhook.owners import (
+    BREAK_GLASS,
+    DEFAULT_GROUPS,
+    DEFAULT_USERNAMES,
+    DISPATCH,
+    GARBAGE_COLLECTOR,
+    JOB_CONTROLLER,
+    JOBSET,
+    KUBELET,
+    KUEUE,
+    NODE_LIFECYCLE,
+    POD_GARBAGE_COLLECTOR,
+    SCHEDULER,
+    TRAINER,
+)
 from webhook.review import User
 
 __all__ = [
@@ -17,6 +32,7 @@ __all__ = [
     "DEFAULT_KUEUE_USERNAME",
     "Config",
     "ConfigError",
+    "Owners",
     "Principals",
     "load_config",
 ]
@@ -46,6 +62,28 @@ class Principals(BaseModel):
         return user.username in self.usernames or any(g in self.groups for g in user.groups)
 
 
+def _owner(role: str) -> Principals:
+    return Principals(usernames=DEFAULT_USERNAMES[role], groups=DEFAULT_GROUPS[role])
+
+
+class Owners(BaseModel):
+    """The principals of the other parties that own part of a dispatch job's objects (webhook/owners.py; dispatch
+    and Kueue are the config's own). Defaults match the upstream manifests; set them to how your cluster runs
+    them. ``breakGlass`` may write anything on dispatch's objects: empty unless a site names its admins."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trainer: Principals = Field(default_factory=lambda: _owner(TRAINER))
+    jobset: Principals = Field(default_factory=lambda: _owner(JOBSET))
+    jobController: Principals = Field(default_factory=lambda: _owner(JOB_CONTROLLER))
+    garbageCollector: Principals = Field(default_factory=lambda: _owner(GARBAGE_COLLECTOR))
+    podGarbageCollector: Principals = Field(default_factory=lambda: _owner(POD_GARBAGE_COLLECTOR))
+    nodeLifecycle: Principals = Field(default_factory=lambda: _owner(NODE_LIFECYCLE))
+    scheduler: Principals = Field(default_factory=lambda: _owner(SCHEDULER))
+    kubelet: Principals = Field(default_factory=lambda: _owner(KUBELET))
+    breakGlass: Principals = Field(default_factory=lambda: _owner(BREAK_GLASS))
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -61,6 +99,16 @@ class Config(BaseModel):
     """Accept the spec's original prologue text too (with a warning: it can repeat or garble an epoch)."""
     allow_rank_restart: bool = Field(False, alias="allowRankRestart")
     """Accept runtimes that let a failed rank be replaced without a new execution identity."""
+    owners: Owners = Field(default_factory=Owners)
+    """Who else owns part of a dispatch job's objects: the default-deny policies (webhook/owners.py)."""
+
+    def principals(self, role: str) -> Principals:
+        """The principals of a role of webhook/owners.py."""
+        if role == DISPATCH:
+            return self.dispatch
+        if role == KUEUE:
+            return self.kueue
+        return getattr(self.owners, role)
 
 
 def load_config(path: str | Path | None) -> Config:

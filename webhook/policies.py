@@ -35,7 +35,6 @@ from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
-    ENV_RESERVED_PREFIX,
     GATE,
     HOLD_ANNOTATIONS,
     LABEL_ANCESTOR_STEP,
@@ -46,7 +45,9 @@ from contract.keys import (
     PREFIX,
     RUNTIME_PATCH_MANAGER,
 )
-from webhook.config import Config
+from contract.patches import FOREIGN_POD_SPEC
+from webhook import owners
+from webhook.config import Config, Principals
 from webhook.configurations import JOBSETS, NAME, RESOURCES, UNSUSPENDS, claims, namespace_selector
 
 RESERVED_KEYS: Final = f"{NAME}-reserved-keys"
@@ -113,16 +114,34 @@ def _reserved_pod_key(k: str) -> str:
     return f"({k}.startsWith({_q(PREFIX)}) || {k} == {_q(LABEL_RESTART_ATTEMPT)} || {k}.startsWith('$'))"
 
 
+# The fields the TrainJob CRD's runtime-patch schema (Trainer v2.2.1) offers beyond what another manager's entry
+# may set (contract.patches.FOREIGN_ENTRY_SHAPE): CEL cannot list an object's fields, so the policy names them.
+_FOREIGN_FORBIDDEN_POD_SPEC: Final = (
+    "affinity",
+    "containers",
+    "imagePullSecrets",
+    "initContainers",
+    "securityContext",
+    "serviceAccountName",
+    "terminationGracePeriodSeconds",
+    "volumes",
+)
+_FOREIGN_FORBIDDEN_METADATA: Final = ("finalizers", "name", "namespace")
+
+
 def _clean_entry(p: str) -> str:
-    """CEL: runtime-patch entry ``p`` sets no pod key, DISPATCH_* variable or command of dispatch's."""
+    """CEL: runtime-patch entry ``p`` carries only what Kueue's may (contract.patches.FOREIGN_ENTRY_SHAPE), and no
+    pod key of dispatch's or J's."""
     pod = "j.?template.?spec.?template"
-    containers = " + ".join(f"{pod}.?spec.?{kind}.orValue([])" for kind in ("containers", "initContainers"))
+    absent = ["!j.?template.?metadata.hasValue()"]
+    absent += [f"!{pod}.?metadata.?{f}.hasValue()" for f in _FOREIGN_FORBIDDEN_METADATA]
+    absent += [f"!{pod}.?spec.?{f}.hasValue()" for f in _FOREIGN_FORBIDDEN_POD_SPEC]
     return (
+        f"!{p}.?trainingRuntimeSpec.?template.?metadata.hasValue() && "
         f"{p}.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([]).all(j, "
-        f"{pod}.?metadata.?labels.orValue({{}}).all(k, !{_reserved_pod_key('k')}) && "
-        f"{pod}.?metadata.?annotations.orValue({{}}).all(k, !{_reserved_pod_key('k')}) && "
-        f"({containers}).all(c, !has(c.command) && !has(c.args) && "
-        f"c.?env.orValue([]).all(e, !e.name.startsWith({_q(ENV_RESERVED_PREFIX)}))))"
+        + " && ".join(absent)
+        + f" && {pod}.?metadata.?labels.orValue({{}}).all(k, !{_reserved_pod_key('k')}) && "
+        f"{pod}.?metadata.?annotations.orValue({{}}).all(k, !{_reserved_pod_key('k')}))"
     )
 
 
@@ -134,10 +153,14 @@ def _dispatch_checks(config: Config) -> str:
     return json.dumps(list(config.admission_checks))
 
 
-def _is_dispatch(config: Config) -> str:
-    users = json.dumps(list(config.dispatch.usernames))
-    groups = json.dumps(list(config.dispatch.groups))
+def _is(principals: Principals) -> str:
+    users = json.dumps(list(principals.usernames))
+    groups = json.dumps(list(principals.groups))
     return f"request.userInfo.username in {users} || request.userInfo.groups.exists(g, g in {groups})"
+
+
+def _is_dispatch(config: Config) -> str:
+    return _is(config.dispatch)
 
 
 def _policy(
@@ -179,8 +202,10 @@ def _binding(policy: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]]:
-    """The policies and their bindings, for dispatch installed in ``namespace``."""
+def admission_policies(config: Config, *, namespace: str, owners_too: bool = True) -> list[dict[str, Any]]:
+    """The policies and their bindings, for dispatch installed in ``namespace``: the owner policies (default
+    deny by principal) and the field rules that police what each owner writes; ``owners_too=False``, the field
+    rules alone (their tests, where one ServiceAccount plays an owner)."""
     reserved = _policy(
         RESERVED_KEYS,
         list(RESOURCES),
@@ -290,8 +315,10 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
                     "oldObject.spec.?runtimePatches.orValue([]).exists(o, o.manager == p.manager && "
                     "o.?trainingRuntimeSpec == p.?trainingRuntimeSpec) || "
                     f"{_clean_entry('p')})",
-                    "message": f"only dispatch's runtime-patch entry sets pod keys under {PREFIX}, "
-                    f"{LABEL_RESTART_ATTEMPT}, {ENV_RESERVED_PREFIX}* variables or the trainer's command",
+                    "message": "another manager's runtime-patch entry sets only pod labels and annotations (none "
+                    f"under {PREFIX} nor {LABEL_RESTART_ATTEMPT}) and the pods' "
+                    + ", ".join(FOREIGN_POD_SPEC)
+                    + ", as Kueue's does: not the trainer container, its volumes or dispatch's keys",
                     "reason": "Forbidden",
                 },
             ],
@@ -434,7 +461,8 @@ def admission_policies(config: Config, *, namespace: str) -> list[dict[str, Any]
         },
     )
     docs = []
-    for policy in (reserved, identity, unsuspend, workloads, jobsets, copies, pod_policy(config)):
+    policies = [reserved, identity, unsuspend, workloads, jobsets, copies, pod_policy(config)]
+    for policy in [*(owner_policies(config) if owners_too else []), *policies]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     return docs
 
@@ -513,3 +541,83 @@ def pod_policy(config: Config) -> dict[str, Any]:
             ],
         },
     )
+
+
+def owner_policy_name(kind: owners.Kind) -> str:
+    return f"{NAME}-owners-{kind.resource}"
+
+
+def _write_test(operation: str, subresource: str) -> str:
+    return f"(request.operation == {_q(operation)} && variables.subresource == {_q(subresource)})"
+
+
+def _roles_test(roles: tuple[str, ...]) -> str:
+    return "true" if owners.EVERYONE in roles else " || ".join(f"variables.{r}" for r in roles)
+
+
+def _who(roles: tuple[str, ...]) -> str:
+    return ", ".join(owners.ROLE_TITLES[r] for r in roles)
+
+
+def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
+    """Default deny on one kind: a write on an object of a dispatch job (judged on the object and its old
+    version) is refused unless its principal owns that write (webhook/owners.py), whatever field it touches."""
+    roles = sorted({r for rs in kind.writes.values() for r in rs if r != owners.EVERYONE} | {owners.BREAK_GLASS})
+    allowed = " || ".join(f"({_write_test(op, sub)} && ({_roles_test(rs)}))" for (op, sub), rs in kind.writes.items())
+    who = json.dumps({owners.write_name(op, sub): _who(rs) for (op, sub), rs in kind.writes.items()})
+    rule = {
+        "apiGroups": [kind.group],
+        "apiVersions": ["*"],
+        "resources": [kind.resource, f"{kind.resource}/*"],
+        "operations": ["CREATE", "UPDATE", "DELETE"],
+    }
+    validations = [
+        {
+            "expression": f"variables.{owners.BREAK_GLASS} || {allowed}",
+            "messageExpression": f"'{kind.kind} ' + request.name + ' belongs to a dispatch job: ' + variables.write + "
+            f"' is made only by ' + (variables.write in {who} ? {who}[variables.write] : 'nobody') + "
+            "' (or break-glass), and ' + request.userInfo.username + ' is none of them'",
+            "reason": "Forbidden",
+        }
+    ]
+    if kind.parent is not None:
+        parent_kind, pattern = kind.parent
+        validations.append(
+            {
+                # Only a dispatch job's own children carry dispatch's finalizer and keys: a stranger's Job or
+                # JobSet that copies them would otherwise block the controllers (the finalizer) or mislead the
+                # gate.
+                "expression": f"request.operation != 'CREATE' || variables.subresource != '' || "
+                f"object.metadata.?ownerReferences.orValue([]).exists(r, r.?controller.orValue(false) && "
+                f"r.?kind.orValue('') == {_q(parent_kind)} && r.?name.orValue('').matches({_q(pattern)}))",
+                "message": f"a {kind.kind} with dispatch's marks (its finalizer, its keys, a dispatch job's name or "
+                f"labels) is created only by its controller, a {parent_kind} of a dispatch job",
+                "reason": "Forbidden",
+            }
+        )
+    spec: dict[str, Any] = {
+        "matchConditions": [
+            {
+                "name": "dispatch-job-objects",
+                "expression": " || ".join(f"({o} != null && ({kind.belongs(o)}))" for o in ("object", "oldObject")),
+            }
+        ],
+        "variables": [
+            # An empty subResource is absent from the request.
+            {"name": "subresource", "expression": "request.?subResource.orValue('')"},
+            {
+                "name": "write",
+                "expression": "request.operation + (variables.subresource == '' ? '' : ' ' + variables.subresource)",
+            },
+            *({"name": r, "expression": _is(config.principals(r))} for r in roles),
+        ],
+        "validations": validations,
+    }
+    policy = _policy(owner_policy_name(kind), [], ["CREATE", "UPDATE", "DELETE"], spec)
+    policy["spec"]["matchConstraints"]["resourceRules"] = [rule]
+    return policy
+
+
+def owner_policies(config: Config) -> list[dict[str, Any]]:
+    """One default-deny policy per kind of a dispatch job's objects."""
+    return [owner_policy(config, kind) for kind in owners.KINDS]

@@ -33,11 +33,10 @@ from typing import Any
 import yaml
 from ulid import ULID
 
-from harness.cluster import ADMIN_USER, LOOPBACK, ControlPlane, free_port
+from harness.cluster import LOOPBACK, ControlPlane, free_port
 from harness.kube_http import ApiError, Credentials, KubeHttp
 from harness.kubeconfig import write_kubeconfig
 from harness.processes import ManagedProcess, tail, wait_until
-from webhook.config import DEFAULT_CONTROLLER_USERNAMES
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "dispatch-k8s"
 RELEASE = "dispatch-k8s"
@@ -71,18 +70,14 @@ IDENTITY = "dispatch-k8s-sandbox"
 TOKEN_SECONDS = 24 * 3600
 """Lifetime of the ServiceAccount tokens the local processes and the supervisor use."""
 
-# The chart's values for a local run. Kueue, Trainer and JobSet run in tier B with the harness's admin
-# certificate, not as upstream's ServiceAccounts: the webhook must know them as Kueue (it carries dispatch's
-# gate to the Workload) and as the controllers (they may delete a dispatch job's JobSet).
+# The chart's values for a local run. Kueue, Trainer and JobSet run in tier B under the usernames of upstream's
+# ServiceAccounts and kwok as a member of system:nodes (harness/tier_b.py), so the chart's default principals
+# are theirs.
 VALUES: dict[str, Any] = {
     "replicas": 1,
     "podAntiAffinity": "none",
     "podDisruptionBudget": {"enabled": False},
     "uninstallHook": {"enabled": False},
-    "webhook": {
-        "kueue": {"usernames": [ADMIN_USER]},
-        "controllers": {"usernames": [ADMIN_USER, *DEFAULT_CONTROLLER_USERNAMES]},
-    },
     "api": {"probeSeconds": 5},
 }
 

@@ -25,7 +25,7 @@ from contract.keys import ADMISSION_CHECK_CONTROLLER, ADMISSION_CHECK_NAME, LEAS
 from tests.chart.helm import CHART, ROOT, Rendered, run_helm, template, template_error
 from tests.chart.sets import VALUE_SETS, VALUES_DIR, rendered, value_set
 from webhook import cli as webhook_cli
-from webhook.config import Config, Principals
+from webhook.config import Config, Owners, Principals
 from webhook.config import load_config as load_webhook_config
 from webhook.configurations import webhook_configurations
 from webhook.policies import admission_policies
@@ -234,8 +234,16 @@ def test_the_policies_are_the_generators_with_the_same_principals_as_the_webhook
     config = load(tmp_path, config_file(r, webhook, parse_args(webhook).config), load_webhook_config)
     assert config.dispatch.usernames[0] == sa_username(r), "the chart's ServiceAccount is dispatch"
     assert config.admission_checks == (r.one("AdmissionCheck")["metadata"]["name"],), "the chart's check is dispatch's"
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["webhook"]["owners"]
+    owners = defaults | value_set(name).get("webhook", {}).get("owners", {})
     expected = admission_policies(
-        Config(dispatch=config.dispatch, admissionChecks=config.admission_checks), namespace=r.namespace
+        Config(
+            dispatch=config.dispatch,
+            kueue=config.kueue,
+            owners=Owners.model_validate(owners),
+            admissionChecks=config.admission_checks,
+        ),
+        namespace=r.namespace,
     )
     for doc in expected:
         doc["metadata"]["name"] = doc["metadata"]["name"].replace("dispatch-k8s", fullname(r), 1)
@@ -257,6 +265,14 @@ def test_extra_principals_reach_the_webhook_config_and_the_policies(tmp_path):
     text = yaml.safe_dump_all(r.of("ValidatingAdmissionPolicy"), width=10_000)
     assert "dispatch-supervisor" in text
     assert "dispatch:admins" in text
+    assert "system:serviceaccount:jobset:jobset-controller" in text, "an owner's principals reach the policies"
+    assert "platform:oncall" in text, "break-glass reaches the policies"
+
+
+def test_the_owner_defaults_of_the_chart_are_the_webhooks():
+    """values.yaml states each owner's principals as webhook/owners.py's defaults, which the docs describe."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["webhook"]["owners"]
+    assert Owners.model_validate(values) == Owners()
 
 
 def test_principals_with_quotes_stay_one_cel_string():
@@ -264,11 +280,15 @@ def test_principals_with_quotes_stay_one_cel_string():
     (policy,) = [p for p in r.of("ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("reserved-keys")]
     (variable,) = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
     users = [sa_username(r), 'we"ird: #user']
+    generated = admission_policies(
+        Config(dispatch=Principals(usernames=tuple(users), groups=("g\\1",))), namespace=r.namespace
+    )
+    (reserved,) = [
+        p for p in generated if p["metadata"]["name"].endswith("-reserved-keys") and "policyName" not in p["spec"]
+    ]
     assert (
         variable["expression"]
-        == admission_policies(
-            Config(dispatch=Principals(usernames=tuple(users), groups=("g\\1",))), namespace=r.namespace
-        )[0]["spec"]["variables"][0]["expression"]
+        == next(v for v in reserved["spec"]["variables"] if v["name"] == "dispatch")["expression"]
     )
 
 

@@ -42,7 +42,9 @@ def policies(control_plane, namespace, who) -> Iterator[list[dict]]:
     """The chart's policies, renamed for this test and bound to its namespace alone."""
     config = Config(dispatch=ConfigPrincipals(usernames=(who.dispatch_username,)))
     suffix = secrets.token_hex(3)
-    docs = admission_policies(config, namespace="dispatch-system")
+    # The field rules alone: here the stranger plays an owner (Kueue, say) whose writes they police; the owner
+    # policies, which refuse a stranger every write, are tests/cluster/test_owners.py's.
+    docs = admission_policies(config, namespace="dispatch-system", owners_too=False)
     for doc in docs:
         doc["metadata"]["name"] += f"-{suffix}"
         if doc["kind"] == "ValidatingAdmissionPolicyBinding":
@@ -239,11 +241,34 @@ def test_item_2_other_entries_may_not_override_a(who, namespace, policies):
     }  # fmt: skip
     err = denied(who.stranger, tj, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}],
                  content_type=JSON_PATCH)  # fmt: skip
-    assert "only dispatch's runtime-patch entry sets pod keys" in err
+    assert "another manager's runtime-patch entry sets only pod labels and annotations" in err
     entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] = {
         "spec": {"nodeSelector": {"zone": "a"}}
     }
     json_patch(who.stranger, tj, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}])
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        # A file mounted over the prologue's shell decides the identity the job sees; a volume named as dispatch's
+        # credential replaces its source; the service account, the JobSet's and the Job's metadata likewise.
+        {"spec": {"containers": [{"name": "node", "volumeMounts": [{"name": "x", "mountPath": "/bin"}]}]}},
+        {"spec": {"volumes": [{"name": "dispatch-credential-0", "emptyDir": {}}]}},
+        {"spec": {"serviceAccountName": "powerful"}},
+        {"metadata": {"finalizers": ["example.com/stuck"]}},
+    ],
+)
+def test_item_2_other_entries_carry_only_what_kueues_does(who, namespace, policies, pod):
+    tj = create(who, namespace)
+    entry = {
+        "manager": "example.com/mine",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": pod}}}]}}},
+    }  # fmt: skip
+    err = denied(who.stranger, tj, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}],
+                 content_type=JSON_PATCH)  # fmt: skip
+    assert "not the trainer container, its volumes or dispatch's keys" in err
 
 
 def _opened(who: Principals, tj: dict, *, mark: bool = True) -> dict:

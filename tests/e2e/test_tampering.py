@@ -202,7 +202,7 @@ def test_items_1_2_3_4_7_on_a_closed_job(guarded: Guarded) -> None:
         {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {
             "dispatch.phpboyscout.uk/admission": "1"}}}}}}]}}}}  # fmt: skip
     refused(g, s, path, [{"op": "add", "path": "/spec/runtimePatches/-", "value": entry}], content_type=JSON_PATCH,
-            says=_says(g, "runtime-patch.foreign", "only dispatch's runtime-patch entry sets pod keys"))  # fmt: skip
+            says=_says(g, "runtime-patch.foreign", "another manager's runtime-patch entry sets only pod labels and annotations"))  # fmt: skip
     plain = _plain_job(g)
     refused(
         g,

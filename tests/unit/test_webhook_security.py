@@ -152,6 +152,12 @@ def test_the_record_changes_only_in_an_unsuspend():
         lambda t: t.setdefault("spec", {}).update(containers=[{"name": "node", "env": [{"name": "DISPATCH_K8S_ADMISSION", "value": "1"}]}]),
         lambda t: t.setdefault("spec", {}).update(initContainers=[{"name": "fetch-publish", "env": [{"name": "DISPATCH_X", "value": "1"}]}]),
         lambda t: t.setdefault("spec", {}).update(containers=[{"name": "node", "command": ["sleep"]}]),
+        # Default deny: nothing of the trainer container, its volumes or the pod's identity, whatever the key.
+        lambda t: t.setdefault("spec", {}).update(containers=[{"name": "node", "volumeMounts": [{"name": "v", "mountPath": "/bin"}]}]),
+        lambda t: t.setdefault("spec", {}).update(volumes=[{"name": "dispatch-credential-0", "hostPath": {"path": "/"}}]),
+        lambda t: t.setdefault("spec", {}).update(serviceAccountName="powerful"),
+        lambda t: t.setdefault("spec", {}).update(securityContext={"runAsUser": 0}),
+        lambda t: t.setdefault("metadata", {}).update(finalizers=["example.com/stuck"]),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("user", [KUEUE, STRANGER, DISPATCH])
@@ -174,9 +180,36 @@ def test_kueues_own_admission_write_passes():
     def kueue_fills_its_entry(tj):
         t = pod_template(kueue_entry(tj))
         t["metadata"] = {"labels": {"kueue.x-k8s.io/podset": "node"}, "annotations": {"a.example/b": "c"}}
-        t["spec"] = {"nodeSelector": {"zone": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]}
+        t["spec"] = {
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
+        }
 
     assert admitted(opened_kueue(), kueue_fills_its_entry).allowed
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("trainingRuntimeSpec", "template", "metadata"),
+        ("trainingRuntimeSpec", "template", "spec", "replicatedJobs", 0, "template", "metadata"),
+    ],
+)
+def test_a_foreign_entry_touches_neither_the_jobsets_nor_the_jobs_metadata(where):
+    def intrude(tj):
+        node: Any = kueue_entry(tj)
+        for part in where[:-1]:
+            node = (
+                node[part]
+                if isinstance(part, int)
+                else node.setdefault(part, [{"name": "node"}] if part == "replicatedJobs" else {})
+            )
+        node[where[-1]] = {"labels": {"team": "x"}}
+
+    verdict = admitted(opened_kueue(), intrude, user=KUEUE)
+    assert "runtime-patch.foreign" in verdict.message
+    assert ".".join(str(p) for p in where if not isinstance(p, int)).split(".")[-1] in verdict.message
 
 
 def test_the_merged_pod_template_decides_a():

@@ -1,0 +1,335 @@
+"""Default deny by principal, on the real API server: the owner policies alone (no webhook, no other policy).
+
+Every role of webhook/owners.py acts through impersonation (the admin's right), each as a username of its own,
+and tries every write on each kind of a dispatch job's objects, as a dry run (admission runs, nothing is
+stored). Each write must pass exactly when webhook/owners.py says its role owns it: the policies the API
+server evaluates and the table docs/security.md is checked against agree on every case.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from ulid import ULID
+
+from harness.cluster import ControlPlane
+from harness.kube_http import ApiError, KubeHttp
+from webhook import owners
+from webhook.config import Config, Owners, Principals
+from webhook.policies import owner_policies
+
+pytestmark = pytest.mark.cluster
+MERGE = "application/merge-patch+json"
+RBAC = "rbac.authorization.k8s.io/v1"
+STRANGER = "stranger"
+ROLES = (owners.DISPATCH, owners.KUEUE, *Owners.model_fields)
+
+
+def _user(role: str) -> str:
+    return f"dispatch-test:{role}"
+
+
+# A kubelet is known by its group (system:nodes), every other role by its username.
+ROLE_GROUP = {owners.KUBELET: "system:nodes"}
+
+
+def _config() -> Config:
+    principals = {
+        r: Principals(groups=(ROLE_GROUP[r],)) if r in ROLE_GROUP else Principals(usernames=(_user(r),)) for r in ROLES
+    }
+    return Config(
+        dispatch=principals[owners.DISPATCH],
+        kueue=principals[owners.KUEUE],
+        owners=Owners(**{r: principals[r] for r in Owners.model_fields}),
+    )
+
+
+@dataclass
+class Job:
+    """One dispatch job's objects, as their controllers would have made them."""
+
+    namespace: str
+    name: str
+    objects: dict[str, dict[str, Any]]
+
+
+def _ref(obj: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+    }
+
+
+def _pod_spec() -> dict[str, Any]:
+    return {"restartPolicy": "Never", "containers": [{"name": "node", "image": "registry.invalid/trainer"}]}
+
+
+def _trainjob(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"runtimeRef": {"name": name, "kind": "TrainingRuntime"}, "suspend": True},
+    }
+
+
+def _runtime(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"template": {"spec": {"replicatedJobs": [_replicated_job()]}}},
+    }
+
+
+def _replicated_job() -> dict[str, Any]:
+    return {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": _pod_spec()}}}}
+
+
+def _jobset(namespace: str, name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": [_ref(owner)]},
+        "spec": {"suspend": True, "replicatedJobs": [_replicated_job()]},
+    }
+
+
+def _job(namespace: str, name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"jobset.sigs.k8s.io/jobset-name": owner["metadata"]["name"]},
+            "ownerReferences": [_ref(owner)],
+        },
+        "spec": {"suspend": True, "template": {"spec": _pod_spec()}},
+    }
+
+
+def _pod(namespace: str, name: str, owner: dict[str, Any], jobset: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"jobset.sigs.k8s.io/jobset-name": jobset},
+            "ownerReferences": [_ref(owner)],
+        },
+        "spec": _pod_spec(),
+    }
+
+
+def _workload(namespace: str, name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": [_ref(owner)]},
+        "spec": {"queueName": "q", "podSets": [{"name": "node", "count": 1, "template": {"spec": _pod_spec()}}]},
+    }
+
+
+def _dispatch_name() -> str:
+    return f"dj-{str(ULID()).lower()}-s1"
+
+
+def _make_job(admin: KubeHttp, namespace: str) -> Job:
+    name = _dispatch_name()
+    trainjob = admin.create(_trainjob(namespace, name))
+    runtime = admin.create(_runtime(namespace, name))
+    jobset = admin.create(_jobset(namespace, name, trainjob))
+    job = admin.create(_job(namespace, f"{name}-node-0", jobset))
+    pod = admin.create(_pod(namespace, f"{name}-node-0-0-{secrets.token_hex(3)}", job, name))
+    workload = admin.create(_workload(namespace, f"trainjob-{name}-{secrets.token_hex(3)}", trainjob))
+    return Job(namespace, name, {
+        "trainjobs": trainjob, "trainingruntimes": runtime, "jobsets": jobset, "jobs": job, "pods": pod,
+        "workloads": workload,
+    })  # fmt: skip
+
+
+def _fresh(job: Job, resource: str) -> dict[str, Any]:
+    """A new object of ``resource`` that claims to belong to ``job``, as its creator would make it."""
+    o, ns, name = job.objects, job.namespace, job.name
+    return {
+        "trainjobs": lambda: _trainjob(ns, _dispatch_name()),
+        "trainingruntimes": lambda: _runtime(ns, _dispatch_name()),
+        "jobsets": lambda: _jobset(ns, _dispatch_name(), o["trainjobs"]),
+        "jobs": lambda: _job(ns, f"{name}-node-1", o["jobsets"]),
+        "pods": lambda: _pod(ns, f"{name}-node-0-0-{secrets.token_hex(3)}", o["jobs"], name),
+        "workloads": lambda: _workload(ns, f"trainjob-{name}-{secrets.token_hex(3)}", o["trainjobs"]),
+    }[resource]()  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def armed(control_plane: ControlPlane) -> Iterator[tuple[Job, dict[str, KubeHttp]]]:
+    """A dispatch job's objects in a namespace of their own, the owner policies bound to it, and a client per
+    role (and a stranger's), each allowed by RBAC to do anything: what they may not do is the policies'."""
+    cp = control_plane
+    namespace = cp.create_namespace(f"owners-{secrets.token_hex(3)}")
+    cp.ensure_service_account(namespace, "default")  # no controller makes it in tier A; pods need it
+    job = _make_job(cp.admin, namespace)
+    suffix = secrets.token_hex(3)
+    binding_name = f"owners-test-{suffix}"
+    users = [_user(r) for r in (*ROLES, STRANGER)]
+    cp.admin.create({
+        "apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": binding_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u} for u in users],
+    })  # fmt: skip
+    docs = []
+    for policy in owner_policies(_config()):
+        policy["metadata"]["name"] += f"-{suffix}"
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy["metadata"]["name"]},
+            "spec": {
+                "policyName": policy["metadata"]["name"],
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            },
+        }
+        docs += [cp.admin.create(policy), cp.admin.create(binding)]
+    clients = {r: KubeHttp(cp.admin_credentials, impersonate=(_user(r), ROLE_GROUP.get(r))) for r in (*ROLES, STRANGER)}
+    _wait_enforced(clients[STRANGER], job)
+    yield job, clients
+    for doc in reversed(docs):
+        cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+    cp.admin.delete(RBAC, "ClusterRoleBinding", binding_name)
+    cp.delete_namespace(namespace)
+
+
+def _wait_enforced(stranger: KubeHttp, job: Job) -> None:
+    """Policies load asynchronously, each on its own: wait until the stranger's label on every kind is refused."""
+    deadline = time.monotonic() + 30
+    pending = set(job.objects)
+    while pending and time.monotonic() < deadline:
+        for resource in sorted(pending):
+            if _attempt(stranger, job, resource, ("UPDATE", "")) is not None:
+                pending.discard(resource)
+        time.sleep(0.2)
+    assert not pending, f"owner policies not enforced within 30 s on {sorted(pending)}"
+
+
+WRITES: dict[str, list[tuple[str, str]]] = {
+    resource: [("CREATE", ""), ("UPDATE", ""), ("UPDATE", "status"), ("DELETE", "")]
+    for resource in ("trainjobs", "trainingruntimes", "jobsets", "jobs", "workloads")
+}
+WRITES["trainingruntimes"].remove(("UPDATE", "status"))  # TrainingRuntimes have no status
+WRITES["pods"] = [
+    ("CREATE", ""),
+    ("UPDATE", ""),
+    ("UPDATE", "status"),
+    ("CREATE", "binding"),
+    ("CREATE", "eviction"),
+    ("UPDATE", "ephemeralcontainers"),
+    ("UPDATE", "resize"),
+    ("DELETE", ""),
+]
+
+
+def _attempt(http: KubeHttp, job: Job, resource: str, write: tuple[str, str]) -> str | None:
+    """Try ``write`` as a dry run; None when admitted, else the refusal's message."""
+    obj = job.objects[resource]
+    path = http.object_path(obj)
+    operation, sub = write
+    dry = {"dryRun": "All"}
+    try:
+        if operation == "CREATE" and not sub:
+            http.request("POST", path.rsplit("/", 1)[0], _fresh(job, resource), query=dry)
+        elif sub == "binding":
+            target = {"apiVersion": "v1", "kind": "Node", "name": "somewhere"}
+            binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": obj["metadata"]["name"]},
+                       "target": target}  # fmt: skip
+            http.request("POST", f"{path}/binding", binding, query=dry)
+        elif sub == "eviction":
+            eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                        "metadata": {"name": obj["metadata"]["name"], "namespace": job.namespace}}  # fmt: skip
+            http.request("POST", f"{path}/eviction", eviction, query=dry)
+        elif operation == "UPDATE":
+            patch = {"metadata": {"labels": {"touched-by": "test"}}} if not sub else {}
+            http.request("PATCH", f"{path}/{sub}" if sub else path, patch, query=dry, content_type=MERGE)
+        else:
+            http.request("DELETE", path, query=dry)
+    except ApiError as err:
+        if err.status != 403:
+            raise
+        return json.loads(err.body)["message"]
+    return None
+
+
+CASES = [(resource, write) for resource, writes in WRITES.items() for write in writes]
+
+
+@pytest.mark.parametrize(("resource", "write"), CASES, ids=[f"{r}-{owners.write_name(*w)}" for r, w in CASES])
+def test_each_write_passes_exactly_for_its_owners(armed, resource, write):
+    job, clients = armed
+    kind = next(k for k in owners.KINDS if k.resource == resource)
+    allowed = owners.allowed_roles(kind, *write)
+    outcomes = {role: _attempt(http, job, resource, write) for role, http in clients.items()}
+    for role, refusal in outcomes.items():
+        expected = owners.EVERYONE in allowed or role in allowed
+        assert (refusal is None) == expected, (role, refusal)
+        if refusal is not None:
+            assert "belongs to a dispatch job" in refusal or "created only by its controller" in refusal, refusal
+            assert _user(role) in refusal or "created only by its controller" in refusal, refusal
+
+
+def test_the_refusal_names_the_object_the_write_and_its_owners(armed):
+    job, clients = armed
+    refusal = _attempt(clients[STRANGER], job, "jobs", ("UPDATE", "status"))
+    name = job.objects["jobs"]["metadata"]["name"]
+    assert refusal is not None
+    assert f"Job {name} belongs to a dispatch job: UPDATE status is made only by the Job controller" in refusal
+    assert f"{_user(STRANGER)} is none of them" in refusal
+
+
+def test_belonging_is_judged_on_the_old_object_and_the_new(armed, control_plane):
+    """A stranger may neither strip a dispatch pod of its marks (the old object belongs) nor give an ordinary pod
+    dispatch's marks (the new one would); an ordinary pod stays the stranger's to edit."""
+    job, clients = armed
+    stranger = clients[STRANGER]
+    pod = job.objects["pods"]
+    strip = {"metadata": {"labels": None, "ownerReferences": None}}
+    with pytest.raises(ApiError) as err:
+        stranger.request("PATCH", stranger.object_path(pod), strip, query={"dryRun": "All"}, content_type=MERGE)
+    assert err.value.status == 403
+    plain = control_plane.admin.create({"apiVersion": "v1", "kind": "Pod", "spec": _pod_spec(),
+                                        "metadata": {"name": "plain", "namespace": job.namespace}})  # fmt: skip
+    path = stranger.object_path(plain)
+    stranger.request("PATCH", path, {"metadata": {"labels": {"mine": "yes"}}}, content_type=MERGE)
+    for claim in (
+        {"metadata": {"labels": {"jobset.sigs.k8s.io/jobset-name": job.name}}},
+        {"metadata": {"finalizers": ["dispatch.phpboyscout.uk/may-still-run"]}},
+        {"metadata": {"labels": {"dispatch.phpboyscout.uk/job-id": "x"}}},
+    ):
+        with pytest.raises(ApiError) as err:
+            stranger.request("PATCH", path, claim, query={"dryRun": "All"}, content_type=MERGE)
+        assert err.value.status == 403, claim
+    stranger.delete("v1", "Pod", "plain", job.namespace)
+
+
+def test_only_a_dispatch_jobs_own_children_carry_its_marks(armed):
+    """The Job controller may create a dispatch job's pods, but a pod carrying dispatch's finalizer whose
+    controller is another Job (a stranger's Job that copied the finalizer) is refused to it too."""
+    job, clients = armed
+    pod = _pod(job.namespace, f"other-{secrets.token_hex(3)}", job.objects["jobs"], job.name)
+    pod["metadata"]["ownerReferences"][0]["name"] = "someone-elses-job"
+    pod["metadata"]["finalizers"] = ["dispatch.phpboyscout.uk/may-still-run"]
+    controller = clients[owners.JOB_CONTROLLER]
+    with pytest.raises(ApiError) as err:
+        controller.request("POST", controller.collection_path("v1", "Pod", job.namespace), pod, query={"dryRun": "All"})
+    assert err.value.status == 403
+    assert "is created only by its controller, a Job of a dispatch job" in json.loads(err.value.body)["message"]

@@ -1,0 +1,299 @@
+"""Default deny by principal: every object of a dispatch job is written only by the parties that own it.
+
+A dispatch job's objects are its TrainJob, its runtime copy, its JobSet, the JobSet's Jobs, their pods and its
+Workload. For each kind, ``OWNERS`` names every write (an operation on the object or on one of its
+subresources) and the roles that may make it; every other write, by anyone, is refused, whatever field it
+touches. This is the perimeter; the field rules of docs/webhook.md and the other policies then say what each
+owner may change. Kubernetes' NodeRestriction is the model: a principal writes only what is its own.
+
+Belonging is judged on the old and the new object (``belongs``), by names, labels, owner references and
+dispatch's finalizer, so a write cannot escape the rule by removing the marks in the same write, and a create
+that claims to belong is refused unless its principal is the kind's creator.
+
+The table is data: ``webhook.policies`` renders it as one ValidatingAdmissionPolicy per kind (the API server
+enforces it in-process, with or without the webhook), and docs/security.md's allowlist is checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from contract.keys import (
+    ANNOTATION_ADMISSION_GATED_BY,
+    GATE,
+    JOBSET_GROUP,
+    KIND_TRAINJOB,
+    LABEL_JOBSET_NAME,
+    POD_FINALIZER,
+    PREFIX,
+    RUNTIME_PATCH_MANAGER,
+    TRAINER_GROUP,
+)
+
+# -- Roles -----------------------------------------------------------------------------------------
+DISPATCH: Final = "dispatch"
+KUEUE: Final = "kueue"
+TRAINER: Final = "trainer"
+JOBSET: Final = "jobset"
+JOB_CONTROLLER: Final = "jobController"
+GARBAGE_COLLECTOR: Final = "garbageCollector"
+POD_GARBAGE_COLLECTOR: Final = "podGarbageCollector"
+NODE_LIFECYCLE: Final = "nodeLifecycle"
+SCHEDULER: Final = "scheduler"
+KUBELET: Final = "kubelet"
+BREAK_GLASS: Final = "breakGlass"
+EVERYONE: Final = "everyone"
+
+ROLE_TITLES: Final = {
+    DISPATCH: "dispatch",
+    KUEUE: "Kueue",
+    TRAINER: "Trainer",
+    JOBSET: "JobSet",
+    JOB_CONTROLLER: "the Job controller",
+    GARBAGE_COLLECTOR: "the garbage collector",
+    POD_GARBAGE_COLLECTOR: "the pod garbage collector",
+    NODE_LIFECYCLE: "the node lifecycle controllers",
+    SCHEDULER: "the scheduler",
+    KUBELET: "a kubelet",
+    BREAK_GLASS: "break-glass",
+    EVERYONE: "anyone",
+}
+
+# The principals of the roles other than dispatch and Kueue (webhook.config's own), as their upstream
+# manifests run them: kube-controller-manager's controllers with --use-service-account-credentials (as
+# kubeadm runs them) and without it (all as system:kube-controller-manager).
+KCM: Final = "system:kube-controller-manager"
+
+
+def _kcm(*controllers: str) -> tuple[str, ...]:
+    return (*(f"system:serviceaccount:kube-system:{c}" for c in controllers), KCM)
+
+
+DEFAULT_USERNAMES: Final = {
+    TRAINER: ("system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",),
+    # Standalone, and as Trainer's own manifests install it beside Trainer.
+    JOBSET: (
+        "system:serviceaccount:jobset-system:jobset-controller-manager",
+        "system:serviceaccount:kubeflow-system:jobset-controller-manager",
+    ),
+    JOB_CONTROLLER: _kcm("job-controller"),
+    # The namespace controller and the TTL-after-finished controller delete too: a namespace's deletion, a
+    # finished Job's TTL.
+    GARBAGE_COLLECTOR: _kcm("generic-garbage-collector", "namespace-controller", "ttl-after-finished-controller"),
+    POD_GARBAGE_COLLECTOR: _kcm("pod-garbage-collector"),
+    # The node lifecycle controller marks a lost node's pods not ready, and its taint-eviction controller (under
+    # the same ServiceAccount) adds the DisruptionTarget condition before it deletes them; the disruption
+    # controller resets a stale DisruptionTarget.
+    NODE_LIFECYCLE: _kcm("node-controller", "disruption-controller"),
+    SCHEDULER: ("system:kube-scheduler",),
+    KUBELET: (),
+    BREAK_GLASS: (),
+}
+DEFAULT_GROUPS: Final = {role: () for role in DEFAULT_USERNAMES} | {KUBELET: ("system:nodes",)}
+"""A kubelet is any member of system:nodes: NodeRestriction confines each to its own node's pods."""
+
+
+# -- What each kind's owners may write ---------------------------------------------------------------
+Write = tuple[str, str]
+"""(operation, subresource): ``("UPDATE", "status")``; ``""`` is the object itself."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    group: str
+    resource: str
+    writes: dict[Write, tuple[str, ...]]
+    """Each write allowed on a dispatch job's object of this kind, and who may make it. Anything else is
+    refused to everyone but break-glass."""
+    belongs: Callable[[str], str]
+    """CEL over the object named (``object`` or ``oldObject``, never null): it is, or claims to be, a dispatch
+    job's."""
+    parent: tuple[str, str] | None = None
+    """(kind, name pattern) of the controller every created object of this kind that belongs must have: only a
+    dispatch job's own children carry dispatch's finalizer and keys."""
+
+
+# A superset of dispatch's TrainJob names (dj-<ULID>-s<N>; the webhook parses exactly): the JobSet is named as
+# its TrainJob, its Jobs and their pods start with that name and a dash.
+NAME_PATTERN: Final = "^dj-[0-9a-z]{26}-s[0-9]+$"
+CHILD_NAME_PATTERN: Final = "^dj-[0-9a-z]{26}-s[0-9]+-"
+
+
+def _q(text: str) -> str:
+    return json.dumps(text)
+
+
+def _named(o: str, pattern: str = NAME_PATTERN) -> str:
+    return f"{o}.metadata.?name.orValue('').matches({_q(pattern)})"
+
+
+def _meta(o: str, where: str) -> str:
+    """``o``'s metadata, or its pod template's (``where="spec.template.metadata"``), as an optional chain."""
+    return o + "".join(f".?{part}" for part in where.split("."))
+
+
+def _keys(o: str, where: str = "metadata") -> str:
+    """Labels or annotations under dispatch.phpboyscout.uk/."""
+    m = _meta(o, where)
+    return (
+        f"{m}.?labels.orValue({{}}).exists(k, k.startsWith({_q(PREFIX)})) || "
+        f"{m}.?annotations.orValue({{}}).exists(k, k.startsWith({_q(PREFIX)}))"
+    )
+
+
+def _gated(o: str) -> str:
+    """dispatch's gate in Kueue's admission-gated-by (a TrainJob's, and the copy on its Workload)."""
+    return f"{o}.metadata.?annotations[?{_q(ANNOTATION_ADMISSION_GATED_BY)}].orValue('').contains({_q(GATE)})"
+
+
+def _owner(o: str, kind: str, pattern: str) -> str:
+    return (
+        f"{o}.metadata.?ownerReferences.orValue([]).exists(r, r.?kind.orValue('') == {_q(kind)} && "
+        f"r.?name.orValue('').matches({_q(pattern)}))"
+    )
+
+
+def _finalized(o: str, where: str = "metadata") -> str:
+    return f"{_q(POD_FINALIZER)} in {_meta(o, where)}.?finalizers.orValue([])"
+
+
+def _jobset_label(o: str, where: str = "metadata") -> str:
+    return f"{_meta(o, where)}.?labels[?{_q(LABEL_JOBSET_NAME)}].orValue('').matches({_q(NAME_PATTERN)})"
+
+
+def _dispatch_patch(o: str) -> str:
+    return f"{o}.?spec.?runtimePatches.orValue([]).exists(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+
+
+def _any(*parts: str) -> str:
+    return " || ".join(f"({p})" for p in parts)
+
+
+_POD_TEMPLATE = "spec.template.metadata"
+"""A Job's pod template's metadata, as a path under the object."""
+
+TRAINJOBS: Final = Kind(
+    KIND_TRAINJOB,
+    TRAINER_GROUP,
+    "trainjobs",
+    {
+        ("CREATE", ""): (DISPATCH,),
+        # Kueue suspends, unsuspends and fills its runtime-patch entry; the garbage collector removes the
+        # finalizers of a foreground or orphaning delete. Trainer writes the status only.
+        ("UPDATE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR),
+        ("UPDATE", "status"): (TRAINER,),
+        # Kueue too, where a site sets its workloadRetentionPolicy: a deleted TrainJob leaves its pods, held
+        # by dispatch's finalizer until their processes are proven gone.
+        ("DELETE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR),
+    },
+    lambda o: _any(_named(o), _dispatch_patch(o), _keys(o), _gated(o)),
+)
+RUNTIME_COPIES: Final = Kind(
+    "TrainingRuntime",
+    TRAINER_GROUP,
+    "trainingruntimes",
+    {
+        ("CREATE", ""): (DISPATCH,),
+        # Trainer's finalizer trainer.kubeflow.org/resource-in-use while a TrainJob refers to it.
+        ("UPDATE", ""): (TRAINER, GARBAGE_COLLECTOR),
+        ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR),
+    },
+    lambda o: _any(_named(o), _keys(o)),
+)
+WORKLOADS: Final = Kind(
+    "Workload",
+    "kueue.x-k8s.io",
+    "workloads",
+    {
+        ("CREATE", ""): (KUEUE,),
+        ("UPDATE", ""): (KUEUE, DISPATCH, GARBAGE_COLLECTOR),
+        ("UPDATE", "status"): (KUEUE, DISPATCH),
+        ("DELETE", ""): (KUEUE, GARBAGE_COLLECTOR),
+    },
+    # Kueue names a TrainJob's Workload trainjob-<name>-<hash>, with a controller reference to it.
+    lambda o: _any(
+        _owner(o, KIND_TRAINJOB, NAME_PATTERN),
+        _named(o, "^trainjob-dj-[0-9a-z]{26}-s[0-9]+-"),
+        _keys(o),
+        _gated(o),
+    ),
+)
+JOBSETS: Final = Kind(
+    "JobSet",
+    JOBSET_GROUP,
+    "jobsets",
+    {
+        # Trainer applies it (server-side apply) while it or its TrainJob is suspended; Kueue suspends it as a
+        # child of the TrainJob it manages.
+        ("CREATE", ""): (TRAINER,),
+        ("UPDATE", ""): (TRAINER, KUEUE, GARBAGE_COLLECTOR),
+        ("UPDATE", "status"): (JOBSET,),
+        # Trainer at activeDeadlineSeconds, JobSet's TTL, the garbage collector after the TrainJob.
+        ("DELETE", ""): (DISPATCH, TRAINER, JOBSET, GARBAGE_COLLECTOR),
+    },
+    lambda o: _any(_named(o), _owner(o, KIND_TRAINJOB, NAME_PATTERN), _keys(o)),
+)
+JOBS: Final = Kind(
+    "Job",
+    "batch",
+    "jobs",
+    {
+        # JobSet suspends and resumes them (clearing a resumed Job's status.startTime); Kueue suspends them as
+        # children of the TrainJob it manages.
+        ("CREATE", ""): (JOBSET,),
+        ("UPDATE", ""): (JOBSET, KUEUE, GARBAGE_COLLECTOR),
+        ("UPDATE", "status"): (JOB_CONTROLLER, JOBSET),
+        ("DELETE", ""): (JOBSET, GARBAGE_COLLECTOR),
+    },
+    lambda o: _any(
+        _named(o, CHILD_NAME_PATTERN),
+        _owner(o, "JobSet", NAME_PATTERN),
+        _jobset_label(o),
+        _keys(o),
+        # A Job whose pods would carry dispatch's finalizer or keys is one of dispatch's, whoever made it.
+        _finalized(o, _POD_TEMPLATE),
+        _keys(o, _POD_TEMPLATE),
+    ),
+    parent=("JobSet", NAME_PATTERN),
+)
+PODS: Final = Kind(
+    "Pod",
+    "",
+    "pods",
+    {
+        ("CREATE", ""): (JOB_CONTROLLER,),
+        # The Job controller removes its tracking finalizer, dispatch its own once the processes are proven
+        # gone, the garbage collector owner references.
+        ("UPDATE", ""): (JOB_CONTROLLER, DISPATCH, GARBAGE_COLLECTOR),
+        # JobSet marks the followers it evicts under exclusive placement.
+        ("UPDATE", "status"): (KUBELET, SCHEDULER, NODE_LIFECYCLE, POD_GARBAGE_COLLECTOR, JOBSET),
+        ("CREATE", "binding"): (SCHEDULER,),
+        # Deleting or evicting a pod never loses evidence: dispatch's finalizer keeps it listed until the
+        # processes are proven gone. (The kubelet's final delete, the scheduler's of a preempted pod, ...)
+        ("CREATE", "eviction"): (EVERYONE,),
+        ("DELETE", ""): (EVERYONE,),
+    },
+    # A binding carries the pod's name only.
+    lambda o: _any(
+        _named(o, CHILD_NAME_PATTERN),
+        _jobset_label(o),
+        _owner(o, "Job", CHILD_NAME_PATTERN),
+        _finalized(o),
+        _keys(o),
+    ),
+    parent=("Job", CHILD_NAME_PATTERN),
+)
+KINDS: Final = (TRAINJOBS, RUNTIME_COPIES, JOBSETS, JOBS, PODS, WORKLOADS)
+
+
+def allowed_roles(kind: Kind, operation: str, subresource: str) -> tuple[str, ...]:
+    """Who may make this write on a dispatch job's object of ``kind``: the owners, and break-glass always."""
+    return (*kind.writes.get((operation, subresource), ()), BREAK_GLASS)
+
+
+def write_name(operation: str, subresource: str) -> str:
+    return f"{operation} {subresource}" if subresource else operation
