@@ -116,7 +116,7 @@ def _principals_template(expression: str) -> str:
     return f"{{{{ printf `{fmt}` {' '.join(args)} | toJson }}}}"
 
 
-def _policies() -> tuple[list[dict[str, Any]], str]:
+def _policies() -> tuple[list[dict[str, Any]], str, str]:
     stand_ins = {
         r: Principals(usernames=(_stand_in(r, "USERNAMES"),), groups=(_stand_in(r, "GROUPS"),)) for r in _ROLES
     }
@@ -126,7 +126,13 @@ def _policies() -> tuple[list[dict[str, Any]], str]:
         owners=Owners(**{r: stand_ins[r] for r in Owners.model_fields}),
         admissionChecks=(_CHECK,),
     )
-    policies = admission_policies(config, namespace=NAMESPACE)
+    docs = admission_policies(config, namespace=NAMESPACE)
+    mutating = [d for d in docs if d["kind"].startswith("Mutating")]
+    policies = [d for d in docs if not d["kind"].startswith("Mutating")]
+    for doc in mutating:
+        doc["metadata"]["name"] = _release_scoped(doc["metadata"]["name"])
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = _release_scoped(doc["spec"]["policyName"])
     expressions: list[str] = []
     for doc in policies:
         doc["metadata"]["name"] = _release_scoped(doc["metadata"]["name"])
@@ -143,7 +149,7 @@ def _policies() -> tuple[list[dict[str, Any]], str]:
     text = text.replace(_CHECK, CHECK_TEMPLATE)
     for i in reversed(range(len(expressions))):  # __..._10__ before __..._1__
         text = text.replace(_MARK.format(i), _principals_template(expressions[i]))
-    return policies, text
+    return policies, text, _strip_component(_dump(mutating))
 
 
 def _is_lease_rule(rule: dict[str, Any]) -> bool:
@@ -195,8 +201,16 @@ def _rbac_api() -> str:
     return HEADER + comment + "{{- if .Values.api.enabled }}\n" + _strip_component(_dump(docs)) + "{{- end }}\n"
 
 
+MIRRORED_FAILURE = "{{ if .Values.admissionPolicies.enabled }}Ignore{{ else }}Fail{{ end }}"
+"""The failurePolicy of the webhooks whose rules the policies enforce too: Ignore when the chart renders them."""
+MAP_CAPABILITY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
 def rendered() -> dict[Path, str]:
-    configurations = webhook_configurations(namespace=NAMESPACE, service=SERVICE, port=443)
+    configurations = webhook_configurations(
+        namespace=NAMESPACE, service=SERVICE, port=443, updates_failure_policy="Ignore"
+    )
+    mirrored = sum(w["failurePolicy"] == "Ignore" for d in configurations for w in d["webhooks"])
     for doc in configurations:
         doc["metadata"]["name"] = FULLNAME
         for hook in doc["webhooks"]:
@@ -205,16 +219,25 @@ def rendered() -> dict[Path, str]:
             hook["timeoutSeconds"] = TIMEOUT
     webhooks = _strip_component(_dump(configurations)).replace(f"'{TIMEOUT}'", TIMEOUT)
     webhooks = webhooks.replace(TIMEOUT, "{{ .Values.webhook.timeoutSeconds }}")
+    if webhooks.count("failurePolicy: Ignore\n") != mirrored:
+        raise ValueError("expected one failurePolicy: Ignore per webhook the policies mirror")
+    webhooks = webhooks.replace("failurePolicy: Ignore\n", f"failurePolicy: '{MIRRORED_FAILURE}'\n")
     labels = "  labels:\n    " + LABELS + "\n"
     if webhooks.count(labels) != len(configurations):
         raise ValueError("expected one labels block per webhook configuration")
     webhooks = webhooks.replace(labels, labels + ANNOTATIONS + "\n")
-    _, policies = _policies()
+    _, policies, mutating = _policies()
     return {
         TEMPLATES / "webhook-configurations.yaml": HEADER + webhooks,
         TEMPLATES / "admission-policies.yaml": HEADER
         + "{{- if .Values.admissionPolicies.enabled }}\n"
         + policies
+        + "{{- end }}\n",
+        TEMPLATES / "mutating-admission-policies.yaml": HEADER
+        + "# Only where the API server serves MutatingAdmissionPolicy (v1.36 and later); elsewhere the webhook\n"
+        + "# records A at an unsuspend (record-start), and with neither the unsuspend policy fails closed.\n"
+        + f'{{{{- if and .Values.admissionPolicies.enabled (.Capabilities.APIVersions.Has "{MAP_CAPABILITY}") }}}}\n'
+        + mutating
         + "{{- end }}\n",
         TEMPLATES / "rbac-api.yaml": _rbac_api(),
         CHART / "README.md": readme.render(CHART),

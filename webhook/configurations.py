@@ -146,14 +146,16 @@ def _webhook(
     timeout: int,
     *,
     also: tuple[dict[str, str], ...] = (),
+    name: str | None = None,
+    failure_policy: str = "Fail",
     **client: Any,
 ) -> dict[str, Any]:
     return {
-        "name": f"{kind}.{resource}.dispatch.phpboyscout.uk",
+        "name": f"{name or kind}.{resource}.dispatch.phpboyscout.uk",
         "admissionReviewVersions": ["v1"],
         "sideEffects": "None",
         "timeoutSeconds": timeout,
-        "failurePolicy": "Fail",
+        "failurePolicy": failure_policy,
         "matchPolicy": "Equivalent",
         "namespaceSelector": namespace_selector(client["namespace"]),
         "rules": [
@@ -171,6 +173,21 @@ def _webhook(
     }
 
 
+FAIL_CLOSED_CREATES: Final = ("trainjobs", "trainingruntimes")
+"""Whose creates no policy can judge: a TrainJob's rules read its runtime copy, a runtime copy's its source."""
+
+
+def _split(
+    resource: str, routes: list[tuple[str, list[str]]]
+) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
+    """(the writes only the webhook judges, the writes the policies judge too) of a webhook's routes."""
+    if resource not in FAIL_CLOSED_CREATES:
+        return [], routes
+    creates = [(r, ["CREATE"]) for r, ops in routes if "CREATE" in ops]
+    others = [(r, [o for o in ops if o != "CREATE"]) for r, ops in routes]
+    return creates, [(r, ops) for r, ops in others if ops]
+
+
 def webhook_configurations(
     *,
     namespace: str,
@@ -180,37 +197,72 @@ def webhook_configurations(
     ca_bundle: bytes | None = None,
     name: str = NAME,
     timeout_seconds: int = TIMEOUT_SECONDS,
+    updates_failure_policy: str = "Fail",
 ) -> list[dict[str, Any]]:
     """The ValidatingWebhookConfiguration and MutatingWebhookConfiguration.
 
     Reach the webhook through the Service ``namespace/service:port`` (the chart) or a ``url`` (the
     sandbox and the tests, with the server on loopback). ``ca_bundle`` is left out of what the chart
     renders: the certificate controller injects it, so a ``helm upgrade`` never blanks it.
+
+    The creates of TrainJobs and runtime copies always fail closed (``validate.*``): their rules read another
+    object, which no policy can. Every other write (``validate-mirrored.*``, ``record-start.*``) fails by
+    ``updates_failure_policy``: ``Ignore`` where the admission policies enforce the same rules in-process (the
+    chart with admissionPolicies.enabled), so that an outage of the webhook stops no execution; ``Fail`` where
+    they do not.
     """
+    if updates_failure_policy not in ("Fail", "Ignore"):
+        raise ValueError(f"failurePolicy must be Fail or Ignore, not {updates_failure_policy!r}")
     client = {"namespace": namespace, "service": service, "port": port, "url": url, "ca_bundle": ca_bundle}
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "webhook"}
     if not 1 <= timeout_seconds <= 30:
         raise ValueError(f"timeoutSeconds must be 1 to 30 (the API server's bounds), not {timeout_seconds}")
-    validating = [
-        _webhook("validate", g, v, r, VALIDATED[r], timeout_seconds, **client) for g, v, r in (*RESOURCES, JOBSETS)
-    ]
+    validating = []
+    for g, v, r in (*RESOURCES, JOBSETS):
+        creates, others = _split(r, VALIDATED[r])
+        if creates:
+            validating.append(_webhook("validate", g, v, r, creates, timeout_seconds, **client))
+        if others:
+            validating.append(
+                _webhook(
+                    "validate",
+                    g,
+                    v,
+                    r,
+                    others,
+                    timeout_seconds,
+                    name="validate-mirrored",
+                    failure_policy=updates_failure_policy,
+                    **client,
+                )
+            )
     trainjobs = RESOURCES[0]
     unsuspends = {"name": "creates-or-unsuspends", "expression": UNSUSPENDS}
     # Nothing to mutate in a TrainJob created closed (as Start creates them): the API server then does not
     # call the webhook for it at all (one HTTPS round trip less per create; docs/performance.md).
     created_open = {"name": "created-open", "expression": opened()}
+    # The record of A at an unsuspend: the MutatingAdmissionPolicy dispatch-k8s-record-start writes it in-process
+    # too (webhook/policies.py); the webhook's is for API servers without it.
     mutating = [
+        {
+            **_webhook(
+                "mutate", *trainjobs, [("trainjobs", ["CREATE"])], timeout_seconds, also=(created_open,), **client
+            ),
+            "reinvocationPolicy": "Never",
+        },
         {
             **_webhook(
                 "mutate",
                 *trainjobs,
-                [("trainjobs", ["CREATE", "UPDATE"])],
+                [("trainjobs", ["UPDATE"])],
                 timeout_seconds,
-                also=(unsuspends, created_open),
+                also=(unsuspends,),
+                name="record-start",
+                failure_policy=updates_failure_policy,
                 **client,
             ),
             "reinvocationPolicy": "Never",
-        }
+        },
     ]
     return [
         {

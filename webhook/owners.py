@@ -297,3 +297,24 @@ def allowed_roles(kind: Kind, operation: str, subresource: str) -> tuple[str, ..
 
 def write_name(operation: str, subresource: str) -> str:
     return f"{operation} {subresource}" if subresource else operation
+
+
+_OBJECTS: Final = {
+    "trainjobs": "the TrainJob",
+    "trainingruntimes": "the runtime copy",
+    "jobsets": "the JobSet",
+    "jobs": "the JobSet's Jobs",
+    "pods": "their pods",
+    "workloads": "the Workload",
+}
+
+
+def allowlist_table() -> str:
+    """docs/security.md's allowlist, from the table the policies are rendered from (a test keeps them equal)."""
+    rows = ["| object | write | who may make it |", "|---|---|---|"]
+    for kind in KINDS:
+        for (operation, subresource), roles in kind.writes.items():
+            who = ", ".join(ROLE_TITLES[r] for r in roles)
+            rows.append(f"| {_OBJECTS[kind.resource]} | {write_name(operation, subresource)} | {who} |")
+        rows.append(f"| {_OBJECTS[kind.resource]} | anything else (ephemeralcontainers, resize, ...) | nobody |")
+    return "\n".join(rows) + "\n"

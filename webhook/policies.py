@@ -464,7 +464,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
     policies = [reserved, identity, unsuspend, workloads, jobsets, copies, pod_policy(config)]
     for policy in [*(owner_policies(config) if owners_too else []), *policies]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
-    return docs
+    return docs + record_start_policy(namespace)
 
 
 POD_PROTECTED_PREFIXES: Final = (PREFIX, "jobset.sigs.k8s.io/", "batch.kubernetes.io/")
@@ -621,3 +621,79 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
 def owner_policies(config: Config) -> list[dict[str, Any]]:
     """One default-deny policy per kind of a dispatch job's objects."""
     return [owner_policy(config, kind) for kind in owners.KINDS]
+
+
+RECORD_START: Final = f"{NAME}-record-start"
+_CANONICAL_COUNT: Final = "^(0|[1-9][0-9]*)$"
+
+
+def record_start_policy(namespace: str) -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy that records A as ``admission-started`` in every write that unsuspends a
+    dispatch TrainJob (Kueue's admission, dispatch's Open and Release), in-process: the unsuspend policy requires
+    the record, so with this an execution starts while the webhook is down; without it (an API server older than
+    v1.36) the webhook records it, and with neither every unsuspend fails closed. The same decision as
+    ``webhook.admission.mutate`` on an update (tests/cluster/test_record_start.py proves they agree): A from
+    dispatch's entry on its one replicated job, a decimal count, written only when it differs."""
+    entries = (
+        f"object.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {
+            "name": RECORD_START,
+            "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "policy"},
+        },
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [RESOURCES[0][0]],
+                        "apiVersions": ["*"],
+                        "resources": [RESOURCES[0][2]],
+                        "operations": ["UPDATE"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "dispatch-objects", "expression": claims("trainjobs")},
+                {"name": "unsuspends", "expression": UNSUSPENDS},
+            ],
+            "variables": [
+                {"name": "entries", "expression": entries},
+                {
+                    "name": "jobs",
+                    "expression": "size(variables.entries) == 1 ? variables.entries[0].?trainingRuntimeSpec.?template"
+                    ".?spec.?replicatedJobs.orValue([]) : []",
+                },
+                {
+                    "name": "a",
+                    "expression": "size(variables.jobs) == 1 ? variables.jobs[0].?template.?spec.?template.?metadata"
+                    f".?annotations[?{_q(ANNOTATION_ADMISSION)}].orValue('') : ''",
+                },
+            ],
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {
+                        "expression": f"variables.a.matches({_q(_CANONICAL_COUNT)}) && "
+                        f"{_annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.a ? "
+                        "Object{metadata: Object.metadata{annotations: "
+                        f"{{{_q(ANNOTATION_ADMISSION_STARTED)}: variables.a}}}}}} : Object{{}}",
+                    },
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {
+            "name": RECORD_START,
+            "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "policy"},
+        },
+        "spec": {"policyName": RECORD_START, "matchResources": {"namespaceSelector": namespace_selector(namespace)}},
+    }
+    return [policy, binding]

@@ -4,8 +4,9 @@ jobs while the real Kueue, Trainer, JobSet and kwok run them and the agent serve
 attack is refused, and no two executions of a job share an R. Then the same attacks with dispatch's webhook
 stopped (its configurations removed), against the ValidatingAdmissionPolicies alone.
 
-In the harness Kueue, Trainer and JobSet run as the cluster admin, so the webhook's config names the admin as
-dispatch and as Kueue; the stranger is a ServiceAccount of the test's namespace.
+In the harness Kueue, Trainer and JobSet run under upstream's usernames, the config's defaults; the admin creates
+the jobs as Start would, so the config names it as dispatch; the stranger is a ServiceAccount of the test's
+namespace.
 """
 
 from __future__ import annotations
@@ -96,13 +97,10 @@ class Guarded:
 
 
 def _config(g: Gate) -> dict[str, Any]:
+    """The admin creates the jobs as Start does, so it is dispatch too; Kueue, Trainer, JobSet and the controllers
+    act under upstream's identities (harness/tier_b.py), the defaults."""
     agent = f"system:serviceaccount:{g.system}:dispatch-agent"
-    return {
-        "dispatch": {"usernames": [ADMIN_USER, agent]},
-        "kueue": {"usernames": [ADMIN_USER]},
-        "controllers": {"usernames": [ADMIN_USER, "system:kube-controller-manager"]},
-        "admissionChecks": [g.check],
-    }
+    return {"dispatch": {"usernames": [ADMIN_USER, agent]}, "admissionChecks": [g.check]}
 
 
 def _stranger(g: Gate, namespace: str) -> KubeHttp:

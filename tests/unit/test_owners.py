@@ -1,0 +1,46 @@
+"""The allowlist of webhook/owners.py: its shape, and docs/security.md kept equal to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from webhook import owners
+from webhook.config import Config, Owners
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_docs_security_states_the_allowlist_the_policies_are_rendered_from():
+    assert owners.allowlist_table() in (ROOT / "docs" / "security.md").read_text()
+
+
+def test_every_role_of_the_table_has_principals_in_the_config():
+    roles = {r for kind in owners.KINDS for rs in kind.writes.values() for r in rs} - {owners.EVERYONE}
+    config = Config()
+    for role in roles | {owners.BREAK_GLASS}:
+        assert config.principals(role) is not None
+    assert set(Owners.model_fields) | {owners.DISPATCH, owners.KUEUE} >= roles
+
+
+def test_break_glass_is_nobody_by_default_and_a_stranger_owns_nothing_but_pod_deletes_and_evictions():
+    assert Config().owners.breakGlass.usernames == ()
+    assert Config().owners.breakGlass.groups == ()
+    open_to_all = {
+        (kind.resource, write)
+        for kind in owners.KINDS
+        for write, roles in kind.writes.items()
+        if owners.EVERYONE in roles
+    }
+    assert open_to_all == {("pods", ("DELETE", "")), ("pods", ("CREATE", "eviction"))}
+
+
+def test_creates_belong_to_one_creator_each():
+    creators = {kind.resource: kind.writes[("CREATE", "")] for kind in owners.KINDS}
+    assert creators == {
+        "trainjobs": (owners.DISPATCH,),
+        "trainingruntimes": (owners.DISPATCH,),
+        "jobsets": (owners.TRAINER,),
+        "jobs": (owners.JOBSET,),
+        "pods": (owners.JOB_CONTROLLER,),
+        "workloads": (owners.KUEUE,),
+    }
