@@ -1,7 +1,14 @@
-"""The supervisor's operations on one object, planned as pure functions of what was read.
+"""The supervisor's operations on one dispatch job, planned as pure functions of what was read.
 
-Each returns the exact write (a JSON Patch preconditioned on the uid and resourceVersion that were read),
-or says why there is nothing to write, or refuses. The API handlers only read, call these, and send.
+Each returns the exact writes, in the order to send them (JSON Patches, each preconditioned on the uid and
+resourceVersion of its object as read), or says why there is nothing to write, or refuses. The API
+handlers only read, call these, and send.
+
+Kueue mode's Hold and Release write two objects, ordered so that the job is held at every instant once any
+step is done: the TrainJob's hold annotations are the record (no unsuspend while they are on it, and the
+readmission gate keeps the check Pending), the Workload's ``spec.active: false`` is the means. Hold writes
+the TrainJob first, then the Workload; Release the Workload first, then the TrainJob. Each plans only what
+is not done yet, so the same call again finishes a half-done Hold or Release.
 """
 
 from __future__ import annotations
@@ -47,15 +54,41 @@ class Target(Enum):
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One write, or none (``patch`` empty) when the object is already where the operation leads."""
+class Write:
+    """One JSON Patch of one object, preconditioned on that object as read."""
 
     target: Target
     patch: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The writes to send, in order; none when the job is already where the operation leads.
+
+    The shell sends them one after the other; when one fails on its precondition (the object changed), it
+    reads again and plans again: what was written is then seen done and not planned again."""
+
+    writes: tuple[Write, ...]
     outcome: str
     held_by: tuple[str, ...] = field(default_factory=tuple)
     """Other parties' gates still on the TrainJob: it stays gated by them ("held by an administrator")."""
     new_a: int | None = None
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        """The one write's patch ([] for none): for the plans that write one object (Open, plain mode)."""
+        if len(self.writes) > 1:
+            raise ValueError(f"the plan writes {len(self.writes)} objects: send each of its writes, in order")
+        return self.writes[0].patch if self.writes else []
+
+    def patch_of(self, target: Target) -> list[dict[str, Any]]:
+        """The patch of ``target`` ([] when the plan does not write it)."""
+        return next((w.patch for w in self.writes if w.target is target), [])
+
+
+def _plan(target: Target, patch: list[dict[str, Any]], outcome: str, **kw: Any) -> Plan:
+    """A plan of one write, or of none when ``patch`` is empty."""
+    return Plan((Write(target, patch),) if patch else (), outcome, **kw)
 
 
 def finished(trainjob: object) -> str | None:
@@ -84,7 +117,8 @@ def _raise_ops(trainjob: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
 
 
 def is_held(obj: object) -> bool:
-    """dispatch's hold annotations are on the object (the TrainJob in plain mode, the Workload in Kueue mode)."""
+    """dispatch's hold annotations are on the object: the TrainJob (in both modes: the record), or a Kueue-mode
+    Workload (written there too; a Workload-only hold was left by an older agent)."""
     return any(key in annotations(obj) for key in HOLD_ANNOTATIONS)
 
 
@@ -121,11 +155,11 @@ def plan_open(
     """Open: Kueue mode removes dispatch's gate (deleting the annotation when it was the last); plain mode
     unsuspends, marks it opened and raises A in one update. Already open succeeds; ended unopened is a fence.
 
-    A hold placed before Open survives it in both modes: Kueue mode's hold is on the Workload, which stays
-    inactive; plain mode marks the TrainJob opened and leaves it suspended, so Release raises A and
-    unsuspends it. Plain mode does not unsuspend while a pod of a previous execution may still run
-    (``blockers``). ``jobset``: recorded the first time it is seen. ``workload``: its other parties' gates
-    are reported in ``held_by`` too."""
+    A hold placed before Open survives it in both modes: Kueue mode's hold annotations stay on the TrainJob
+    (Open removes only the gate) and its Workload stays inactive; plain mode marks the TrainJob opened and
+    leaves it suspended, so Release raises A and unsuspends it. Plain mode does not unsuspend while a pod of
+    a previous execution may still run (``blockers``). ``jobset``: recorded the first time it is seen.
+    ``workload``: its other parties' gates are reported in ``held_by`` too."""
     others = held_by(trainjob, workload)
     marked = annotations(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
     mark = add_op(trainjob, ("metadata", "annotations", ANNOTATION_OPENED), OPENED_TRUE)
@@ -133,8 +167,8 @@ def plan_open(
         if is_kueue_mode(trainjob) and not marked and finished(trainjob) is None:
             # Past Kueue's gate without dispatch's mark (opened before the mark existed, or switched from plain
             # mode): the readmission gate approves only a marked job, so Open writes the mark now.
-            return Plan(Target.TRAINJOB, [*preconditions(trainjob), mark], "opened mark written", held_by=others)
-        return Plan(Target.TRAINJOB, [], "already past its gate", held_by=others)
+            return _plan(Target.TRAINJOB, [*preconditions(trainjob), mark], "opened mark written", held_by=others)
+        return _plan(Target.TRAINJOB, [], "already past its gate", held_by=others)
     end = finished(trainjob)
     if end is not None:
         raise Refused("rejected", f"the TrainJob ended ({end}) without ever being opened")
@@ -145,18 +179,19 @@ def plan_open(
         change = {"op": "remove", "path": path} if rest is None else {"op": "replace", "path": path, "value": rest}
         # The opened mark in the same update: the readmission gate approves only a job dispatch opened.
         ops = [*preconditions(trainjob), change, *([] if marked else [mark]), *record]
-        outcome = "gate removed; held until Release" if is_held(workload) else "gate removed"
-        return Plan(Target.TRAINJOB, ops, outcome, held_by=others)
+        held = is_held(trainjob) or is_held(workload) or dig(workload, "spec", "active") is False
+        outcome = "gate removed; held until Release" if held else "gate removed"
+        return _plan(Target.TRAINJOB, ops, outcome, held_by=others)
     if dig(trainjob, "spec", "suspend") is not True:
         raise Refused("conflict", "the TrainJob is not suspended but was never opened: someone else started it")
     if is_held(trainjob):
         # Opened, still held: Release raises A and unsuspends it.
-        return Plan(Target.TRAINJOB, [*preconditions(trainjob), mark, *record], "opened; held until Release")
+        return _plan(Target.TRAINJOB, [*preconditions(trainjob), mark, *record], "opened; held until Release")
     if blockers:
         raise _waiting(blockers)
     ops, a = _raise_ops(trainjob)
     ops += [{"op": "replace", "path": pointer("spec", "suspend"), "value": False}, mark, *record]
-    return Plan(Target.TRAINJOB, ops, "opened", new_a=a)
+    return _plan(Target.TRAINJOB, ops, "opened", new_a=a)
 
 
 def held_by(trainjob: object, workload: object = None) -> tuple[str, ...]:
@@ -209,20 +244,36 @@ def _unhold_ops(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _carries(obj: object, hold: Hold) -> bool:
+    """The object carries exactly this hold's annotations (and no other ``until``)."""
+    found = annotations(obj)
+    return {key: found[key] for key in HOLD_ANNOTATIONS if key in found} == hold.annotations()
+
+
 def plan_hold(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, hold: Hold) -> Plan:
-    """Hold: plain mode suspends the TrainJob with the hold annotations on it; Kueue mode deactivates the
-    Workload (``spec.active: false``) with the hold annotations on the Workload."""
+    """Hold: plain mode suspends the TrainJob with the hold annotations on it. Kueue mode writes the hold
+    annotations on the TrainJob, then deactivates the Workload (``spec.active: false``, with the hold
+    annotations on it too, which the webhook and the policy read to refuse anyone else's reactivation).
+
+    The TrainJob first: from that write on, no unsuspend of the TrainJob is accepted and the readmission
+    gate keeps the check Pending, so a Hold interrupted before the Workload's write already holds the job
+    from any new execution; the same Hold again writes only what is missing."""
     if finished(trainjob):
         raise Refused("rejected", f"the TrainJob has ended ({finished(trainjob)}): there is nothing to hold")
     if is_kueue_mode(trainjob):
         if workload is None:
             raise Refused("conflict", "Kueue mode, but the TrainJob's Workload is not there to hold")
-        ops = [*preconditions(workload), *_hold_ops(workload, hold)]
-        ops.append({"op": "add", "path": pointer("spec", "active"), "value": False})
-        return Plan(Target.WORKLOAD, ops, "held: Workload deactivated")
+        writes: list[Write] = []
+        if not _carries(trainjob, hold):
+            writes.append(Write(Target.TRAINJOB, [*preconditions(trainjob), *_hold_ops(trainjob, hold)]))
+        if not _carries(workload, hold) or dig(workload, "spec", "active") is not False:
+            ops = [*preconditions(workload), *_hold_ops(workload, hold)]
+            ops.append({"op": "add", "path": pointer("spec", "active"), "value": False})
+            writes.append(Write(Target.WORKLOAD, ops))
+        return Plan(tuple(writes), "held: Workload deactivated")
     ops = [*preconditions(trainjob), *_hold_ops(trainjob, hold)]
     ops.append({"op": "replace", "path": pointer("spec", "suspend"), "value": True})
-    return Plan(Target.TRAINJOB, ops, "held: TrainJob suspended")
+    return _plan(Target.TRAINJOB, ops, "held: TrainJob suspended")
 
 
 def plan_release(
@@ -232,27 +283,37 @@ def plan_release(
     jobset: Mapping[str, Any] | None = None,
     blockers: Sequence[Blocker] = (),
 ) -> Plan:
-    """Release: Kueue mode reactivates the Workload (the readmission gate raises A before it is admitted);
-    plain mode raises A in the update that unsuspends — or, for a hold placed before Open, only lifts the
-    hold and leaves the TrainJob closed. Plain mode does not unsuspend while a pod of the previous execution
-    may still run (``blockers``): it refuses, naming them, and writes nothing."""
+    """Release: Kueue mode reactivates the Workload and removes its hold annotations, then removes the
+    TrainJob's: while the TrainJob still carries them the readmission gate keeps the check Pending, so nothing
+    is admitted before both writes are done, and an interrupted Release leaves the job held until the same
+    Release again finishes it (the gate raises A before the Workload is admitted). Plain mode raises A in the
+    update that unsuspends — or, for a hold placed before Open, only lifts the hold and leaves the TrainJob
+    closed. Plain mode does not unsuspend while a pod of the previous execution may still run
+    (``blockers``): it refuses, naming them, and writes nothing."""
     if is_kueue_mode(trainjob):
         if workload is None:
             raise Refused("conflict", "Kueue mode, but the TrainJob's Workload is not there to release")
-        if dig(workload, "spec", "active") is not False and not _unhold_ops(workload):
-            return Plan(Target.WORKLOAD, [], "not held")
-        ops = [*preconditions(workload), *_unhold_ops(workload)]
-        ops.append({"op": "add", "path": pointer("spec", "active"), "value": True})
-        return Plan(Target.WORKLOAD, ops, "released: Workload reactivated")
+        writes: list[Write] = []
+        if dig(workload, "spec", "active") is False or _unhold_ops(workload):
+            ops = [*preconditions(workload), *_unhold_ops(workload)]
+            ops.append({"op": "add", "path": pointer("spec", "active"), "value": True})
+            writes.append(Write(Target.WORKLOAD, ops))
+        if _unhold_ops(trainjob):
+            writes.append(Write(Target.TRAINJOB, [*preconditions(trainjob), *_unhold_ops(trainjob)]))
+        if not writes:
+            return Plan((), "not held")
+        if writes[0].target is Target.TRAINJOB:
+            return Plan(tuple(writes), "released: hold lifted from the TrainJob (its Workload was active)")
+        return Plan(tuple(writes), "released: Workload reactivated")
     unhold = _unhold_ops(trainjob)
     if not unhold:
-        return Plan(Target.TRAINJOB, [], "not held")
+        return Plan((), "not held")
     record = jobset_uid_ops(trainjob, jobset)
     if finished(trainjob) or not is_opened(trainjob):
         ops = [*preconditions(trainjob), *unhold, *record]
-        return Plan(Target.TRAINJOB, ops, "hold lifted; the TrainJob stays closed")
+        return _plan(Target.TRAINJOB, ops, "hold lifted; the TrainJob stays closed")
     if blockers:
         raise _waiting(blockers)
     ops, a = _raise_ops(trainjob)
     ops += [*unhold, {"op": "replace", "path": pointer("spec", "suspend"), "value": False}, *record]
-    return Plan(Target.TRAINJOB, ops, "released: TrainJob unsuspended", new_a=a)
+    return _plan(Target.TRAINJOB, ops, "released: TrainJob unsuspended", new_a=a)

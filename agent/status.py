@@ -57,7 +57,8 @@ class ExecutionStatus:
 
 @dataclass(frozen=True)
 class HoldStatus:
-    """dispatch's hold as recorded (on the TrainJob in plain mode, on the Workload in Kueue mode).
+    """dispatch's hold as recorded on the TrainJob (both modes; a Kueue-mode hold of an older agent: on the
+    Workload only).
 
     ``until`` is reported, never acted on: the agent does not release a hold by itself (a release lets
     something run, which is the supervisor's or a person's call); ``expired`` says the time has passed."""
@@ -112,7 +113,7 @@ def phase(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, check
     if not is_opened(trainjob):
         return "Gated"
     if is_kueue_mode(trainjob):
-        if dig(workload, "spec", "active") is False:
+        if dig(workload, "spec", "active") is False or _held_suspended(trainjob, workload):
             return "Held"
         if dig(trainjob, "spec", "suspend") is True:
             pending = any((check_state(workload, c) or {}).get("state") == "Pending" for c in checks)
@@ -123,13 +124,21 @@ def phase(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, check
     return "Running"
 
 
+def _held_suspended(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> bool:
+    """Kueue mode: suspended, with dispatch's hold on the TrainJob (or, left by an older agent, the Workload):
+    nothing unsuspends it and the readmission gate approves nothing until Release, even while the Workload is
+    active (a Hold or a Release interrupted between its two writes)."""
+    return dig(trainjob, "spec", "suspend") is True and (is_held(trainjob) or is_held(workload))
+
+
 def _restartable(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
     """Why no new execution of the TrainJob can start without a dispatch call, or None when one can.
 
     Never opened: the start gate. Ended: Trainer starts nothing more. Being deleted: nothing is recreated.
-    Held by dispatch: plain mode's suspended TrainJob, Kueue mode's inactive Workload, lifted only by
-    Release. Anything else (Queued, Admitting, Running, or suspended by someone else) may start one at any
-    time: Kueue admits, Trainer and JobSet create pods, someone unsuspends."""
+    Held by dispatch: plain mode's suspended TrainJob, Kueue mode's inactive Workload or suspended TrainJob
+    carrying the hold annotations, lifted only by Release. Anything else (Queued, Admitting, Running, or
+    suspended by someone else) may start one at any time: Kueue admits, Trainer and JobSet create pods,
+    someone unsuspends."""
     end = finished(trainjob)
     if not is_opened(trainjob):
         return "it was never opened"
@@ -140,6 +149,8 @@ def _restartable(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None
     if is_kueue_mode(trainjob):
         if dig(workload, "spec", "active") is False:
             return "its Workload is held (inactive)"
+        if _held_suspended(trainjob, workload):
+            return "it is held (suspended, with dispatch's hold annotations)"
         return None
     if dig(trainjob, "spec", "suspend") is True and is_held(trainjob):
         return "it is held (suspended)"
@@ -205,6 +216,17 @@ def hold_status(holder: object, now: dt.datetime | None) -> HoldStatus | None:
         until=until,
         expired=moment is not None and now is not None and moment <= now,
     )
+
+
+def hold_of(
+    trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, now: dt.datetime | None
+) -> HoldStatus | None:
+    """dispatch's hold: as recorded on the TrainJob (both modes); in Kueue mode, when the TrainJob carries none,
+    as recorded on the Workload (a hold placed by an older agent, which wrote it there only)."""
+    found = hold_status(trainjob, now)
+    if found is None and is_kueue_mode(trainjob):
+        return hold_status(workload, now)
+    return found
 
 
 def executions(trainjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> tuple[ExecutionStatus, ...]:
@@ -280,7 +302,7 @@ def status(
         foreign=tuple(foreign_reasons(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy)),
         orphans=orphans(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy),
         ceased_reason=ceased_why,
-        hold=hold_status(workload if is_kueue_mode(trainjob) else trainjob, now),
+        hold=hold_of(trainjob, workload, now),
     )
 
 

@@ -27,6 +27,7 @@ from contract.keys import POD_FINALIZER
 from harness.binaries import TIER_B_BINARIES
 from harness.cluster import LOOPBACK, ControlPlane, free_port, load_yaml_docs
 from harness.kube_http import ApiError, KubeHttp
+from harness.kubeconfig import write_kubeconfig
 from harness.processes import wait_until
 from harness.webhooks import (
     ServiceRef,
@@ -360,8 +361,11 @@ COMPONENT_IDENTITIES: Final = {
 
 
 def component_kubeconfig(cp: ControlPlane, component: str) -> Path:
+    """The admin's credentials acting as the component (impersonation: a ServiceAccount's username is too long for
+    a certificate's CN)."""
     user, groups = COMPONENT_IDENTITIES[component]
-    return cp.client_kubeconfig(component, user, groups)
+    path = cp.run_dir / "kubeconfigs" / f"{component}.kubeconfig"
+    return write_kubeconfig(path, cp.admin_credentials, component, impersonate=(user, groups))
 
 
 def _grant_components(cp: ControlPlane) -> None:

@@ -21,7 +21,7 @@ from agent.leader import record_of
 from agent.operations import Hold, Refused
 from agent.start import readback_changes
 from agent.status import phase
-from agent.workload import condition_true
+from agent.workload import condition_true, owner_trainjob
 from contract.admission import preconditions
 from contract.errors import ContractError
 from contract.keys import (
@@ -151,13 +151,36 @@ def excluded_namespaces(own_namespace: str) -> frozenset[str]:
     return frozenset({"kube-system", own_namespace})
 
 
+class SeveralWorkloads(ApiError):
+    """Several Workloads claim the TrainJob as their controller: the agent does not pick one (``conflict``)."""
+
+    def __init__(self, claiming: Sequence[Mapping[str, Any]], uid: str) -> None:
+        names = ", ".join(sorted(str(dig(w, "metadata", "name")) for w in claiming))
+        owner = owner_trainjob(claiming[0])
+        where = f"TrainJob {dig(claiming[0], 'metadata', 'namespace')}/{owner[0] if owner else '?'}"
+        super().__init__(
+            ErrorKind.CONFLICT,
+            f"{len(claiming)} Workloads claim {where} (uid {uid}) as their controller: {names}; Kueue creates one "
+            "per TrainJob and the agent does not pick one: retry once only one is left",
+        )
+
+
+def controlled_workloads(workloads: Iterable[Mapping[str, Any]], uid: str) -> list[Mapping[str, Any]]:
+    """The Workloads (among those read) whose controller ownerReference is the TrainJob ``uid``: kind
+    TrainJob, apiVersion trainer.kubeflow.org/…, ``controller: true``, as Kueue creates it for the TrainJob.
+    A Workload that merely carries the job-uid label, or refers to the TrainJob without being controlled by
+    it, is not the TrainJob's."""
+    return [w for w in workloads if (owner := owner_trainjob(w)) is not None and owner[1] == uid]
+
+
 def workload_of(workloads: Iterable[Mapping[str, Any]], uid: str) -> Mapping[str, Any] | None:
-    """The TrainJob's Workload among those labelled with its uid: the one it owns."""
-    for w in workloads:
-        refs = dig(w, "metadata", "ownerReferences") or []
-        if any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs):
-            return w
-    return None
+    """The Workload Kueue created for the TrainJob: the one it controls (``controlled_workloads``); None
+    when there is none. Several claiming it so are refused (``SeveralWorkloads``), never picked from: which
+    one Kueue admits, and which one a Hold must deactivate, would be a guess."""
+    claiming = controlled_workloads(workloads, uid)
+    if len(claiming) > 1:
+        raise SeveralWorkloads(claiming, uid)
+    return claiming[0] if claiming else None
 
 
 def our_checks(admission_checks: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -253,6 +276,10 @@ def name_prefix(job_id: str | None) -> str | None:
     return f"dj-{job_id.lower()}-s"
 
 
+UNKNOWN: Final = "Unknown"
+"""List's phase of a Kueue-mode TrainJob that several Workloads claim (Status answers ``conflict``, naming them)."""
+
+
 def list_items(
     trainjobs: Iterable[Mapping[str, Any]],
     workloads: Iterable[Mapping[str, Any]],
@@ -272,7 +299,9 @@ def list_items(
             job_id, n = parsed.job_id, parsed.n
         except ContractError:
             job_id, n = None, None
-        workload = workload_of(workloads, str(uid)) if is_kueue_mode(tj) else None
+        claiming = controlled_workloads(workloads, str(uid)) if is_kueue_mode(tj) else []
+        # Several Workloads claiming it: Status answers conflict, naming them.
+        state = UNKNOWN if len(claiming) > 1 else phase(tj, claiming[0] if claiming else None, checks)
         found.append(
             ListItem(
                 namespace=str(ns),
@@ -280,7 +309,7 @@ def list_items(
                 uid=str(uid),
                 job_id=job_id,
                 n=n,
-                phase=phase(tj, workload, checks),
+                phase=state,
                 orphan=f"{ns}/{name}",
                 deletion_timestamp=dig(tj, "metadata", "deletionTimestamp"),
             )

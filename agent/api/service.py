@@ -154,6 +154,8 @@ class Service:
         return d.own(trainjob, ref)
 
     async def _workload(self, namespace: str, uid: str) -> Mapping[str, Any] | None:
+        """The Workload Kueue created for the TrainJob (decisions.workload_of): None when there is none; several
+        claiming it raise ``SeveralWorkloads`` (conflict), so Open, Hold, Release and Status write nothing."""
         workloads = await self._list(
             WORKLOADS.path(namespace), {LABEL_WORKLOAD_JOB_UID: uid}, f"the Workloads in {namespace}"
         )
@@ -333,12 +335,16 @@ class Service:
 
     async def _wait_for_workload(self, namespace: str, uid: str) -> list[str]:
         """Kueue mode: the Workload with the gate and dispatch's check, within timeouts.workload; and one
-        that Kueue will not admit past that check."""
+        that Kueue will not admit past that check. Several Workloads claiming the TrainJob are a problem like
+        a missing one: waited on, then the TrainJob is stopped and Start refused, naming them."""
         deadline = time.monotonic() + self.settings.workload_timeout
         checks = d.our_checks(await self._admission_checks())
         while True:
-            workload = await self._workload(namespace, uid)
-            problems = workload_problems(workload, checks)
+            try:
+                workload = await self._workload(namespace, uid)
+                problems = workload_problems(workload, checks)
+            except d.SeveralWorkloads as exc:  # not one Workload of its own: waited on, then refused naming them
+                workload, problems = None, [exc.message]
             if not problems or time.monotonic() >= deadline:
                 unchecked = d.unchecked(workload)
                 return problems + ([f"{NOT_MANAGED}: {unchecked}"] if unchecked else [])
@@ -364,19 +370,19 @@ class Service:
     # -- Open, Hold, Release -------------------------------------------------------------------------
 
     async def _apply(self, plan: Plan, trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> bool:
-        """Send the plan's patch; False when the object changed since it was read (409: re-read, re-plan)."""
-        if not plan.patch:
-            return True
-        target = trainjob if plan.target is Target.TRAINJOB else workload
-        assert target is not None  # the core plans a Workload write only with a Workload
-        resource = TRAINJOBS if plan.target is Target.TRAINJOB else WORKLOADS
-        ns, name = dig(target, "metadata", "namespace"), dig(target, "metadata", "name")
-        try:
-            await self.kube.json_patch(resource.path(ns, name), plan.patch)
-        except KubeError as exc:
-            if exc.status == 409 and not exc.webhook_denial:
-                return False
-            raise d.write_failed(exc, f"{plan.target.value} {ns}/{name}") from None
+        """Send the plan's writes in order; False when an object changed since it was read (409: re-read,
+        re-plan; what was written before is then read as done, and not planned again)."""
+        for write in plan.writes:
+            target = trainjob if write.target is Target.TRAINJOB else workload
+            assert target is not None  # the core plans a Workload write only with a Workload
+            resource = TRAINJOBS if write.target is Target.TRAINJOB else WORKLOADS
+            ns, name = dig(target, "metadata", "namespace"), dig(target, "metadata", "name")
+            try:
+                await self.kube.json_patch(resource.path(ns, name), write.patch)
+            except KubeError as exc:
+                if exc.status == 409 and not exc.webhook_denial:
+                    return False
+                raise d.write_failed(exc, f"{write.target.value} {ns}/{name}") from None
         return True
 
     async def _blockers(self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> tuple[Blocker, ...]:
@@ -397,7 +403,8 @@ class Service:
         return nodes
 
     async def _plan_and_apply(self, ref: ObjectRef, planner: Planner, *, unsuspends: bool = False) -> Plan:
-        """Read, plan with the core, write; on a resourceVersion conflict, all of it again from a fresh read.
+        """Read, plan with the core, send the plan's writes in order; on a resourceVersion conflict, all of it
+        again from a fresh read (a write already sent is then read as done, and not planned again).
 
         Why retry here rather than answer conflict: Trainer and Kueue write the TrainJob and the Workload
         (status, conditions) all the time, so a write preconditioned on a read a moment old often loses the

@@ -97,6 +97,8 @@ class FakeKube:
     log_delay: float = 0.05
     stale: dict[str, int] = field(default_factory=dict)
     """Object path -> how many GETs still answer with an old resourceVersion (someone wrote since)."""
+    conflicts: dict[str, int] = field(default_factory=dict)
+    """Resource (plural) -> how many of its next PATCHes someone else's write beats (409, nothing stored)."""
     groups: dict[str, list[str]] = field(
         default_factory=lambda: {
             "trainer.kubeflow.org": ["v1alpha1"],
@@ -266,7 +268,10 @@ class FakeKube:
             patched = apply_patch(current, await request.json())
         except (PatchTestFailed, PatchInvalid) as exc:
             return status(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}")
-        if patched["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+        beaten = self.conflicts.get(where.plural, 0) > 0
+        if beaten:
+            self.conflicts[where.plural] -= 1
+        if beaten or patched["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
             return status(
                 409, "Conflict", "the object has been modified; please apply your changes to the latest version"
             )

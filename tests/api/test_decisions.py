@@ -84,11 +84,13 @@ def test_own_refuses_a_missing_object_and_another_object_of_the_same_name():
     assert "a different object of the same name" in other.value.message
 
 
-def test_the_workload_is_the_one_the_trainjob_owns():
-    mine = {"metadata": {"name": "w1", "ownerReferences": [{"uid": "tj-uid"}]}}
-    other = {"metadata": {"name": "w2", "ownerReferences": [{"uid": "else"}]}}
-    assert d.workload_of([other, mine], "tj-uid") is mine
-    assert d.workload_of([other], "tj-uid") is None
+def test_the_workload_is_the_one_the_trainjob_controls():
+    ref = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "j", "controller": True}
+    mine = {"metadata": {"name": "w1", "ownerReferences": [{**ref, "uid": "tj-uid"}]}}
+    other = {"metadata": {"name": "w2", "ownerReferences": [{**ref, "uid": "else"}]}}
+    owner_only = {"metadata": {"name": "w3", "ownerReferences": [{**ref, "uid": "tj-uid", "controller": False}]}}
+    assert d.workload_of([other, owner_only, mine], "tj-uid") is mine
+    assert d.workload_of([other, owner_only], "tj-uid") is None
 
 
 def test_our_checks_are_those_of_our_controller():

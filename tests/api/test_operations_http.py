@@ -152,6 +152,11 @@ async def test_kueue_mode_refuses_pods_that_request_nothing(agent: Agent):
     assert agent.fake.items(TJS) == []
 
 
+def _patches(fake, since: int) -> list[str]:
+    """The resources the PATCHes since the ``since``-th write went to, in order."""
+    return [w.split("?")[0].split("/")[-2] for w in fake.writes[since:] if w.startswith("PATCH")]
+
+
 async def test_kueue_mode_start_open_hold_release(agent: Agent):
     c.admission_check(agent.fake)
     agent.fake.after_write.append(c.kueue())
@@ -164,18 +169,123 @@ async def test_kueue_mode_start_open_hold_release(agent: Agent):
         assert (opened.outcome, opened.held_by) == ("gate removed", [])
         assert ANNOTATION_ADMISSION_GATED_BY not in agent.fake.get(TJS, started.name)["metadata"]["annotations"]
 
+        before = len(agent.fake.writes)
         held = await api.hold(HoldRequest(**ref(started).model_dump(), who="alice", reason="maintenance"))
         assert held.outcome == "held: Workload deactivated"
+        assert _patches(agent.fake, before) == ["trainjobs", "workloads"]  # the record first, then the means
+        tj_notes = agent.fake.get(TJS, started.name)["metadata"]["annotations"]
+        assert tj_notes["dispatch.phpboyscout.uk/hold-who"] == "alice"
+        assert len(tj_notes[ANNOTATION_HOLD_INSTANCE]) == 26  # a ULID
         (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
         assert workload["spec"]["active"] is False
-        assert workload["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] == "alice"
-        assert len(workload["metadata"]["annotations"][ANNOTATION_HOLD_INSTANCE]) == 26  # a ULID
+        assert workload["metadata"]["annotations"][ANNOTATION_HOLD_INSTANCE] == tj_notes[ANNOTATION_HOLD_INSTANCE]
+        status = await api.status(ref(started))
+        assert (status.phase, status.hold.who, status.hold.instance) == (
+            "Held",
+            "alice",
+            tj_notes[ANNOTATION_HOLD_INSTANCE],
+        )
 
+        before = len(agent.fake.writes)
         released = await api.release(ref(started))
         assert released.outcome == "released: Workload reactivated"
+        assert _patches(agent.fake, before) == ["workloads", "trainjobs"]  # the means first, then the record
         (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
         assert workload["spec"]["active"] is True
         assert ANNOTATION_HOLD_INSTANCE not in workload["metadata"]["annotations"]
+        assert ANNOTATION_HOLD_INSTANCE not in agent.fake.get(TJS, started.name)["metadata"]["annotations"]
+        assert (await api.status(ref(started))).hold is None
+        assert (await api.release(ref(started))).outcome == "not held"
+
+
+async def test_kueue_hold_rereads_after_the_workload_changed_and_writes_only_what_is_left(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE, **KUEUE))
+        await api.open(ref(started))
+        agent.fake.conflicts["workloads"] = 1  # Kueue wrote the Workload after the agent read it
+        before = len(agent.fake.writes)
+        held = await api.hold(HoldRequest(**ref(started).model_dump(), who="alice", reason="maintenance"))
+    assert held.outcome == "held: Workload deactivated"
+    # The Workload's write lost the race (409): re-read, and the TrainJob, held already, is not written again.
+    assert _patches(agent.fake, before) == ["trainjobs", "workloads", "workloads"]
+    (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
+    assert workload["spec"]["active"] is False
+
+
+async def test_an_interrupted_kueue_hold_leaves_the_job_held_and_release_finishes_it(agent: Agent):
+    """The Workload's write keeps losing: the answer is conflict, the TrainJob carries the hold (the job is
+    held from any new execution, and Status says so); Release then lifts what was written."""
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE, **KUEUE))
+        await api.open(ref(started))
+        agent.fake.conflicts["workloads"] = 3  # each of the three attempts
+        before = len(agent.fake.writes)
+        with pytest.raises(AgentError) as err:
+            await api.hold(HoldRequest(**ref(started).model_dump(), who="alice", reason="maintenance"))
+        assert err.value.kind is ErrorKind.CONFLICT
+        assert _patches(agent.fake, before) == ["trainjobs", "workloads", "workloads", "workloads"]
+        notes = agent.fake.get(TJS, started.name)["metadata"]["annotations"]
+        assert notes["dispatch.phpboyscout.uk/hold-who"] == "alice"
+        (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
+        assert workload["spec"]["active"] is True
+        assert (await api.status(ref(started))).hold.who == "alice"
+        before = len(agent.fake.writes)
+        released = await api.release(ref(started))
+        assert released.outcome.startswith("released: hold lifted from the TrainJob")
+        assert _patches(agent.fake, before) == ["trainjobs"]
+        assert (await api.status(ref(started))).hold is None
+
+
+async def test_several_workloads_claiming_the_trainjob_are_a_conflict_and_nothing_is_written(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE, **KUEUE))
+        (mine,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
+        forged = {k: v for k, v in mine.items() if k != "status"}
+        forged["metadata"] = {**mine["metadata"], "name": "forged", "uid": "forged-uid"}
+        agent.fake.put(WORKLOADS.path(NAMESPACE), forged)
+        before = len(agent.fake.writes)
+        calls = [api.open, api.release, api.status]
+        calls.append(lambda r: api.hold(HoldRequest(**r.model_dump(), who="x", reason="y")))
+        for call in calls:
+            with pytest.raises(AgentError) as err:
+                await call(ref(started))
+            assert err.value.kind is ErrorKind.CONFLICT, call
+            assert f"2 Workloads claim TrainJob {NAMESPACE}/{started.name}" in err.value.message
+            assert f"forged, {mine['metadata']['name']}" in err.value.message
+        assert agent.fake.writes[before:] == []
+        # An ownerReference that is not the controller's does not claim it: the job is Kueue's Workload's again.
+        forged["metadata"]["ownerReferences"] = [{**forged["metadata"]["ownerReferences"][0], "controller": False}]
+        agent.fake.put(WORKLOADS.path(NAMESPACE), forged)
+        assert (await api.open(ref(started))).outcome == "gate removed"
+
+
+async def test_start_refuses_and_stops_a_trainjob_several_workloads_claim(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+
+    def forge(fake, collection: str, obj: dict) -> None:
+        """A second Workload claiming each new TrainJob, as Kueue's own does."""
+        for wl in fake.items(WORKLOADS.path(NAMESPACE)) if collection.endswith("/trainjobs") else []:
+            if wl["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == obj["metadata"]["uid"]:
+                fake.put(
+                    WORKLOADS.path(NAMESPACE), {**wl, "metadata": {**wl["metadata"], "name": "forged", "uid": "f"}}
+                )
+                return
+
+    agent.fake.after_write.append(forge)
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(start_request(NAMESPACE, **KUEUE))
+    assert err.value.kind is ErrorKind.REJECTED
+    assert "2 Workloads claim TrainJob" in err.value.message
+    assert "was stopped" in err.value.message
+    assert agent.fake.items(TJS) == []
 
 
 async def test_open_reports_another_partys_gate(agent: Agent):

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.operations import Hold, plan_hold, plan_open, plan_release
+from agent.operations import Hold, Target, plan_hold, plan_open, plan_release
 from contract.keys import (
     FIELD_MANAGER,
     LABEL_JOBSET_NAME,
@@ -207,19 +207,23 @@ def open_trainjob(gate: Gate, tj: dict[str, Any]) -> None:
 
 
 def patch_workload(gate: Gate, tj: dict[str, Any], plan: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
-    """Hold or Release, as the supervisor API does them: ``plan(trainjob, workload)``'s patch of the Workload,
-    preconditioned on what was read; read both again after a conflict (Kueue writes the Workload too)."""
+    """Hold or Release, as the supervisor API does them: ``plan(trainjob, workload)``'s writes (the TrainJob's hold
+    record and the Workload's), in order, each preconditioned on what was read; read both again after a conflict
+    (Kueue writes the Workload too) and send what is left."""
     ns, uid = tj["metadata"]["namespace"], tj["metadata"]["uid"]
     for _ in range(10):
-        wl = kit.workload_of(gate.admin, ns, uid)
-        try:
-            json_patch(gate.admin, wl, plan(get_trainjob(gate, tj), wl).patch)
+        trainjob, wl = get_trainjob(gate, tj), kit.workload_of(gate.admin, ns, uid)
+        writes = plan(trainjob, wl).writes
+        if not writes:
             return
+        target = trainjob if writes[0].target is Target.TRAINJOB else wl
+        try:
+            json_patch(gate.admin, target, writes[0].patch)
         except ApiError as exc:
             if exc.status != 409:
                 raise
             time.sleep(0.2)
-    raise AssertionError("the Workload's patch kept conflicting")
+    raise AssertionError("the hold's writes kept conflicting")
 
 
 def wait_running(gate: Gate, tj: dict[str, Any], a: int, j: int = 0, within: float = 90) -> list[dict[str, Any]]:

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from agent.gate import Blocker
-from agent.operations import Hold, Refused, Target, finished, is_opened, plan_hold, plan_open, plan_release
+from agent.gate import Action, Blocker
+from agent.operations import Hold, Plan, Refused, Target, finished, is_opened, plan_hold, plan_open, plan_release
 from contract.admission import admission_count, admission_floor
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
@@ -19,8 +19,10 @@ from contract.keys import (
 )
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
-from tests.unit.test_gate import workload
+from tests.unit.test_gate import go, workload
+from tests.unit.test_gate import opened as opened_trainjob
 from tests.unit.test_webhook_rules import DISPATCH, admit, request
+from webhook.rules.updates import unsuspend_problems
 
 HOLD = Hold(
     instance="h-1", since="2026-11-29T10:00:00Z", who="alice", reason="maintenance", until="2026-11-30T00:00:00Z"
@@ -129,7 +131,7 @@ def test_open_refuses_a_plain_job_someone_else_started():
 def test_plain_hold_and_release_raise_a():
     tj = apply_json_patch(trainjob(queue=None), plan_open(trainjob(queue=None)).patch)
     hold = plan_hold(tj, None, HOLD)
-    assert hold.target is Target.TRAINJOB
+    assert [w.target for w in hold.writes] == [Target.TRAINJOB]
     held = apply_json_patch(tj, hold.patch)
     assert held["spec"]["suspend"] is True
     assert {k: held["metadata"]["annotations"][k] for k in HOLD_ANNOTATIONS} == {
@@ -177,10 +179,16 @@ def test_a_hold_before_open_survives_open_in_plain_mode_and_release_runs_it():
 
 def test_a_kueue_hold_before_open_survives_open():
     tj, wl = trainjob(), workload()
-    held = apply_json_patch(wl, plan_hold(tj, wl, HOLD).patch)
-    plan = plan_open(tj, workload=held)
+    held_tj, held_wl = apply_plan(plan_hold(tj, wl, HOLD), tj, wl)
+    plan = plan_open(held_tj, workload=held_wl)
     assert plan.outcome == "gate removed; held until Release"
-    assert plan.target is Target.TRAINJOB  # the Workload stays inactive
+    assert [w.target for w in plan.writes] == [Target.TRAINJOB]  # the Workload stays inactive
+    after = apply_json_patch(held_tj, plan.patch)
+    accepted_by_the_webhook(held_tj, after)
+    assert is_opened(after)
+    assert hold_keys(after) == HOLD.annotations()  # Open removes the gate, never the hold
+    assert go(held_wl, tj=after).action is Action.WAIT  # the Workload inactive: Kueue does not even reserve
+    assert go(workload(), tj=after).action is Action.HOLD  # reactivated by anyone else: the TrainJob holds it
 
 
 BLOCKER = Blocker("dj-x-node-0-0-abcde", "Running: Terminating on a Ready node")
@@ -229,22 +237,122 @@ def test_open_and_release_record_the_jobset_uid_the_first_time():
     )
 
 
-def test_kueue_hold_and_release_act_on_the_workload():
-    tj = trainjob()
-    wl = workload()
-    hold = plan_hold(tj, wl, Hold(instance="h", since="s", who="w", reason="r"))
-    assert hold.target is Target.WORKLOAD
-    held = apply_json_patch(wl, hold.patch)
-    assert held["spec"]["active"] is False
-    assert held["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] == "w"
-    assert "dispatch.phpboyscout.uk/hold-until" not in held["metadata"]["annotations"]
-    accepted_by_the_webhook(wl, held, resource="workloads", kind="Workload", group="kueue.x-k8s.io")
-    release = plan_release(tj, held)
-    released = apply_json_patch(held, release.patch)
+# -- Kueue mode: the hold lives on the TrainJob; the Workload's spec.active: false is the means ---------------
+
+
+def apply_plan(plan, tj, wl, upto=None):
+    """The plan's writes, the first ``upto`` of them (all by default), applied each to its own object: a write
+    applied to the wrong object fails its uid ``test``."""
+    for write in plan.writes[:upto]:
+        if write.target is Target.TRAINJOB:
+            tj = apply_json_patch(tj, write.patch)
+        else:
+            wl = apply_json_patch(wl, write.patch)
+    return tj, wl
+
+
+def hold_keys(obj):
+    found = obj["metadata"].get("annotations") or {}
+    return {k: v for k, v in found.items() if k in HOLD_ANNOTATIONS}
+
+
+def held_from_any_start(tj, wl):
+    """No new execution can begin: the readmission gate approves nothing (a reserved, Pending check is kept
+    Pending, or not looked at while the Workload is inactive) and no unsuspend of the TrainJob is accepted."""
+    assert go(wl, tj=tj).action in (Action.HOLD, Action.WAIT), go(wl, tj=tj).message
+    unsuspended = copy.deepcopy(tj)
+    unsuspended["spec"]["suspend"] = False
+    problems = unsuspend_problems(tj, unsuspended)
+    assert any("a hold of dispatch's is in force" in p.accepted for p in problems), problems
+
+
+def test_kueue_hold_writes_the_trainjob_first_then_deactivates_the_workload():
+    tj, wl = opened_trainjob(queue="q"), workload()
+    plan = plan_hold(tj, wl, HOLD)
+    assert plan.outcome == "held: Workload deactivated"
+    assert [w.target for w in plan.writes] == [Target.TRAINJOB, Target.WORKLOAD]
+    assert plan.patch_of(Target.TRAINJOB)[:2] == [
+        {"op": "test", "path": "/metadata/uid", "value": "tj-uid"},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "100"},
+    ]
+    assert plan.patch_of(Target.WORKLOAD)[:2] == [
+        {"op": "test", "path": "/metadata/uid", "value": "wl-uid"},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "500"},
+    ]
+    with pytest.raises(ValueError, match="writes 2 objects"):
+        _ = plan.patch
+    held_tj, held_wl = apply_plan(plan, tj, wl)
+    assert hold_keys(held_tj) == hold_keys(held_wl) == HOLD.annotations()
+    assert held_tj["spec"] == tj["spec"]  # only the record: Kueue suspends it when it evicts the Workload
+    assert held_wl["spec"]["active"] is False
+    accepted_by_the_webhook(tj, held_tj)
+    accepted_by_the_webhook(wl, held_wl, resource="workloads", kind="Workload", group="kueue.x-k8s.io")
+    assert plan_hold(held_tj, held_wl, HOLD).writes == ()  # the same Hold again: nothing left to write
+
+
+def test_a_kueue_hold_holds_after_each_of_its_writes_and_again_finishes_it():
+    """A crash between the two writes leaves the job held; the same Hold again writes only the Workload."""
+    tj, wl = opened_trainjob(queue="q"), workload()
+    plan = plan_hold(tj, wl, HOLD)
+    half_tj, half_wl = apply_plan(plan, tj, wl, upto=1)
+    assert half_wl == wl
+    held_from_any_start(half_tj, half_wl)
+    again = plan_hold(half_tj, half_wl, HOLD)
+    assert [w.target for w in again.writes] == [Target.WORKLOAD]
+    done_tj, done_wl = apply_plan(again, half_tj, half_wl)
+    assert (done_tj, done_wl) == apply_plan(plan, tj, wl)
+    held_from_any_start(done_tj, done_wl)
+
+
+def test_kueue_release_reactivates_the_workload_first_then_lifts_the_trainjobs_hold():
+    tj, wl = opened_trainjob(queue="q"), workload()
+    held_tj, held_wl = apply_plan(plan_hold(tj, wl, HOLD), tj, wl)
+    release = plan_release(held_tj, held_wl)
+    assert release.outcome == "released: Workload reactivated"
+    assert [w.target for w in release.writes] == [Target.WORKLOAD, Target.TRAINJOB]
+    assert release.new_a is None  # the readmission gate raises A before Kueue admits it again
+    # Interrupted after the Workload's write: Kueue may reserve quota again, and the gate keeps it Pending.
+    half_tj, half_wl = apply_plan(release, held_tj, held_wl, upto=1)
+    assert half_wl["spec"]["active"] is True
+    assert hold_keys(half_wl) == {}
+    assert half_tj == held_tj
+    held_from_any_start(half_tj, half_wl)
+    accepted_by_the_webhook(held_wl, half_wl, resource="workloads", kind="Workload", group="kueue.x-k8s.io")
+    # The same Release again finishes it: only the TrainJob is left to write.
+    again = plan_release(half_tj, half_wl)
+    assert [w.target for w in again.writes] == [Target.TRAINJOB]
+    free_tj, free_wl = apply_plan(again, half_tj, half_wl)
+    assert hold_keys(free_tj) == {}
+    accepted_by_the_webhook(half_tj, free_tj)
+    assert go(free_wl, tj=free_tj).action is Action.RAISE
+    assert (free_tj, free_wl) == apply_plan(release, held_tj, held_wl)
+    assert plan_release(free_tj, free_wl) == Plan((), "not held")
+
+
+def test_a_kueue_release_finishes_a_half_done_hold_and_lifts_an_older_agents_workload_hold():
+    tj, wl = opened_trainjob(queue="q"), workload()
+    half_tj, half_wl = apply_plan(plan_hold(tj, wl, HOLD), tj, wl, upto=1)
+    release = plan_release(half_tj, half_wl)
+    assert [w.target for w in release.writes] == [Target.TRAINJOB]
+    assert release.outcome.startswith("released: hold lifted from the TrainJob")
+    assert hold_keys(apply_plan(release, half_tj, half_wl)[0]) == {}
+    # A hold an older agent placed on the Workload alone: Release reactivates the Workload, nothing else.
+    old_wl = apply_json_patch(wl, plan_hold(tj, wl, HOLD).patch_of(Target.WORKLOAD))
+    release = plan_release(tj, old_wl)
+    assert [w.target for w in release.writes] == [Target.WORKLOAD]
+    released = apply_plan(release, tj, old_wl)[1]
     assert released["spec"]["active"] is True
     assert released["metadata"]["annotations"] == {}
-    assert release.new_a is None  # the readmission gate raises A before Kueue admits it again
-    assert plan_release(tj, released).patch == []
+
+
+def test_a_second_kueue_hold_replaces_the_first_on_both():
+    tj, wl = opened_trainjob(queue="q"), workload()
+    held_tj, held_wl = apply_plan(plan_hold(tj, wl, HOLD), tj, wl)
+    second = Hold(instance="h-2", since="s", who="bob", reason="r")
+    plan = plan_hold(held_tj, held_wl, second)
+    assert [w.target for w in plan.writes] == [Target.TRAINJOB, Target.WORKLOAD]
+    again_tj, again_wl = apply_plan(plan, held_tj, held_wl)
+    assert hold_keys(again_tj) == hold_keys(again_wl) == second.annotations()  # the old until is gone
 
 
 def test_a_second_hold_replaces_the_first_and_clears_an_until():

@@ -218,3 +218,44 @@ def test_orphans_are_named_as_the_spec_writes_them():
     )
     assert found == ("ns/jobset/dj-x", "ns/pod/p0", "ns/trainingruntime/dj-x")
     assert orphans(None, namespace="ns", pods=[pod("p0", 1, 0)]) == ("ns/pod/p0",)
+
+
+# -- Kueue mode: the hold is read from the TrainJob, its record ----------------------------------------------
+
+
+def _kueue_status(tj, wl):
+    return status(trainjob=tj, workload=wl, jobset=None, pods=[], nodes={}, runtime_copy=None, checks=[CHECK])
+
+
+def test_a_kueue_hold_is_reported_from_the_trainjob_and_an_older_agents_from_the_workload():
+    tj = opened_running()
+    tj["spec"]["suspend"] = True
+    tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] = "alice"
+    wl = workload()  # active: a Hold interrupted before its Workload write, or a Release before its TrainJob's
+    s = _kueue_status(tj, wl)
+    assert (s.phase, s.hold.who) == ("Held", "alice")
+    wl["metadata"]["annotations"] = {"dispatch.phpboyscout.uk/hold-who": "bob"}
+    assert _kueue_status(tj, wl).hold.who == "alice"  # the TrainJob is the record
+    del tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"]
+    wl["spec"]["active"] = False
+    s = _kueue_status(tj, wl)
+    assert (s.phase, s.hold.who) == ("Held", "bob")  # a hold an older agent wrote on the Workload only
+    wl["spec"]["active"] = True
+    del wl["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"]
+    s = _kueue_status(tj, wl)
+    assert (s.phase, s.hold) == ("Admitting", None)
+
+
+def test_a_suspended_kueue_job_held_on_its_trainjob_alone_cannot_restart():
+    tj = opened_running()
+    tj["spec"]["suspend"] = True
+    ended = pod("p", 2, 0, phase_="Failed")
+    assert _ceased(tj, [ended], wl=workload())[0] is False  # Kueue may admit it again at any time
+    tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] = "alice"
+    assert _ceased(tj, [ended], wl=workload()) == (
+        True,
+        "every pod of the current execution (A=2) ended, and none can start: it is held (suspended, with "
+        "dispatch's hold annotations)",
+    )
+    tj["spec"]["suspend"] = False  # a Hold not finished on a running job: its JobSet may still start pods
+    assert _ceased(tj, [ended], wl=workload())[0] is False
