@@ -33,6 +33,9 @@ from contract.keys import (
     TRAINER_GROUP,
 )
 
+BELONGS: Final = "belongs to a dispatch job"
+"""In every refusal of an owner policy (dispatch-webhook selftest recognises it)."""
+
 # -- Roles -----------------------------------------------------------------------------------------
 DISPATCH: Final = "dispatch"
 KUEUE: Final = "kueue"

@@ -574,7 +574,7 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
     validations = [
         {
             "expression": f"variables.{owners.BREAK_GLASS} || {allowed}",
-            "messageExpression": f"'{kind.kind} ' + request.name + ' belongs to a dispatch job: ' + variables.write + "
+            "messageExpression": f"'{kind.kind} ' + request.name + ' {owners.BELONGS}: ' + variables.write + "
             f"' is made only by ' + (variables.write in {who} ? {who}[variables.write] : 'nobody') + "
             "' (or break-glass), and ' + request.userInfo.username + ' is none of them'",
             "reason": "Forbidden",

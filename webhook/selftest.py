@@ -6,6 +6,10 @@ stranger might: a server-side dry run (nothing is stored) of a TrainJob that car
 principal that is not dispatch. The webhook must deny it, and the denial must be dispatch-k8s's own; any other
 answer names what is wrong. cert-manager's and Gatekeeper's post-install checks work the same way.
 
+With the chart's admission policies on, the owner policy of TrainJobs refuses the probe first (the API server
+evaluates the policies before any webhook): that refusal is dispatch's too, and passes. The webhook itself is
+then proven by what only it judges, a dispatch TrainJob's create: Preflight's probe.
+
 ``judge`` (pure) reads one answer; ``run`` repeats the dry run until dispatch's denial or the deadline, since
 a fresh install may need a few seconds for the Service's endpoints and the caBundle.
 """
@@ -25,6 +29,7 @@ from ulid import ULID
 from contract.names import build_name
 from serving.kube import describe_api_error
 from webhook.admission import DENIAL_PREFIX
+from webhook.owners import BELONGS
 
 TRAINJOBS: Final = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 DEFAULT_RUNTIME: Final = "torch-distributed"
@@ -45,8 +50,8 @@ class Verdict:
 
 
 def probe(namespace: str, *, runtime: str = DEFAULT_RUNTIME, job_id: str | None = None) -> dict[str, Any]:
-    """A TrainJob that is dispatch's by its name alone (no key under dispatch.phpboyscout.uk/, so the
-    ValidatingAdmissionPolicies, which the API server evaluates before any webhook, let it through)."""
+    """A TrainJob that is dispatch's by its name alone (no key under dispatch.phpboyscout.uk/, so no field
+    policy refuses it; the owner policy of TrainJobs does, when the chart renders it)."""
     group, version, _ = TRAINJOBS
     return {
         "apiVersion": f"{group}/{version}",
@@ -80,7 +85,7 @@ def judge(status: int, message: str) -> Verdict:
             "chart's ValidatingWebhookConfiguration and its matchConditions installed, and is the namespace "
             "one the webhook is called for, not kube-system or the release's own?)",
         )
-    if DENIAL_PREFIX in message:
+    if DENIAL_PREFIX in message or BELONGS in message:
         return Verdict(Result.PASSED, message)
     if "failed calling webhook" in message and "dispatch.phpboyscout.uk" in message:
         lowered = message.lower()

@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             done.more.append(
                 f"ServiceAccounts {setup.namespace}/supervisor (bound to the chart's supervisor and Preflight roles) "
-                f"and {setup.namespace}/stranger (may edit TrainJobs and Workloads)"
+                f"and {setup.namespace}/stranger (may edit TrainJobs, Workloads and JobSets)"
             )
 
         with out.step("scenario", timeout=600, logs=setup.logs) as done:

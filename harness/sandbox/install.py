@@ -107,6 +107,17 @@ class Rendered:
         return doc
 
 
+MUTATING_ADMISSION_POLICY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+def _served_api_versions(cp: ControlPlane) -> list[str]:
+    """--api-versions for what the chart asks of the cluster and the API server serves: `helm install` reads them
+    from discovery, `helm template` knows only its own defaults."""
+    group, version, kind = MUTATING_ADMISSION_POLICY.split("/")
+    served = cp.admin.request("GET", f"/apis/{group}/{version}").get("resources", [])
+    return ["--api-versions", MUTATING_ADMISSION_POLICY] if any(r.get("kind") == kind for r in served) else []
+
+
 def render_chart(cp: ControlPlane, work: Path) -> Rendered:
     """`helm template` of the chart with VALUES, as helm would install it into NAMESPACE."""
     helm = cp.artifacts.binary("helm")
@@ -115,7 +126,7 @@ def render_chart(cp: ControlPlane, work: Path) -> Rendered:
     values.write_text(yaml.safe_dump(VALUES, sort_keys=False))
     kube_version = cp.artifacts.versions["K8S_VERSION"].lstrip("v")
     argv = [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
-            "--values", str(values)]  # fmt: skip
+            "--values", str(values), *_served_api_versions(cp)]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
     (work / "helm.log").write_text(f"+ {' '.join(argv)}\n{result.stderr}")
     if result.returncode != 0:
@@ -284,27 +295,32 @@ def start_webhook(cp: ControlPlane, work: Path, certs: Certs, kubeconfig: Path) 
 
 
 def apply_webhook_configurations(cp: ControlPlane, rendered: Rendered, url: str, certs: Certs) -> int:
-    """Registers the webhook on loopback, then waits until the API server calls it: a server-side dry-run
-    create of a TrainJob that carries a dispatch name, by someone who is not dispatch, must come back denied
-    by our webhook."""
+    """Registers the webhook on loopback, then waits until the API server calls it: a server-side dry-run create,
+    by dispatch's ServiceAccount, of a dispatch TrainJob whose runtime copy does not exist must come back denied by
+    our webhook. (Only the webhook judges a create of dispatch's against its runtime copy: a stranger's probe
+    would be refused first by the owner policy, which the API server evaluates before any webhook.)"""
     docs = loopback_webhook_configurations(rendered, url, certs.ca.read_bytes())
     for doc in docs:
         cp.admin.apply(doc)
+    (deployment,) = rendered.of("Deployment")
+    dispatch = KubeHttp(
+        cp.service_account_credentials(NAMESPACE, deployment["spec"]["template"]["spec"]["serviceAccountName"])
+    )
     name = f"dj-{str(ULID()).lower()}-s1"
     probe = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+        "spec": {"runtimeRef": {"name": name, "kind": "TrainingRuntime"}},
     }
     path = cp.admin.collection_path(probe["apiVersion"], probe["kind"], "default")
 
     def denied_by_our_webhook() -> bool:
         try:
-            cp.admin.request("POST", path, probe, query={"dryRun": "All"})
+            dispatch.request("POST", path, probe, query={"dryRun": "All"})
         except ApiError as exc:
             return "dispatch-k8s denied" in exc.body
-        raise RuntimeError("a stranger's dispatch-named TrainJob was admitted: the webhook is not called")
+        raise RuntimeError("a dispatch TrainJob without its runtime copy was admitted: the webhook is not called")
 
     wait_until(denied_by_our_webhook, 30, interval=0.3, what="the API server calling dispatch-webhook")
     return len(docs)

@@ -229,6 +229,13 @@ class Scenario:
             workload = await self.admin_until(lambda: self._workload(ref.uid), "the TrainJob's Workload")
             self.refused(s.stranger, "removes dispatch's gate from its Workload", "PATCH",
                          s.admin.object_path(workload), ungate, "application/merge-patch+json")  # fmt: skip
+            # Trainer made the JobSet, suspended: resuming it directly would run the job past the TrainJob's
+            # unsuspend, the choke point. Nobody but its owners writes it (the owner policy).
+            jobset = await self.admin_until(
+                lambda: s.admin.get_or_none(site.JOBSET_V, "JobSet", ref.name, ref.namespace), "the TrainJob's JobSet"
+            )
+            self.refused(s.stranger, "resumes its JobSet directly", "PATCH", s.admin.object_path(jobset),
+                         {"spec": {"suspend": False}}, "application/merge-patch+json")  # fmt: skip
             st = await self.status(agent)
             if st.phase != "Gated":
                 raise RuntimeError(f"the TrainJob is no longer Gated after the stranger's writes: {_brief(st)}")
@@ -342,9 +349,10 @@ STRANGER_RULES: list[dict[str, Any]] = [
         "resources": ["workloads", "workloads/status"],
         "verbs": ["get", "list", "patch", "update"],
     },
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "patch", "update"]},
 ]
-"""What a colleague with edit rights in the namespace may do to TrainJobs and Workloads and their status
-(RBAC allows the writes; only dispatch's admission rules refuse them)."""
+"""What a colleague with edit rights in the namespace may do to TrainJobs, Workloads and JobSets (RBAC allows the
+writes; only dispatch's admission rules refuse them)."""
 RBAC_V = "rbac.authorization.k8s.io/v1"
 
 

@@ -21,6 +21,7 @@ from contract.keys import (
 
 KUEUE_V = "kueue.x-k8s.io/v1beta2"
 TRAINER_V = "trainer.kubeflow.org/v1alpha1"
+JOBSET_V = "jobset.x-k8s.io/v1alpha2"
 KWOK_DELETE_DELAY = "pod-delete.stage.kwok.x-k8s.io/delay"
 """A pod annotation read by kwok's pod-delete stage: at least this long (a duration such as 20s) between a
 pod's deletion and kwok confirming it, as a kubelet waits for the container to stop. Without it kwok picks

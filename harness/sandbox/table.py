@@ -59,7 +59,7 @@ def render(result: Result, statuses: Sequence[StatusResponse]) -> list[str]:
     lines += _table(["step", "phase", "gate", "check", "A", "J", "R", "pods", "note"], rows)
     if result.refusals:
         lines.append("")
-        lines.append("Refused on the way (a stranger with RBAC rights to write TrainJobs and Workloads):")
+        lines.append("Refused on the way (a stranger with RBAC rights to write TrainJobs, Workloads and JobSets):")
         for refusal in result.refusals:
             lines.append(f"  {refusal.who} {refusal.what}: refused by the {refusal.by}")
             lines.append(f"    {refusal.message}")

@@ -206,8 +206,15 @@ def test_the_webhook_configurations_are_the_generators_and_reach_the_webhook_thr
     r = rendered(name)
     name_ = fullname(r)
     timeout = value_set(name).get("webhook", {}).get("timeoutSeconds", 5)
+    policies = value_set(name).get("admissionPolicies", {}).get("enabled", True)
     expected = webhook_configurations(
-        namespace=r.namespace, service=name_, port=443, name=name_, timeout_seconds=timeout
+        namespace=r.namespace,
+        service=name_,
+        port=443,
+        name=name_,
+        timeout_seconds=timeout,
+        # The routes the policies mirror fail open onto them when the chart renders them.
+        updates_failure_policy="Ignore" if policies else "Fail",
     )
     got = [r.one("ValidatingWebhookConfiguration"), r.one("MutatingWebhookConfiguration")]
     assert [without_labels(d) for d in got] == [without_labels(d) for d in expected]
@@ -251,7 +258,22 @@ def test_the_policies_are_the_generators_with_the_same_principals_as_the_webhook
             doc["spec"]["policyName"] = doc["spec"]["policyName"].replace("dispatch-k8s", fullname(r), 1)
     got = r.of("ValidatingAdmissionPolicy") + r.of("ValidatingAdmissionPolicyBinding")
     by_name = {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in got}
-    assert by_name == {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in expected}
+    validating = [d for d in expected if d["kind"].startswith("Validating")]
+    assert by_name == {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in validating}
+    # helm template knows no MutatingAdmissionPolicy unless told the cluster serves it (helm install asks).
+    assert not r.of("MutatingAdmissionPolicy")
+
+
+def test_the_mutating_admission_policy_where_the_api_server_serves_it():
+    r = template(extra=["--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"])
+    expected = [d for d in admission_policies(Config(), namespace=r.namespace) if d["kind"].startswith("Mutating")]
+    got = r.of("MutatingAdmissionPolicy") + r.of("MutatingAdmissionPolicyBinding")
+    assert [without_labels(d) for d in got] == [without_labels(d) for d in expected]
+    off = template(
+        {"admissionPolicies": {"enabled": False}},
+        extra=["--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"],
+    )
+    assert not off.of("MutatingAdmissionPolicy")
 
 
 def test_extra_principals_reach_the_webhook_config_and_the_policies(tmp_path):
@@ -779,3 +801,16 @@ def test_the_schema_types_every_value_and_docs_install_lists_them():
     docs = (ROOT / "docs" / "install.md").read_text()
     missing = [v for v in sorted(in_values) if f"`{v}`" not in docs]
     assert not missing, f"docs/install.md does not list: {missing}"
+
+
+def test_install_mds_owner_example_renders_into_the_owner_policies():
+    """docs/install.md's example of an owner's principals, as a user pastes it into their values."""
+    docs = (ROOT / "docs" / "install.md").read_text()
+    section = docs[docs.index("## Who may write a dispatch job's objects") :]
+    block = section[section.index("```yaml\n") + len("```yaml\n") : section.index("```\n", section.index("```yaml"))]
+    values = yaml.safe_load(block)
+    r = template(values)
+    jobs = next(p for p in r.of("ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("-owners-jobs"))
+    (jobset,) = [v for v in jobs["spec"]["variables"] if v["name"] == "jobset"]
+    assert '"system:serviceaccount:jobset-system:jobset-controller"' in jobset["expression"]
+    assert "jobset-controller-manager" not in jobset["expression"], "the example replaces the defaults"

@@ -93,20 +93,22 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
     assert steps["re-admitted"][:4] == ["Running", "open", "Ready", str(runs[1][0])], steps
     assert steps["finished"][:4] == ["Complete", "open", "Ready", str(runs[1][0])], steps
 
-    # The stranger's writes were refused by dispatch's admission rules, each shown on one line: removing
-    # dispatch's gate from the TrainJob (the ValidatingAdmissionPolicy, which the API server runs before any
-    # webhook) and from its Workload (the webhook); once preempted, setting dispatch's check Ready on the
-    # Workload's status (the policy again), which would re-admit it without a raise (docs/security.md).
+    # The stranger's writes were refused by dispatch's admission policies, which the API server runs before any
+    # webhook, each shown on one line: removing dispatch's gate from the TrainJob and from its Workload, resuming
+    # the JobSet directly (past the TrainJob's unsuspend), and, once preempted, setting dispatch's check Ready on
+    # the Workload's status, which would re-admit it without a raise (docs/security.md). The owner policies
+    # refuse a stranger every write on a dispatch job's objects; a field policy may answer first.
     lines = output.splitlines()
     refused = [(line.strip().rpartition("refused by the ")[2], lines[i + 1]) for i, line in enumerate(lines)
                if "refused by the " in line]  # fmt: skip
-    assert [by for by, _ in refused] == ["policy", "webhook", "policy"], shown
-    (_, gate), (_, workload_gate), (_, ready) = refused
-    assert "ValidatingAdmissionPolicy 'dispatch-k8s-reserved-keys'" in gate, refused
-    assert 'admission webhook "validate.workloads.dispatch.phpboyscout.uk" denied the request' in workload_gate
-    assert "only dispatch adds or removes its gate" in workload_gate, refused
-    assert "ValidatingAdmissionPolicy 'dispatch-k8s-workloads'" in ready, refused
-    assert "only dispatch's admission controller sets its check Ready" in ready, refused
+    assert [by for by, _ in refused] == ["policy"] * 4, shown
+    (_, gate), (_, workload_gate), (_, jobset), (_, ready) = refused
+    owners = "belongs to a dispatch job"
+    assert owners in gate or "only dispatch adds or removes its gate" in gate, refused
+    assert owners in workload_gate or "only dispatch adds, changes or removes annotations" in workload_gate, refused
+    assert "ValidatingAdmissionPolicy 'dispatch-k8s-owners-jobsets'" in jobset, refused
+    assert "UPDATE is made only by Trainer, Kueue, the garbage collector" in jobset, refused
+    assert owners in ready or "only dispatch's admission controller sets its check Ready" in ready, refused
 
     image, not_here = on_node.available()
     if image is not None:

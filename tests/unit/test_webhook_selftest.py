@@ -12,8 +12,20 @@ OURS = (
 )
 
 
+POLICY = (
+    'HTTP 403 Forbidden: trainjobs.trainer.kubeflow.org "dj-x-s1" is forbidden: ValidatingAdmissionPolicy '
+    "'dispatch-k8s-owners-trainjobs' with binding 'dispatch-k8s-owners-trainjobs' denied request: TrainJob dj-x-s1 "
+    "belongs to a dispatch job: CREATE is made only by dispatch (or break-glass), and system:serviceaccount:a:b is "
+    "none of them"
+)
+
+
 def test_dispatchs_denial_passes():
     assert judge(403, OURS).result is Result.PASSED
+
+
+def test_the_owner_policys_denial_is_dispatchs_too():
+    assert judge(403, POLICY).result is Result.PASSED
 
 
 @pytest.mark.parametrize(
