@@ -22,18 +22,21 @@ import pytest
 from ulid import ULID
 
 from agent.operations import Hold, plan_hold
-from contract.keys import LABEL_JOBSET_NAME, LABEL_QUEUE_NAME
+from contract.keys import ANNOTATION_ADMISSION_STARTED, LABEL_JOBSET_NAME, LABEL_QUEUE_NAME
 from contract.trainjob import Submission, build_runtime_copy
-from harness.cluster import ADMIN_USER
+from harness.cluster import ADMIN_USER, free_port
 from harness.kube_http import ApiError, KubeHttp
+from harness.tier_b import KWOK_COMPLETE_ANNOTATION
 from tests.cluster.principals import EDIT_RULES
 from tests.cluster.webhook_process import WebhookProcess, start_webhook
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
 from tests.e2e.test_readmission_gate import (  # noqa: F401 (the fixtures)
     LOCAL_QUEUE,
+    NOT_DISPATCH,
     RAISED,
     Gate,
+    _assert,
     admitted_workload,
     create_dispatch_trainjob,
     gate,
@@ -42,9 +45,11 @@ from tests.e2e.test_readmission_gate import (  # noqa: F401 (the fixtures)
     ns,
     open_trainjob,
     patch_workload,
+    preemptor,
     wait_running,
 )
 from webhook.config import Config
+from webhook.configurations import webhook_configurations
 from webhook.policies import admission_policies
 
 pytestmark = pytest.mark.e2e
@@ -71,18 +76,19 @@ class Guarded:
         return self.gate.admin
 
     def arm(self) -> None:
-        """dispatch's webhook registered for the namespace, or (mode "policies alone") its policies bound to it.
-        Armed once the test's jobs are where the attacks need them: with the policies alone nothing records A
-        at an unsuspend, so Kueue could not start a dispatch job (docs/security.md), which is the point."""
+        """dispatch's webhook registered for the namespace ("webhook"), its policies bound to it ("policies alone"), or
+        both ("policies + webhook", as the chart installs them). Armed once the test's jobs are where the attacks
+        need them."""
         cp = self.gate.tier_b.control_plane
         config = _config(self.gate)
-        if self.mode == "webhook":  # alone: with the policies too, a policy (evaluated first) would answer
+        if "webhook" in self.mode:
             self.webhook = start_webhook(cp, self.namespace, ADMIN_USER, self.workdir, config=config)
+        if "policies" not in self.mode:
             return
         suffix = secrets.token_hex(3)
         for doc in admission_policies(Config.model_validate(config), namespace="dispatch-system"):
             doc["metadata"]["name"] += f"-{suffix}"
-            if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            if "policyName" in doc["spec"]:  # a binding, of a validating or the mutating policy
                 doc["spec"]["policyName"] += f"-{suffix}"
                 selector = {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}}
                 doc["spec"]["matchResources"] = {"namespaceSelector": selector}
@@ -109,12 +115,12 @@ def _config(g: Gate) -> dict[str, Any]:
     }
 
 
-def _stranger(g: Gate, namespace: str) -> KubeHttp:
+def _stranger(g: Gate, namespace: str, rules: list[dict[str, Any]] = EDIT_RULES) -> KubeHttp:
     cp = g.tier_b.control_plane
     role = f"attacker-{secrets.token_hex(3)}"
     rbac = "rbac.authorization.k8s.io/v1"
     cp.admin.create({"apiVersion": rbac, "kind": "Role", "metadata": {"name": role, "namespace": namespace},
-                     "rules": EDIT_RULES})  # fmt: skip
+                     "rules": rules})  # fmt: skip
     cp.ensure_service_account(namespace, "stranger")
     cp.admin.create({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": role, "namespace": namespace},
                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
@@ -148,7 +154,7 @@ def refused(g: Guarded, who: KubeHttp, path: str, body: Any, *, content_type: st
         who.request(method, path, body, content_type=content_type)
     assert err.value.status == 403, err.value
     message = json.loads(err.value.body)["message"]
-    by = "dispatch-k8s denied this" if g.webhook is not None else "ValidatingAdmissionPolicy"
+    by = "ValidatingAdmissionPolicy" if g.policies else "dispatch-k8s denied this"
     assert by in message, message
     assert any(text in message for text in ((says,) if isinstance(says, str) else says)), message
     return message
@@ -157,7 +163,7 @@ def refused(g: Guarded, who: KubeHttp, path: str, body: Any, *, content_type: st
 def _says(g: Guarded, rule: str, policy_text: str) -> tuple[str, ...]:
     """What may refuse the write: the webhook's rule; or, the policies alone, the field policy's text or (a
     stranger's write) the owner policy's, whichever of the refusing policies the API server reports."""
-    return (rule,) if g.webhook is not None else (policy_text, "belongs to a dispatch job")
+    return (rule,) if not g.policies else (policy_text, "belongs to a dispatch job")
 
 
 def _opened_running(g: Guarded) -> tuple[dict[str, Any], kit.Recorder]:
@@ -236,8 +242,9 @@ def test_items_5_6_on_a_running_job(guarded: Guarded) -> None:
     g.arm()
     try:
         jobset = g.admin.get(JOBSET_V, "JobSet", name, g.namespace)
-        if g.webhook is not None:  # not mirrored in the policies: a JobSet deleted meanwhile is detected
-            refused(g, s, g.admin.object_path(jobset), None, method="DELETE", says="jobset.delete")
+        # The webhook's rule, or the owner policy of JobSets (a JobSet deleted meanwhile is detected too).
+        refused(g, s, g.admin.object_path(jobset), None, method="DELETE",
+                says=_says(g, "jobset.delete", "belongs to a dispatch job"))  # fmt: skip
         # J rises (as JobSet would), then the stranger lowers it.
         g.admin.request("PATCH", g.admin.object_path(jobset) + "/status", {"status": {"restarts": 1}},
                         content_type=MERGE)  # fmt: skip
@@ -276,3 +283,59 @@ def test_item_10_no_in_place_restart_even_with_rank_restart_allowed(guarded: Gua
             content_type="application/json",
             says=_says(g, "runtime.in-place-restart", "never restarts in place"))  # fmt: skip
     assert g.admin.list(KUEUE_V, "Workload", g.namespace) == []
+
+
+def test_with_the_webhook_down_a_preemption_and_readmission_still_work(gate: Gate, ns: str) -> None:  # noqa: F811
+    """The chart's admission as installed (the policies, and the webhook configurations with their failure policies),
+    the webhook itself down: a running dispatch job is preempted and re-admitted with a raised A, recorded by the
+    MutatingAdmissionPolicy, while a stranger's forged raise is still refused."""
+    cp, admin = gate.tier_b.control_plane, gate.admin
+    tj, pods = _opened_running(Guarded(gate, ns, _stranger(gate, ns), "policies", Path()))
+    name = tj["metadata"]["name"]
+    suffix = secrets.token_hex(3)
+    armed: list[dict[str, Any]] = []
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    # Nothing listens on this port: every call of the API server to the webhook fails.
+    down = webhook_configurations(namespace="dispatch-system", url=f"https://127.0.0.1:{free_port()}",
+                                  ca_bundle=b"unused", name=f"down-{suffix}", updates_failure_policy="Ignore")  # fmt: skip
+    for doc in down:
+        for hook in doc["webhooks"]:
+            hook["namespaceSelector"] = selector
+    for doc in [*admission_policies(Config.model_validate(_config(gate)), namespace="dispatch-system"), *down]:
+        doc["metadata"]["name"] += f"-{suffix}"
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] += f"-{suffix}"
+            doc["spec"]["matchResources"] = {"namespaceSelector": selector}
+        armed.append(cp.admin.create(doc))
+    try:
+        stranger = _stranger(gate, ns)
+        eventually(
+            lambda: _assert(_forged_raise_refused(stranger, get_trainjob(gate, tj))), 30, "the policies in force"
+        )
+        other = preemptor(gate, ns)
+        admitted_workload(gate, other, NOT_DISPATCH)
+        other_pods = eventually(lambda: _assert(kit.running(kit.pods_of(admin, ns, other["metadata"]["name"]))), 90,
+                                "the preemptor runs")  # fmt: skip
+        for pod in other_pods:
+            admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
+                              {"metadata": {"annotations": {KWOK_COMPLETE_ANNOTATION: "true"}}}, ns)  # fmt: skip
+        admitted_workload(gate, tj, RAISED.format(2), within=90)
+        wait_running(gate, tj, a=2)
+        readmitted = get_trainjob(gate, tj)
+        assert readmitted["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] == "2", "recorded in-process"
+        assert kit.assert_r_strictly_increases(pods.first_seen()) == [(1, 0), (2, 0)]
+        assert _forged_raise_refused(stranger, readmitted)
+        assert admin.list(TRAINER_V, "TrainJob", ns), name
+    finally:
+        pods.stop()
+        for doc in reversed(armed):
+            cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+
+
+def _forged_raise_refused(stranger: KubeHttp, tj: dict[str, Any]) -> bool:
+    try:
+        stranger.request("PATCH", stranger.object_path(tj), [{"op": "replace", "path": A_PATH, "value": "9"}],
+                         query={"dryRun": "All"}, content_type=JSON_PATCH)  # fmt: skip
+    except ApiError as err:
+        return err.status == 403 and ("belongs to a dispatch job" in err.body or "only dispatch raises A" in err.body)
+    return False
