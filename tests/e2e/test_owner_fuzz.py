@@ -42,6 +42,15 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "pod": ("v1", "Pod", ("", "status", "ephemeralcontainers", "resize", "binding")),
     "workload": (KUEUE_V, "Workload", ("", "status")),
 }
+CLAIMING_NAMES = {
+    "trainjob": lambda _: f"dj-{secrets.token_hex(13)}-s1",
+    "copy": lambda _: f"dj-{secrets.token_hex(13)}-s2",
+    "jobset": lambda _: f"dj-{secrets.token_hex(13)}-s3",
+    "job": lambda job: f"{job}-node-{secrets.token_hex(2)}",
+    "pod": lambda job: f"{job}-node-0-0-{secrets.token_hex(3)}",
+    "workload": lambda job: f"trainjob-{job}-{secrets.token_hex(3)}",
+}
+"""A new object's name that claims a dispatch job: dispatch's name pattern, or a child of the running job."""
 VALUES: tuple[Any, ...] = ("", "0", "1", "999999", 0, 1, 7, True, False, None, {}, [], "dj-x", GATE, PREFIX + "x")
 KEYS: tuple[str, ...] = (PREFIX + "admission", PREFIX + "opened", PREFIX + "job-id", "jobset.sigs.k8s.io/jobset-name",
                          "jobset.sigs.k8s.io/restart-attempt", "kueue.x-k8s.io/admission-gated-by", "example.com/x")  # fmt: skip
@@ -90,7 +99,7 @@ def _objects(g: Guarded, name: str) -> dict[str, dict[str, Any]]:
     admin, ns_ = g.admin, g.namespace
     tj = admin.get(TRAINER_V, "TrainJob", name, ns_)
     (job,) = admin.list("batch/v1", "Job", ns_, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")[:1]
-    return {
+    objects = {
         "trainjob": tj,
         "copy": admin.get(TRAINER_V, "TrainingRuntime", name, ns_),
         "jobset": admin.get(JOBSET_V, "JobSet", name, ns_),
@@ -98,6 +107,10 @@ def _objects(g: Guarded, name: str) -> dict[str, dict[str, Any]]:
         "pod": kit.running(kit.pods_of(admin, ns_, name))[0],
         "workload": kit.workload_of(admin, ns_, tj["metadata"]["uid"]),
     }
+    for key, obj in objects.items():  # a LIST's items carry neither
+        obj.setdefault("apiVersion", KINDS[key][0])
+        obj.setdefault("kind", KINDS[key][1])
+    return objects
 
 
 def attempt(rng: random.Random, stranger: KubeHttp, objects: dict[str, dict[str, Any]]) -> tuple[str, int, str]:
@@ -115,9 +128,9 @@ def attempt(rng: random.Random, stranger: KubeHttp, objects: dict[str, dict[str,
             meta = claim["metadata"]
             for server_side in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
                 meta.pop(server_side, None)
-            meta["name"] = rng.choice(
-                (f"{obj['metadata']['name']}-{secrets.token_hex(2)}", f"dj-{secrets.token_hex(13)}-s1")
-            )
+            # It claims to belong by its name, whatever else the mutation stripped: a name that claims nothing
+            # makes the stranger's own object, which is theirs to create.
+            meta["name"] = CLAIMING_NAMES[key](objects["trainjob"]["metadata"]["name"])
             stranger.request("POST", stranger.collection_path(api_version, kind, obj["metadata"]["namespace"]), claim)
         elif operation == "DELETE":
             if key == "pod":  # a pod's delete is anyone's, by design: the finalizer keeps the evidence

@@ -303,7 +303,7 @@ def test_with_the_webhook_down_a_preemption_and_readmission_still_work(gate: Gat
             hook["namespaceSelector"] = selector
     for doc in [*admission_policies(Config.model_validate(_config(gate)), namespace="dispatch-system"), *down]:
         doc["metadata"]["name"] += f"-{suffix}"
-        if "policyName" in doc["spec"]:
+        if "policyName" in doc.get("spec", {}):
             doc["spec"]["policyName"] += f"-{suffix}"
             doc["spec"]["matchResources"] = {"namespaceSelector": selector}
         armed.append(cp.admin.create(doc))
