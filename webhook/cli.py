@@ -98,8 +98,13 @@ async def _selftest(args: argparse.Namespace) -> int:
     async with await api_client(args.kubeconfig, args.context) as api:
         verdict, attempts = await selftest.run(api, args.namespace, within=args.timeout, runtime=args.runtime)
     if verdict.result is selftest.Result.PASSED:
-        print(f"ok: the API server called dispatch-k8s's webhook, which denied a dispatch TrainJob of a stranger "
-              f"(a dry run in {args.namespace}; attempt {attempts}): {verdict.message}")  # fmt: skip
+        by = (
+            "dispatch-k8s's owner policy"
+            if selftest.BELONGS in verdict.message
+            else "the API server called dispatch-k8s's webhook, which"
+        )
+        print(f"ok: {by} denied a dispatch TrainJob of a stranger (a dry run in {args.namespace}; "
+              f"attempt {attempts}): {verdict.message}")  # fmt: skip
         return 0
     print(f"{PROG} selftest: FAILED after {attempts} attempt(s): {verdict.message}", file=sys.stderr)
     return 1

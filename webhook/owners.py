@@ -201,8 +201,9 @@ RUNTIME_COPIES: Final = Kind(
     "trainingruntimes",
     {
         ("CREATE", ""): (DISPATCH,),
-        # Trainer's finalizer trainer.kubeflow.org/resource-in-use while a TrainJob refers to it.
-        ("UPDATE", ""): (TRAINER, GARBAGE_COLLECTOR),
+        # dispatch ties it to its TrainJob (an owner reference, once the TrainJob exists); Trainer's finalizer
+        # trainer.kubeflow.org/resource-in-use while a TrainJob refers to it.
+        ("UPDATE", ""): (DISPATCH, TRAINER, GARBAGE_COLLECTOR),
         ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR),
     },
     lambda o: _any(_named(o), _keys(o)),

@@ -132,7 +132,8 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
         # API server (Trainer's webhooks called beside dispatch's), passed on dispatch-k8s's denial.
         assert re.search(r"dispatch-webhook selftest as system:serviceaccount:dispatch-system:dispatch-k8s-test: "
                          r"passed", output), shown  # fmt: skip
-    assert "ok: the API server called dispatch-k8s's webhook" in output, shown
+    # The chart's owner policy of TrainJobs refuses the stranger's probe before any webhook is asked.
+    assert "ok: dispatch-k8s's owner policy denied a dispatch TrainJob of a stranger" in output, shown
 
     # And it cleaned up: every process of its run stopped, the run folder named.
     assert re.search(r"^Stopped \d+ processes\. The run folder stays: /\S+$", output, re.M), shown
