@@ -501,6 +501,26 @@ class ProbeResult:
     """The probe could not be run (created, watched) at all."""
     open_refused: str | None = None
     """Plain mode: why the API server refused Open's write on the probe (a dry run), or None."""
+    owner_problems: tuple[str, ...] = ()
+    """Which of the owners that build a job's objects wrote nothing for the probe (``owner_problems``)."""
+
+
+def owner_problems(jobset: Mapping[str, Any] | None, job: Mapping[str, Any] | None, seconds: float) -> list[str]:
+    """The probe's objects the owners must have made within ``seconds``, though it stays closed: Trainer its JobSet,
+    JobSet that JobSet's first Job (suspended). Either missing means that component cannot write a dispatch job's
+    objects: most often it runs under a principal the owner policies do not name (docs/install.md, "Who may write a
+    dispatch job's objects"), so every dispatch job would stall there."""
+    if jobset is None:
+        return [
+            f"Trainer made no JobSet for the probe within {seconds:g}s: does it run as a principal of the chart's "
+            "webhook.owners.trainer? The owner policies refuse a dispatch job's JobSet to anyone else"
+        ]
+    if job is None:
+        return [
+            f"JobSet made no Job for the probe's JobSet within {seconds:g}s: does it run as a principal of the chart's "
+            "webhook.owners.jobset? The owner policies refuse a dispatch job's Jobs to anyone else"
+        ]
+    return []
 
 
 TRAINJOB_KIND: Final = {"group": TRAINER_GROUP, "version": "v1alpha1", "kind": "TrainJob"}
@@ -565,7 +585,7 @@ def capabilities(
             else "; ".join(problems)
         )
         trouble = ([] if start_gate else [start_reason]) + ([] if readmission else [readmission_reason])
-    trainer = list(trainer_problems)
+    trainer = [*trainer_problems, *probe.owner_problems]
     if probe.open_refused is not None:
         trainer.append(
             "the API server refuses Open's own write on the probe (raise A and unsuspend in one update, a dry run): "

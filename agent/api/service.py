@@ -760,8 +760,20 @@ class Service:
                 unchecked = d.unchecked(workload) if kueue else None
                 if unchecked:
                     problems.append(f"for jobs of this runtime, {unchecked}")
-                return d.ProbeResult(seconds, workload_problems=tuple(problems))
+                owners = d.owner_problems(*await self._probe_children(namespace, name), seconds)
+                return d.ProbeResult(seconds, workload_problems=tuple(problems), owner_problems=tuple(owners))
             await asyncio.sleep(POLL_SECONDS)
+
+    async def _probe_children(
+        self, namespace: str, name: str
+    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+        """The probe's JobSet (Trainer names it as the TrainJob) and its first Job (JobSet names it
+        ``<jobset>-<replicated job>-0``), or None for each that is not there."""
+        jobset = await self._read(JOBSETS.path(namespace, name), f"the probe's JobSet {name}")
+        first = dig(jobset, "spec", "replicatedJobs", 0, "name")
+        if jobset is None or not isinstance(first, str):
+            return jobset, None
+        return jobset, await self._read(JOBS.path(namespace, f"{name}-{first}-0"), f"the probe's Job {name}-{first}-0")
 
     async def _remove_probe(
         self,

@@ -136,3 +136,41 @@ async def allowed(agent: RunningAgent, token: str, namespace: str, within: float
                 if loop.time() > deadline:
                     raise
             await asyncio.sleep(0.2)
+
+
+@asynccontextmanager
+async def owners_at_work(cp: ControlPlane, namespace: str) -> AsyncIterator[None]:
+    """Trainer and JobSet, as far as Preflight sees them in tier A (which runs neither): for each TrainJob of
+    ``namespace`` a suspended JobSet of its name and that JobSet's first Job, made by the admin, as the two
+    controllers make them for a closed job."""
+
+    def play() -> None:
+        for tj in cp.admin.list("trainer.kubeflow.org/v1alpha1", "TrainJob", namespace):
+            name = tj["metadata"]["name"]
+            owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name,
+                     "uid": tj["metadata"]["uid"], "controller": True}  # fmt: skip
+            pod = {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                                                  "containers": [{"name": "node", "image": "registry.invalid/x"}]}}}}  # fmt: skip
+            for obj in (
+                {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                 "metadata": {"name": name, "namespace": namespace, "ownerReferences": [owner]},
+                 "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "replicas": 1, "template": pod}]}},
+                {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-node-0", "namespace": namespace},
+                 "spec": {"suspend": True, **pod["spec"]}},
+            ):  # fmt: skip
+                try:
+                    cp.admin.create(obj)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+
+    async def loop() -> None:
+        while True:
+            await asyncio.to_thread(play)
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()

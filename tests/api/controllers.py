@@ -162,3 +162,24 @@ def jobset(fake: FakeKube, namespace: str, name: str, owner_uid: str, restarts: 
 
 def trainjob_path(namespace: str, name: str) -> str:
     return TRAINJOBS.path(namespace, name)
+
+
+def trainer_and_jobset(*, jobs: bool = True) -> Any:
+    """Trainer and JobSet, as far as Preflight sees them: for each new TrainJob a suspended JobSet of its name, and
+    (``jobs``) that JobSet's first Job, suspended: what the probe's owners make while it stays closed."""
+
+    def hook(fake: FakeKube, collection: str, obj: dict[str, Any]) -> None:
+        if not collection.endswith("/trainjobs"):
+            return
+        meta = obj["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "uid": meta["uid"],
+                 "controller": True}  # fmt: skip
+        fake.put(JOBSETS.path(ns), {"metadata": {"name": name, "namespace": ns, "ownerReferences": [owner]},
+                                    "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "replicas": 1}]}})  # fmt: skip
+        if jobs:
+            fake.put(
+                JOBS.path(ns), {"metadata": {"name": f"{name}-node-0", "namespace": ns}, "spec": {"suspend": True}}
+            )
+
+    return hook

@@ -21,7 +21,15 @@ from contract.admission import admission_count, admission_floor
 from contract.keys import ANNOTATION_OPENED
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
-from tests.api.cluster import RunningAgent, Supervisors, allowed, compliant_runtime, running_agent, supervisors
+from tests.api.cluster import (
+    RunningAgent,
+    Supervisors,
+    allowed,
+    compliant_runtime,
+    owners_at_work,
+    running_agent,
+    supervisors,
+)
 from tests.api.requests import fresh_job_id, start_request
 from tests.unit.fixtures import runtime, submission
 
@@ -223,7 +231,7 @@ async def test_start_refuses_a_runtime_that_may_restart_in_place(setup: Setup):
 
 
 async def test_plain_mode_preflight_on_the_api_server(setup: Setup):
-    async with setup.client() as c:
+    async with setup.client() as c, owners_at_work(setup.cp, setup.ns):
         caps = await c.preflight(PreflightRequest.model_validate({"namespace": setup.ns, "runtime": {"name": RUNTIME}}))
     assert (caps.start_gate, caps.readmission_gate, caps.observe_only) == (True, False, False)
     assert caps.trainer, caps.trainer_reason  # the served schema has spec.runtimePatches; Open's write accepted
@@ -352,7 +360,7 @@ async def test_preflight_refuses_a_trainer_whose_webhook_refuses_opens_atomic_un
                   "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}})  # fmt: skip
     req = PreflightRequest.model_validate({"namespace": setup.ns, "runtime": {"name": RUNTIME}})
     try:
-        async with setup.client() as c:
+        async with setup.client() as c, owners_at_work(setup.cp, setup.ns):
             for _ in range(100):  # until the policy is in effect
                 caps = await c.preflight(req)
                 if caps.observe_only:
@@ -367,7 +375,7 @@ async def test_preflight_refuses_a_trainer_whose_webhook_refuses_opens_atomic_un
     finally:
         admin.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", name)
         admin.delete("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name)
-    async with setup.client() as c:
+    async with setup.client() as c, owners_at_work(setup.cp, setup.ns):
         for _ in range(100):
             if not (await c.preflight(req)).observe_only:
                 break

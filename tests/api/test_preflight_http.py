@@ -63,6 +63,12 @@ async def renewing(fake: FakeKube) -> AsyncIterator[None]:
         task.cancel()
 
 
+@pytest.fixture(autouse=True)
+def owners_at_work(fake: FakeKube) -> None:
+    """Trainer and JobSet make the probe's JobSet and Job (a test that wants them missing removes the hook)."""
+    fake.after_write.append(c.trainer_and_jobset())
+
+
 def probes_seen(fake: FakeKube) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     fake.after_write.append(lambda f, coll, obj: seen.append(obj) if coll.endswith("/trainjobs") else None)
@@ -244,3 +250,18 @@ async def test_a_trainer_older_than_the_minimum_is_refused(agent: Agent):
         with pytest.raises(AgentError) as err:
             await api.start(start_request(NAMESPACE))
         assert err.value.kind is ErrorKind.OBSERVE_ONLY
+
+
+@pytest.mark.parametrize(("jobs", "owner"), [(None, "webhook.owners.trainer"), (False, "webhook.owners.jobset")])
+async def test_an_owner_that_writes_nothing_for_the_probe_makes_it_observe_only(agent: Agent, jobs, owner):
+    """Trainer's JobSet and JobSet's Jobs are made even for a closed job: their absence after the probe means the
+    owner policies refuse them (their principals are not the chart's), and every dispatch job would stall."""
+    agent.fake.after_write.clear()
+    if jobs is not None:
+        agent.fake.after_write.append(c.trainer_and_jobset(jobs=jobs))
+    async with agent.client() as cl:
+        caps = await cl.preflight(PLAIN)
+    assert caps.observe_only
+    assert not caps.trainer
+    assert owner in caps.trainer_reason, caps.trainer_reason
+    assert owner in caps.observe_only_reason
