@@ -234,8 +234,13 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
         assert left == [], left
         assert admin.get_or_none("apps/v1", "Deployment", release, ns) is None
         assert admin.get_or_none(KUEUE_V, "AdmissionCheck", CHECK) is None
-        status, message = _dry_run(admin, namespace)
-        assert status == 201, f"a TrainJob is still refused after the uninstall: {message}"
+        # The API server drops deleted policies from its admission cache a moment after their deletion.
+        def admitted() -> str:
+            status, message = _dry_run(admin, namespace)
+            assert status == 201, f"a TrainJob is still refused after the uninstall: {message}"
+            return message
+
+        eventually(admitted, 15, "a TrainJob admitted once the release is gone")
     finally:
         run_helm("uninstall", release, "--namespace", ns, "--kubeconfig",
                  str(tier_c.tier_b.control_plane.admin_kubeconfig), "--no-hooks", "--ignore-not-found",
