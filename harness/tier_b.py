@@ -39,7 +39,9 @@ from harness.webhooks import (
     with_prefix,
 )
 from webhook import owners
-from webhook.config import DEFAULT_KUEUE_USERNAME
+from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
+from webhook.configurations import NAME, namespace_selector
+from webhook.policies import owner_policies
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -366,6 +368,37 @@ def component_kubeconfig(cp: ControlPlane, component: str) -> Path:
     user, groups = COMPONENT_IDENTITIES[component]
     path = cp.run_dir / "kubeconfigs" / f"{component}.kubeconfig"
     return write_kubeconfig(path, cp.admin_credentials, component, impersonate=(user, groups))
+
+
+def _install_owner_policies(cp: ControlPlane) -> None:
+    """dispatch's owner policies (webhook/owners.py) over every namespace of tier B, from its start: whatever a test
+    does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
+    kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their own;
+    dispatch is any ServiceAccount (the tests' agents run as ServiceAccounts of their own namespaces), and the
+    harness's admin, which plays the parts no controller plays here, is break-glass. A test that polices
+    strangers installs the chart's policies on its namespace besides."""
+    config = Config(
+        dispatch=Principals(groups=("system:serviceaccounts",)),
+        owners=Owners(breakGlass=Principals(groups=("system:masters",))),
+    )
+    for policy in owner_policies(config):
+        name = policy["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
+        policy["metadata"]["name"] = name
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": namespace_selector("dispatch-system")},
+            },
+        }
+        cp.admin.apply(policy)
+        cp.admin.apply(binding)
+
+
+HARNESS_POLICY_PREFIX: Final = "dispatch-harness"
 
 
 def _grant_components(cp: ControlPlane) -> None:
@@ -726,6 +759,7 @@ def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> Tier
         cp.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
     _grant_components(cp)
+    _install_owner_policies(cp)
     before = {p.name for p in cp.supervisor.processes}
     _start_kube_components(tb)
     _start_kwok(tb)
