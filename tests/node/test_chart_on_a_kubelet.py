@@ -234,6 +234,7 @@ def test_helm_install_upgrade_and_uninstall_on_a_real_node(
         assert left == [], left
         assert admin.get_or_none("apps/v1", "Deployment", release, ns) is None
         assert admin.get_or_none(KUEUE_V, "AdmissionCheck", CHECK) is None
+
         # The API server drops deleted policies from its admission cache a moment after their deletion.
         def admitted() -> str:
             status, message = _dry_run(admin, namespace)
