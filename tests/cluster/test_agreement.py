@@ -1,0 +1,218 @@
+"""Where a rule lives both in the webhook and in a policy, they agree: each update of a dispatch TrainJob below, by
+dispatch and by Kueue (the principals that own a TrainJob's updates), is sent to the real API server with the field
+policies alone (a dry run) and given to the webhook's pure ``validate``; both allow it or both refuse it. The cases
+walk the rules that decide identity and start: the raise of A and the floor, the record of A, the unsuspend (the
+choke point), holds, the queue, the JobSet's UID, reserved keys and other runtime-patch entries.
+
+A stranger is the owner policies' (tests/cluster/test_owners.py): they refuse it every write on the TrainJob, where
+the webhook, which has no such rule, judges it field by field. The record of A is the mutating policy's
+(tests/cluster/test_record_start.py): an unsuspend is sent here with the record the mutation adds."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from ulid import ULID
+
+from contract.admission import admission_path, raise_admission
+from contract.keys import (
+    ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_HOLD_WHO,
+    ANNOTATION_JOBSET_UID,
+    ANNOTATION_OPENED,
+    LABEL_QUEUE_NAME,
+)
+from contract.trainjob import build_trainjob
+from harness.kube_http import ApiError, KubeHttp
+from tests.cluster.principals import Principals, principals
+from tests.unit.fixtures import runtime, submission
+from tests.unit.test_webhook_rules import request
+from webhook.admission import validate
+from webhook.config import Config
+from webhook.config import Principals as ConfigPrincipals
+from webhook.policies import admission_policies
+from webhook.review import Lookups, User
+
+pytestmark = pytest.mark.cluster
+KUEUE_SA = "kueue"
+
+
+@pytest.fixture
+def who(control_plane, namespace) -> Principals:
+    return principals(control_plane, namespace)
+
+
+@pytest.fixture
+def actors(control_plane, namespace, who) -> dict[str, tuple[Any, User]]:
+    """dispatch and Kueue: each a client of the API server and the User the webhook sees."""
+    control_plane.ensure_service_account(namespace, KUEUE_SA)
+    kueue_name = f"system:serviceaccount:{namespace}:{KUEUE_SA}"
+    control_plane.admin.create({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": f"kueue-{secrets.token_hex(3)}", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": KUEUE_SA, "namespace": namespace}],
+    })  # fmt: skip
+    kueue = KubeHttp(control_plane.service_account_credentials(namespace, KUEUE_SA))
+    return {"dispatch": (who.dispatch, User(who.dispatch_username)), "kueue": (kueue, User(kueue_name))}
+
+
+@pytest.fixture
+def config(namespace, who) -> Config:
+    return Config(
+        dispatch=ConfigPrincipals(usernames=(who.dispatch_username,)),
+        kueue=ConfigPrincipals(usernames=(f"system:serviceaccount:{namespace}:{KUEUE_SA}",)),
+    )
+
+
+@pytest.fixture
+def field_policies(control_plane, namespace, config) -> Iterator[None]:
+    suffix = secrets.token_hex(3)
+    docs = admission_policies(config, namespace="dispatch-system", owners_too=False)
+    docs = [d for d in docs if d["kind"].startswith("Validating")]
+    for doc in docs:
+        doc["metadata"]["name"] += f"-{suffix}"
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] += f"-{suffix}"
+            doc["spec"]["matchResources"] = {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            }
+        control_plane.admin.create(doc)
+    yield
+    for doc in docs:
+        control_plane.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+
+
+def _a_to(value: str) -> Callable[[dict[str, Any]], None]:
+    def change(tj: dict[str, Any]) -> None:
+        *parents, key = admission_path(tj)
+        node: Any = tj
+        for part in parents:
+            node = node[part]
+        node[key] = value
+
+    return change
+
+
+def _annotate(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
+    def change(tj: dict[str, Any]) -> None:
+        notes = tj["metadata"].setdefault("annotations", {})
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+
+    return change
+
+
+def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def change(tj: dict[str, Any]) -> None:
+        for c in changes:
+            c(tj)
+
+    return change
+
+
+def _unsuspend_recorded(tj: dict[str, Any]) -> None:
+    """An unsuspend with the record the mutation adds in the same write (A as admission-started)."""
+    tj["spec"]["suspend"] = False
+    *parents, key = admission_path(tj)
+    node: Any = tj
+    for part in parents:
+        node = node[part]
+    tj["metadata"].setdefault("annotations", {})[ANNOTATION_ADMISSION_STARTED] = node[key]
+
+
+def _foreign_entry(pod: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    entry = {"manager": "example.com/mine", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": pod}}}]}}}}  # fmt: skip
+    return lambda tj: tj["spec"]["runtimePatches"].append(copy.deepcopy(entry))
+
+
+# (base: "gated" = as Start creates it; "raised" = opened, A raised to 1, suspended), the change.
+CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
+    "raise A and the floor by one": ("raised", _both(_a_to("2"), _annotate(ANNOTATION_ADMISSION_FLOOR, "2"))),
+    "raise A by five": ("raised", _both(_a_to("6"), _annotate(ANNOTATION_ADMISSION_FLOOR, "6"))),
+    "lower A": ("raised", _a_to("0")),
+    "remove the floor": ("raised", _annotate(ANNOTATION_ADMISSION_FLOOR, None)),
+    "the record outside an unsuspend": ("raised", _annotate(ANNOTATION_ADMISSION_STARTED, "1")),
+    "unsuspend, recorded": ("raised", _unsuspend_recorded),
+    "unsuspend a job never opened": ("gated", _unsuspend_recorded),
+    "unsuspend under a hold": ("raised", _both(_annotate(ANNOTATION_HOLD_WHO, "ops"), _unsuspend_recorded)),
+    "switch the queue": ("raised", lambda tj: tj["metadata"]["labels"].update({LABEL_QUEUE_NAME: "elsewhere"})),
+    "record a JobSet UID": ("raised", _annotate(ANNOTATION_JOBSET_UID, "js-1")),
+    "remove dispatch's gate": ("gated", _annotate(ANNOTATION_ADMISSION_GATED_BY, None)),
+    "a label of one's own": ("raised", lambda tj: tj["metadata"]["labels"].update({"team": "a"})),
+    "a reserved label": ("raised", lambda tj: tj["metadata"]["labels"].update({"dispatch.phpboyscout.uk/x": "1"})),
+    "an entry with Kueue's kind of content": ("raised", _foreign_entry({"spec": {"nodeSelector": {"zone": "a"}}})),
+    "an entry setting A": (
+        "raised",
+        _foreign_entry({"metadata": {"annotations": {"dispatch.phpboyscout.uk/admission": "0"}}}),
+    ),
+    "an entry mounting over the shell": (
+        "raised",
+        _foreign_entry({"spec": {"volumes": [{"name": "x", "emptyDir": {}}]}}),
+    ),
+}
+
+
+def _base(who: Principals, namespace: str, kind: str) -> dict[str, Any]:
+    sub = submission(namespace=namespace, job_id=str(ULID()), queue="team-a-queue")
+    tj = who.dispatch.create(build_trainjob(sub, runtime()["spec"]))
+    if kind == "gated":
+        return tj
+    opened = copy.deepcopy(tj)
+    opened["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY)
+    opened["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    tj = who.dispatch.request("PUT", who.dispatch.object_path(tj), opened)
+    return who.dispatch.request(
+        "PATCH", who.dispatch.object_path(tj), raise_admission(tj).patch, content_type="application/json-patch+json"
+    )
+
+
+def _policies_allow(http: Any, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    try:
+        http.request("PUT", http.object_path(old), new, query={"dryRun": "All"})
+    except ApiError as err:
+        if err.status not in (403, 422):
+            raise
+        return False
+    return True
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_webhook_and_the_policies_agree(control_plane, namespace, who, actors, config, field_policies, case):
+    base, change = CASES[case]
+    outcomes = {}
+    for actor, (http, user) in actors.items():
+        old = _base(who, namespace, base)
+        new = copy.deepcopy(old)
+        change(new)
+        webhook = validate(request("UPDATE", new, old, user=user), config, Lookups()).allowed
+        # The policies load asynchronously: a case the webhook refuses is asked again until the policy refuses.
+        policies = _policies_allow(http, old, new)
+        deadline = time.monotonic() + 30
+        while policies and not webhook and time.monotonic() < deadline:
+            time.sleep(0.2)
+            policies = _policies_allow(http, old, new)
+        outcomes[actor] = (webhook, policies)
+    assert all(w == p for w, p in outcomes.values()), f"{case}: (webhook, policies) per actor {outcomes}"
+
+
+def test_the_cases_are_not_all_alike(control_plane, namespace, who, actors, config):
+    """The table has teeth: the webhook allows some cases and refuses others, for each actor."""
+    seen: dict[str, set[bool]] = {actor: set() for actor in actors}
+    for base, change in CASES.values():
+        for actor, (_, user) in actors.items():
+            old = _base(who, namespace, base)
+            new = copy.deepcopy(old)
+            change(new)
+            seen[actor].add(validate(request("UPDATE", new, old, user=user), config, Lookups()).allowed)
+    assert all(s == {True, False} for s in seen.values()), seen
