@@ -555,14 +555,23 @@ def capabilities(
     checks: Sequence[str],
     active_checks: Sequence[str],
     trainer_problems: Sequence[str] = (),
+    records_in_process: bool = True,
 ) -> Capabilities:
-    """The capabilities report, and whether the adapter must be observe-only (and why)."""
+    """The capabilities report, and whether the adapter must be observe-only (and why). ``records_in_process``:
+    the API server serves MutatingAdmissionPolicy, so the chart's policy records A at every unsuspend even while
+    dispatch's webhook is down; without it the gates hold still (an unrecorded unsuspend is refused), but an outage
+    of the webhook then stops every execution, which the start gate's reason says."""
     if probe.error is not None:
         start_gate, start_reason = False, f"the probe could not be run: {probe.error}"
     elif probe.leaks:
         start_gate, start_reason = False, "the start gate leaks: " + "; ".join(probe.leaks)
     else:
         start_gate, start_reason = True, f"the closed probe stayed closed for {probe.seconds:g}s"
+        if not records_in_process:
+            start_reason += (
+                "; the API server serves no MutatingAdmissionPolicy, so dispatch's webhook alone records A at each "
+                "unsuspend: while it is down, every unsuspend is refused (fail closed)"
+            )
     if not kueue:
         readmission, readmission_reason = False, "not needed: nothing re-admits a plain-mode TrainJob"
         trouble = [] if start_gate else [start_reason]

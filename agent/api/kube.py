@@ -194,6 +194,18 @@ class Kube:
     async def discovery(self) -> dict[str, Any]:
         return await self.request("GET", "/apis")
 
+    async def serves(self, group_version: str, kind: str) -> bool:
+        """Whether the API server serves ``kind`` in ``group_version`` (its discovery document, readable by every
+        authenticated user)."""
+        try:
+            document = await self.request("GET", f"/apis/{group_version}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        resources = (document or {}).get("resources") or []
+        return any(isinstance(r, Mapping) and r.get("kind") == kind for r in resources)
+
     async def openapi_v3(self, group_version: str) -> dict[str, Any] | None:
         """The served OpenAPI v3 document of one group/version (``/openapi/v3``, readable by every
         authenticated user through ``system:discovery``), or None when it is not served."""

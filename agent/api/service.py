@@ -660,6 +660,10 @@ class Service:
             trainer_problems = d.trainjob_schema_problems(await self.kube.openapi_v3(f"{TRAINJOBS.group}/v1alpha1"))
         except KubeError as exc:
             raise d.read_failed(exc, "the served TrainJob schema (/openapi/v3)") from None
+        try:
+            records = await self.kube.serves("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy")
+        except KubeError as exc:
+            raise d.read_failed(exc, "the admission API (/apis/admissionregistration.k8s.io/v1)") from None
         first = await self._read(self._lease_path, f"Lease {self._lease_where}")
         watching = time.monotonic()
         probe = await self._probe(req, source, checks)
@@ -672,6 +676,7 @@ class Service:
             checks=checks,
             active_checks=d.active(admission_checks, checks),
             trainer_problems=trainer_problems,
+            records_in_process=records,
         )
         await self._record(report)
         if report.observe_only:

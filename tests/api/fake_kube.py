@@ -110,6 +110,8 @@ class FakeKube:
     """The TrainJob spec's fields the fake's OpenAPI v3 document serves."""
     dry_runs: list[str] = field(default_factory=list)
     """Path and query of every dry-run patch (judged, never stored)."""
+    mutating_policies: bool = True
+    """Whether discovery shows MutatingAdmissionPolicy served (v1.36 and later)."""
     refuse_dry_runs: str | None = None
     """A webhook's refusal of every dry-run patch (as Trainer v2.2.0 refuses Open's atomic unsuspend)."""
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1000))
@@ -155,6 +157,9 @@ class FakeKube:
             return await self._access_review(request)
         if path == "/apis":
             return self._discovery()
+        if path == "/apis/admissionregistration.k8s.io/v1":
+            kinds = ["ValidatingAdmissionPolicy", *(["MutatingAdmissionPolicy"] if self.mutating_policies else [])]
+            return web.json_response({"kind": "APIResourceList", "resources": [{"kind": k} for k in kinds]})
         if path.startswith("/openapi/v3"):
             return self._openapi_v3(path)
         self.calls.append((request.method, path))

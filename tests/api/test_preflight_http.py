@@ -265,3 +265,15 @@ async def test_an_owner_that_writes_nothing_for_the_probe_makes_it_observe_only(
     assert not caps.trainer
     assert owner in caps.trainer_reason, caps.trainer_reason
     assert owner in caps.observe_only_reason
+
+
+async def test_without_mutating_admission_policies_the_start_gate_says_what_an_outage_of_the_webhook_does(agent: Agent):
+    agent.fake.mutating_policies = False
+    async with agent.client() as cl:
+        caps = await cl.preflight(PLAIN)
+    assert not caps.observe_only, caps.observe_only_reason
+    assert "serves no MutatingAdmissionPolicy" in caps.start_gate_reason
+    assert "every unsuspend is refused (fail closed)" in caps.start_gate_reason
+    agent.fake.mutating_policies = True
+    async with agent.client() as cl:
+        assert "MutatingAdmissionPolicy" not in (await cl.preflight(PLAIN)).start_gate_reason
