@@ -319,9 +319,12 @@ async def test_the_controller_writes_the_lease_and_events_with_dispatchs_field_m
         await api.release(ref(started))
 
         async def held_event() -> dict[str, Any]:
+            # Release reactivates the Workload, then lifts the TrainJob's hold: Kueue may reserve quota in between,
+            # and the gate hold the readmission on the hold first (an event of its own).
             events = [ev for ev in e2e.cp.admin.list("v1", "Event", e2e.ns)
-                      if ev["involvedObject"].get("uid") == started.uid and ev["reason"] == "ReadmissionHeld"]  # fmt: skip
-            assert events, "no ReadmissionHeld event yet"
+                      if ev["involvedObject"].get("uid") == started.uid and ev["reason"] == "ReadmissionHeld"
+                      and pod in ev["message"]]  # fmt: skip
+            assert events, "no ReadmissionHeld event naming the Terminating pod yet"
             return events[0]
 
         event = await eventually(held_event, 90, "the gate holds the readmission on the Terminating pod")

@@ -148,7 +148,9 @@ def test_the_webhooks_timeout_is_every_webhooks():
         r = rendered(name)
         hooks = [h for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
                  for h in r.one(kind)["webhooks"]]  # fmt: skip
-        assert len(hooks) == 5  # four validating (with JobSets), one mutating
+        # Validating: the creates of TrainJobs and runtime copies, and the writes the policies mirror of TrainJobs,
+        # runtime copies, Workloads and JobSets; mutating: the create, and the record of A at an unsuspend.
+        assert len(hooks) == 8
         assert {h["timeoutSeconds"] for h in hooks} == {seconds}
 
 

@@ -442,7 +442,13 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
 
         if stranger:
             who = principals(tb.control_plane, ns)
-            fake = _fake_pod(who.stranger, ns, name)
+            # The owner policies (tier B runs them) refuse the stranger's pod dressed as the job's; one made while
+            # they were removed must still not hold the readmission: the admin (break-glass) plays that.
+            with pytest.raises(ApiError) as claimed:
+                _fake_pod(who.stranger, ns, name)
+            assert claimed.value.status == 403
+            assert "belongs to a dispatch job" in claimed.value.body
+            fake = _fake_pod(admin, ns, name)
             eventually(lambda: _assert(kit.running([admin.get("v1", "Pod", fake, ns)])), 60, "the fake pod Running")
             policies.append(_pod_policy(gate, ns))
             for pod in pod_names:  # the pods' node is lost: a force delete proves nothing about their processes
