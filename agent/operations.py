@@ -4,11 +4,14 @@ Each returns the exact writes, in the order to send them (JSON Patches, each pre
 resourceVersion of its object as read), or says why there is nothing to write, or refuses. The API
 handlers only read, call these, and send.
 
-Kueue mode's Hold and Release write two objects, ordered so that the job is held at every instant once any
-step is done: the TrainJob's hold annotations are the record (no unsuspend while they are on it, and the
-readmission gate keeps the check Pending), the Workload's ``spec.active: false`` is the means. Hold writes
-the TrainJob first, then the Workload; Release the Workload first, then the TrainJob. Each plans only what
-is not done yet, so the same call again finishes a half-done Hold or Release.
+Kueue mode's Hold and Release write two objects, ordered so that the job is held at every instant until both
+of Release's are done: the TrainJob's hold annotations are the record (no unsuspend while they are on it, and
+the readmission gate keeps the check Pending), the Workload's ``spec.active: false`` is the means. Hold writes
+the TrainJob first, then the Workload; Release the TrainJob first too (the inactive Workload still holds the
+job: Kueue admits nothing of it), then the Workload, whose reactivation Kueue answers with an admission the
+gate approves at once (it watches Workloads, not TrainJobs: a record lifted last would leave the check Pending
+until its next requeue). Each plans only what is not done yet, so the same call again finishes a half-done Hold
+or Release.
 """
 
 from __future__ import annotations
@@ -283,10 +286,10 @@ def plan_release(
     jobset: Mapping[str, Any] | None = None,
     blockers: Sequence[Blocker] = (),
 ) -> Plan:
-    """Release: Kueue mode reactivates the Workload and removes its hold annotations, then removes the
-    TrainJob's: while the TrainJob still carries them the readmission gate keeps the check Pending, so nothing
-    is admitted before both writes are done, and an interrupted Release leaves the job held until the same
-    Release again finishes it (the gate raises A before the Workload is admitted). Plain mode raises A in the
+    """Release: Kueue mode removes the TrainJob's hold annotations, then reactivates the Workload and removes its
+    own: while the Workload is inactive Kueue admits nothing of the job, so nothing is admitted before both writes
+    are done, and an interrupted Release leaves the job held (by the Workload) until the same Release again
+    finishes it (the gate raises A before the Workload is admitted). Plain mode raises A in the
     update that unsuspends — or, for a hold placed before Open, only lifts the hold and leaves the TrainJob
     closed. Plain mode does not unsuspend while a pod of the previous execution may still run
     (``blockers``): it refuses, naming them, and writes nothing."""
@@ -294,15 +297,15 @@ def plan_release(
         if workload is None:
             raise Refused("conflict", "Kueue mode, but the TrainJob's Workload is not there to release")
         writes: list[Write] = []
+        if _unhold_ops(trainjob):
+            writes.append(Write(Target.TRAINJOB, [*preconditions(trainjob), *_unhold_ops(trainjob)]))
         if dig(workload, "spec", "active") is False or _unhold_ops(workload):
             ops = [*preconditions(workload), *_unhold_ops(workload)]
             ops.append({"op": "add", "path": pointer("spec", "active"), "value": True})
             writes.append(Write(Target.WORKLOAD, ops))
-        if _unhold_ops(trainjob):
-            writes.append(Write(Target.TRAINJOB, [*preconditions(trainjob), *_unhold_ops(trainjob)]))
         if not writes:
             return Plan((), "not held")
-        if writes[0].target is Target.TRAINJOB:
+        if writes[-1].target is Target.TRAINJOB:
             return Plan(tuple(writes), "released: hold lifted from the TrainJob (its Workload was active)")
         return Plan(tuple(writes), "released: Workload reactivated")
     unhold = _unhold_ops(trainjob)

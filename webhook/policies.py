@@ -587,7 +587,8 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
                 # Only a dispatch job's own children carry dispatch's finalizer and keys: a stranger's Job or
                 # JobSet that copies them would otherwise block the controllers (the finalizer) or mislead the
                 # gate.
-                "expression": f"request.operation != 'CREATE' || variables.subresource != '' || "
+                "expression": f"variables.{owners.BREAK_GLASS} || request.operation != 'CREATE' || "
+                "variables.subresource != '' || "
                 f"object.metadata.?ownerReferences.orValue([]).exists(r, r.?controller.orValue(false) && "
                 f"r.?kind.orValue('') == {_q(parent_kind)} && r.?name.orValue('').matches({_q(pattern)}))",
                 "message": f"a {kind.kind} with dispatch's marks (its finalizer, its keys, a dispatch job's name or "

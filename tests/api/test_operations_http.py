@@ -189,7 +189,7 @@ async def test_kueue_mode_start_open_hold_release(agent: Agent):
         before = len(agent.fake.writes)
         released = await api.release(ref(started))
         assert released.outcome == "released: Workload reactivated"
-        assert _patches(agent.fake, before) == ["workloads", "trainjobs"]  # the means first, then the record
+        assert _patches(agent.fake, before) == ["trainjobs", "workloads"]  # the record first, then the means
         (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
         assert workload["spec"]["active"] is True
         assert ANNOTATION_HOLD_INSTANCE not in workload["metadata"]["annotations"]
