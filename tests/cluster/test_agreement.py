@@ -32,6 +32,7 @@ from contract.keys import (
 from contract.trainjob import build_trainjob
 from harness.kube_http import ApiError, KubeHttp
 from tests.cluster.principals import Principals, principals
+from tests.cluster.test_record_start import set_a
 from tests.unit.fixtures import runtime, submission
 from tests.unit.test_webhook_rules import request
 from webhook.admission import validate
@@ -90,17 +91,6 @@ def field_policies(control_plane, namespace, config) -> Iterator[None]:
         control_plane.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
 
 
-def _a_to(value: str) -> Callable[[dict[str, Any]], None]:
-    def change(tj: dict[str, Any]) -> None:
-        *parents, key = admission_path(tj)
-        node: Any = tj
-        for part in parents:
-            node = node[part]
-        node[key] = value
-
-    return change
-
-
 def _annotate(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
     def change(tj: dict[str, Any]) -> None:
         notes = tj["metadata"].setdefault("annotations", {})
@@ -138,9 +128,9 @@ def _foreign_entry(pod: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
 
 # (base: "gated" = as Start creates it; "raised" = opened, A raised to 1, suspended), the change.
 CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
-    "raise A and the floor by one": ("raised", _both(_a_to("2"), _annotate(ANNOTATION_ADMISSION_FLOOR, "2"))),
-    "raise A by five": ("raised", _both(_a_to("6"), _annotate(ANNOTATION_ADMISSION_FLOOR, "6"))),
-    "lower A": ("raised", _a_to("0")),
+    "raise A and the floor by one": ("raised", _both(set_a("2"), _annotate(ANNOTATION_ADMISSION_FLOOR, "2"))),
+    "raise A by five": ("raised", _both(set_a("6"), _annotate(ANNOTATION_ADMISSION_FLOOR, "6"))),
+    "lower A": ("raised", set_a("0")),
     "remove the floor": ("raised", _annotate(ANNOTATION_ADMISSION_FLOOR, None)),
     "the record outside an unsuspend": ("raised", _annotate(ANNOTATION_ADMISSION_STARTED, "1")),
     "unsuspend, recorded": ("raised", _unsuspend_recorded),

@@ -77,7 +77,9 @@ def _webhook_would_store(old: dict[str, Any], new: dict[str, Any]) -> str | None
     return annotations(after).get(ANNOTATION_ADMISSION_STARTED)
 
 
-def _set_a(value: str) -> Callable[[dict[str, Any]], None]:
+def set_a(value: str) -> Callable[[dict[str, Any]], None]:
+    """A change setting A in dispatch's runtime-patch entry to ``value``."""
+
     def change(tj: dict[str, Any]) -> None:
         *parents, key = admission_path(tj)
         node: Any = tj
@@ -98,7 +100,7 @@ CASES: dict[str, tuple[int, Callable | None, bool]] = {
     "A 3": (3, None, True),
     "already recorded": (2, _annotate(ANNOTATION_ADMISSION_STARTED, "2"), True),
     "a stale record": (2, _annotate(ANNOTATION_ADMISSION_STARTED, "1"), True),
-    "A not a count": (1, _set_a("01"), True),
+    "A not a count": (1, set_a("01"), True),
     "not an unsuspend": (1, None, False),
 }
 
