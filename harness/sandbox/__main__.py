@@ -21,7 +21,7 @@ from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, 
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import stop_everything
 from harness.real_node import RealNode, start_real_node
-from harness.sandbox import install, on_node, scenario, table
+from harness.sandbox import install, on_node, scenario, table, trainer
 from harness.sandbox.steps import Progress, StepFailed
 from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import TierB, start_tier_b
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     out.line("dispatch-k8s sandbox: a local Kubernetes cluster with dispatch installed, and one job run through it")
     out.line(f"  run folder {run_dir}")
     if image is None:
-        out.line(f"  no real node ({not_here}): the webhook and the agent run as local processes")
+        out.line(f"  no real node ({not_here}): the webhook and the agent run as local processes,")
+        out.line("  and the job's pods on kwok's nodes, which run no containers: its identity is Status's alone")
     out.line()
     cp: ControlPlane | None = None
     node: RealNode | None = None
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 roles=(f"{install.RELEASE}-supervisor", f"{install.RELEASE}-preflight"),
                 api_url=installed.api_url, ca_file=installed.ca_file, work=work,
                 logs=[*scenario_logs, work / "status.jsonl"], resolve=installed.resolve,
+                real=scenario.RealNodeJob(node.name, image.ref) if node is not None and image is not None else None,
             )  # fmt: skip
             done.detail = (
                 f"ClusterQueue {setup.local_queue} (AdmissionCheck {installed.check}, room for one job) Active; "
@@ -193,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"ServiceAccounts {setup.namespace}/supervisor (bound to the chart's supervisor and Preflight roles) "
                 f"and {setup.namespace}/stranger (may edit TrainJobs, Workloads and JobSets)"
             )
+            if setup.real is not None:
+                done.more.append(
+                    f"ClusterTrainingRuntime {setup.runtime}: its trainer on {setup.real.node}, in {setup.real.image} "
+                    f"(python -c: prints DISPATCH_EPOCH and DISPATCH_ATTEMPT, trains {trainer.WORK_SECONDS}s; "
+                    f"{trainer.STOP_SECONDS}s to stop on SIGTERM)"
+                )
 
         with out.step("scenario", timeout=600, logs=setup.logs) as done:
             names: list[str] = []
@@ -204,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             runner = scenario.Scenario(setup, on_step)
             result = asyncio.run(runner.run())
             done.more.append("Preflight proved the start gate and the readmission gate; every call as the supervisor")
+            if result.printed:
+                done.more.append(
+                    "each execution's container printed the identity Status shows (read with Output, as a supervisor)"
+                )
 
         out.line()
         for line in table.render(result, runner.statuses):

@@ -4,6 +4,11 @@ higher-priority job preempts it, Kueue re-admits it, and it finishes.
 
     Preflight -> Start -> (a stranger's refused writes) -> Open -> running -> preempted -> re-admitted -> finished
 
+With a real node (tier C) the job's trainer pods run there, in the image built here: the prologue really runs
+and the trainer prints what it exported, which the scenario reads with the agent's Output and sets beside
+Status's account (harness/sandbox/trainer.py); the two must agree. Without one they run on kwok's nodes, which
+run no containers, and the identity is only Status's.
+
 Every supervisor call goes through `agent.api.client.AgentClient` with the token of a ServiceAccount that has
 exactly the supervisor's RBAC of docs/api.md; what the table shows of each step is the agent's Status.
 """
@@ -21,13 +26,15 @@ from typing import Any, TypeVar
 
 from ulid import ULID
 
-from agent.api.client import AgentClient, token_from_file
-from agent.api.models import ObjectRef, PreflightRequest, StartRequest, StatusResponse
+from agent.api.client import AgentClient, AgentError, token_from_file
+from agent.api.errors import ErrorKind
+from agent.api.models import ObjectRef, OutputRequest, PreflightRequest, StartRequest, StatusResponse
 from contract.keys import ANNOTATION_ADMISSION_GATED_BY, LABEL_JOBSET_NAME, LABEL_WORKLOAD_JOB_UID
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
 from harness.processes import wait_until
-from harness.sandbox import site
+from harness.real_node import real_node_pod_spec
+from harness.sandbox import site, trainer
 from harness.sandbox.install import TOKEN_SECONDS
 from harness.sandbox.steps import StepFailed
 from harness.tier_b import KWOK_COMPLETE_ANNOTATION, TierB
@@ -35,6 +42,14 @@ from harness.tier_b import KWOK_COMPLETE_ANNOTATION, TierB
 T = TypeVar("T")
 IMAGE = "registry.invalid/dispatch-sandbox/train:1"
 PREEMPTOR = "someone-elses-job"
+
+
+@dataclass(frozen=True)
+class RealNodeJob:
+    """Tier C: the dispatch job's trainer pods run on this real node, in this image (imported, never pulled)."""
+
+    node: str
+    image: str
 
 
 @dataclass
@@ -51,6 +66,7 @@ class Setup:
     runtime: str
     upstream_runtime: str
     job_cpu: str
+    preemptor_cpu: str
     api_url: str
     ca_file: Path
     resolve: Mapping[str, str]
@@ -61,6 +77,8 @@ class Setup:
     logs: Sequence[Path]
     record: Path
     """Every Status the scenario read, as JSON lines (the table is made from these)."""
+    real: RealNodeJob | None = None
+    """Where the job's trainer really runs; None: on kwok's nodes."""
 
 
 @dataclass
@@ -85,6 +103,8 @@ class Result:
     rows: list[Row] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
+    printed: list[trainer.Printed] = field(default_factory=list)
+    """On a real node: what each execution's container printed, in order (empty on kwok)."""
 
 
 class Scenario:
@@ -95,6 +115,7 @@ class Scenario:
         self.statuses: list[StatusResponse] = []
         self.waiting = ""
         """What the step is waiting for, and what it last saw: said when the step runs out of time."""
+        self.followers: list[asyncio.Task[trainer.Printed]] = []
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -146,6 +167,40 @@ class Scenario:
                 return found
             await asyncio.sleep(0.5)
 
+    def follow(self, agent: AgentClient, st: StatusResponse, a: int) -> None:
+        """On a real node: reads the log of the execution of A = ``a`` (its pod Running in ``st``) with the
+        agent's Output, followed to the container's end, in the background; the "logs" step collects it."""
+        if self.s.real is None:
+            return
+        pod = next(p for p in st.pods if p.phase == "Running" and p.a == a)
+        printed = trainer.Printed(a=a, j=pod.j or 0, pod=pod.name, node=pod.node)
+        self.followers.append(asyncio.create_task(self._follow(agent, printed), name=f"output of A={a}"))
+
+    async def _follow(self, agent: AgentClient, printed: trainer.Printed) -> trainer.Printed:
+        ref = self.result.ref
+        assert ref is not None
+        req = OutputRequest(namespace=ref.namespace, name=ref.name, uid=ref.uid, follow=True)
+        while True:
+            text = b""
+            try:
+                async for chunk in agent.output(req):
+                    text += chunk
+            except AgentError as exc:
+                # The container has not started yet (conflict), or the stream broke: the whole log again.
+                if exc.kind not in (ErrorKind.CONFLICT, ErrorKind.UNAVAILABLE):
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            if text:
+                printed.lines = text.decode(errors="replace").splitlines()
+                return printed
+            await asyncio.sleep(0.5)
+
+    async def collect(self) -> list[trainer.Printed]:
+        """Every followed log, once its container has ended; the enclosing step bounds the wait."""
+        self.waiting = "waiting for the containers' logs to end (Output, followed)"
+        return [await task for task in self.followers]
+
     def refused(self, who: KubeHttp, what: str, method: str, path: str, body: Any, content_type: str) -> Refusal:
         try:
             who.request(method, path, body, content_type=content_type)
@@ -180,7 +235,11 @@ class Scenario:
         async with AgentClient(
             s.api_url, token_from_file(s.token_file), ca_file=s.ca_file, timeout=60, resolve=s.resolve
         ) as agent:
-            await self._run(agent)
+            try:
+                await self._run(agent)
+            finally:
+                for task in self.followers:
+                    task.cancel()
         return self.result
 
     async def _run(self, agent: AgentClient) -> None:
@@ -209,8 +268,8 @@ class Scenario:
                         "attempt": 1,
                         "namespace": s.namespace,
                         "runtime": {"name": s.runtime},
-                        "image": IMAGE,
-                        "command": ["python", "train.py"],
+                        "image": s.real.image if s.real else IMAGE,
+                        "command": ["python", "-c", trainer.TRAIN] if s.real else ["python", "train.py"],
                         "kueue": {**kueue, "priorityClass": s.low},
                     }
                 )
@@ -244,11 +303,12 @@ class Scenario:
             opened = await agent.open(ref)
             st = await self.until(agent, lambda st: _running_with(st, 1), "the pods of A = 1 Running")
             result.rows.append(Row("Open: running", st, f"{opened.outcome}; {st.check_message}"))
+            self.follow(agent, st, 1)
 
         async with self.step("preempted", 120):
             s.admin.create(
                 site.preemptor(PREEMPTOR, s.namespace, queue=s.local_queue, priority_class=s.high,
-                               runtime=s.upstream_runtime, cpu=s.job_cpu)
+                               runtime=s.upstream_runtime, cpu=s.preemptor_cpu)
             )  # fmt: skip
             await self.until(agent, lambda st: st.phase in ("Queued", "Admitting"), "the dispatch job suspended")
             other = await self.admin_until(
@@ -281,11 +341,22 @@ class Scenario:
         async with self.step("re-admitted", 120):
             st = await self.until(agent, lambda st: _running_with(st, 2), "the pods of A = 2 Running")
             result.rows.append(Row("re-admitted", st, st.check_message or ""))
+            self.follow(agent, st, 2)
 
-        async with self.step("finished", 90):
-            self.complete([p.name for p in st.pods if p.phase == "Running"])
+        async with self.step("finished", 90 + trainer.WORK_SECONDS):
+            if s.real is None:
+                self.complete([p.name for p in st.pods if p.phase == "Running"])
             st = await self.until(agent, lambda st: st.phase == "Complete", "the TrainJob Complete")
-            result.rows.append(Row("finished", st, "its pods completed"))
+            note = f"its trainer exited 0 after {trainer.WORK_SECONDS}s of work" if s.real else "its pods completed"
+            result.rows.append(Row("finished", st, note))
+
+        if s.real is not None:
+            async with self.step("logs", 60):
+                result.printed = await self.collect()
+                # Status showed each execution while its pods ran; Status's account of it is the one to check.
+                problems = trainer.disagreements(trainer.executions(self.statuses), result.printed)
+                if problems:
+                    raise RuntimeError("the containers' logs and Status disagree: " + "; ".join(problems))
 
     def _workload(self, uid: str) -> dict[str, Any] | None:
         selector = f"{LABEL_WORKLOAD_JOB_UID}={uid}"
@@ -341,7 +412,11 @@ RUNTIME = "sandbox-train"
 JOB_CPU = "3"
 STOP_SECONDS = "20s"
 QUOTA = {"cpu": "4", "memory": "16Gi"}
-"""Room for one job at a time: the dispatch job and the preemptor each ask for JOB_CPU."""
+"""Room for one job at a time: the dispatch job and the preemptor each ask for JOB_CPU (on a real node the
+dispatch job asks for REAL_JOB_CPU)."""
+REAL_JOB_CPU = "1500m"
+"""The dispatch job's trainer on a real node, which has the machine's CPUs (2 on CI): still more than the quota
+leaves beside the preemptor's JOB_CPU, so Kueue preempts it."""
 STRANGER_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get", "list", "patch", "update"]},
     {
@@ -354,6 +429,18 @@ STRANGER_RULES: list[dict[str, Any]] = [
 """What a colleague with edit rights in the namespace may do to TrainJobs, Workloads and JobSets (RBAC allows the
 writes; only dispatch's admission rules refuse them)."""
 RBAC_V = "rbac.authorization.k8s.io/v1"
+
+
+def real_node_runtime(name: str, real: RealNodeJob) -> dict[str, Any]:
+    """The sandbox's runtime with its trainer on the real node ``real.node`` (its selector, its taint tolerated),
+    in the image ``real.image`` (imported into the node's containerd, so never pulled), given the time to save
+    a checkpoint when it is stopped."""
+    runtime = site.training_runtime(name, cpu=REAL_JOB_CPU, image=real.image)
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod.update(real_node_pod_spec(real.node))
+    pod["terminationGracePeriodSeconds"] = trainer.GRACE_SECONDS
+    pod["containers"][0]["imagePullPolicy"] = "Never"
+    return runtime
 
 
 def _active(admin: KubeHttp, kind: str, name: str, namespace: str | None = None) -> bool:
@@ -372,20 +459,26 @@ def _bind(admin: KubeHttp, kind: str, name: str, role_kind: str, role: str, subj
 
 def prepare(
     cp: ControlPlane, tb: TierB, *, check: str, roles: tuple[str, str], api_url: str, ca_file: Path, work: Path,
-    logs: Sequence[Path], resolve: Mapping[str, str] | None = None,
+    logs: Sequence[Path], resolve: Mapping[str, str] | None = None, real: RealNodeJob | None = None,
 ) -> Setup:  # fmt: skip
     """What a site does around dispatch: a ClusterQueue gated by dispatch's AdmissionCheck (``check``, the
     chart's) with room for one job, two WorkloadPriorityClasses, a runtime that meets the runtime
     requirements, a namespace with a LocalQueue; a supervisor's ServiceAccount bound to the chart's
     ClusterRoles for supervisors (``roles``: the supervisor's and Preflight's), its token in a file; and a
-    stranger with edit rights on TrainJobs and Workloads. Returns once Kueue shows the queues Active, i.e.
-    once the agent serves the check."""
+    stranger with edit rights on TrainJobs and Workloads. With ``real`` the runtime's trainer runs on that real
+    node, in that image. Returns once Kueue shows the queues Active, i.e. once the agent serves the check."""
     admin = cp.admin
     supervisor_role, preflight_role = roles
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    # The trainer takes at least STOP_SECONDS to stop once deleted (kwok plays it), so the gate's hold after
-    # preemption is there to see: the quota comes back before the preempted pod is gone.
-    admin.apply(site.training_runtime(RUNTIME, cpu=JOB_CPU, pod_annotations={site.KWOK_DELETE_DELAY: STOP_SECONDS}))
+    # The trainer takes a while to stop once deleted, so the gate's hold after preemption is there to see: the
+    # quota comes back before the preempted pod is gone. On a real node the trainer itself does, saving a
+    # checkpoint on SIGTERM (trainer.STOP_SECONDS). On kwok the harness's kubelet stage writes the deleted pod
+    # Failed at once (harness/tier_b.py), so the hold may not be seen; KWOK_DELETE_DELAY only delays the
+    # pod's removal after that.
+    if real is None:
+        admin.apply(site.training_runtime(RUNTIME, cpu=JOB_CPU, pod_annotations={site.KWOK_DELETE_DELAY: STOP_SECONDS}))
+    else:
+        admin.apply(real_node_runtime(RUNTIME, real))
     admin.apply(site.priority_class(LOW, 10, "the dispatch job"))
     admin.apply(site.priority_class(HIGH, 1000, "someone else's urgent job"))
     admin.apply(site.gated_cluster_queue(QUEUE, check=check, flavor=tb.resource_flavor, quota=QUOTA))
@@ -419,7 +512,8 @@ def prepare(
         high=HIGH,
         runtime=RUNTIME,
         upstream_runtime=tb.training_runtime,
-        job_cpu=JOB_CPU,
+        job_cpu=JOB_CPU if real is None else REAL_JOB_CPU,
+        preemptor_cpu=JOB_CPU,
         api_url=api_url,
         ca_file=ca_file,
         resolve=dict(resolve or {}),
@@ -427,4 +521,5 @@ def prepare(
         token_file=token_file,
         logs=logs,
         record=work / "status.jsonl",
+        real=real,
     )

@@ -1,6 +1,8 @@
-"""The README's main command, as CI runs it: `scripts/sandbox --no-wait` starts its own tier B cluster, installs
-dispatch from the chart as the real helm renders it, runs the scenario through the agent's API and exits 0.
-What it prints must show the story: two executions whose identity rose, and a stranger's refused writes."""
+"""The README's main command, as CI runs it: `scripts/sandbox --no-wait` starts its own cluster, installs
+dispatch from the chart, runs the scenario through the agent's API and exits 0. What it prints must show the
+story: two executions whose identity rose, and a stranger's refused writes. With tier C built (as in CI) the
+job's trainer pods run on the real node and each execution's row shows what its real container printed,
+which must be what Status says; without it the sandbox says the job ran on kwok and the table is Status's."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import on_node
-from harness.sandbox.table import EXECUTIONS_TITLE
+from harness.sandbox import on_node, trainer
+from harness.sandbox.table import EXECUTIONS_HEADER, EXECUTIONS_TITLE, EXECUTIONS_TITLE_REAL
 
 pytestmark = pytest.mark.e2e
 
@@ -23,20 +25,28 @@ TIMEOUT = 420
 """Seconds for the whole command; about 70 on a 2-core machine that runs other tests too."""
 
 
-def executions(output: str) -> list[tuple[int, int, int, int, str]]:
-    """(A, J, R, DISPATCH_EPOCH, DISPATCH_ATTEMPT) of each row of the executions table."""
+Run = tuple[int, int, int, int, str, list[str]]
+"""A row of the executions table: A, J, R, DISPATCH_EPOCH, DISPATCH_ATTEMPT and the container's log (its lines;
+empty when no container ran)."""
+
+
+def executions(output: str, title: str) -> list[Run]:
+    """The executions table under ``title``: a row per execution; on a real node its log continues below it."""
     lines = output.splitlines()
-    start = lines.index(EXECUTIONS_TITLE)
-    assert lines[start + 1].split() == ["#", "A", "J", "R", "DISPATCH_EPOCH", "DISPATCH_ATTEMPT"], lines[start + 1]
-    rows = []
-    for number, line in enumerate(lines[start + 2 :], 1):
-        if not line.strip():
+    start = lines.index(title)
+    log_column = ["the", "container's", "log"] if title == EXECUTIONS_TITLE_REAL else []
+    assert lines[start + 1].split() == [*EXECUTIONS_HEADER, *log_column], lines[start + 1]
+    rows: list[Run] = []
+    for line in lines[start + 2 :]:
+        match = re.fullmatch(r"  (\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)(?:\s+(\S.*))?", line)
+        if match:
+            assert int(match[1]) == len(rows) + 1, line
+            a, j, r, epoch = (int(match[i]) for i in range(2, 6))
+            rows.append((a, j, r, epoch, match[6], [match[7]] if match[7] else []))
+        elif line.startswith(" " * 10) and rows and log_column:  # the log's next line, in its column
+            rows[-1][5].append(line.strip())
+        else:
             break
-        match = re.fullmatch(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)", line)
-        assert match, f"not an execution row: {line!r}"
-        assert int(match[1]) == number, line
-        a, j, r, epoch = (int(match[i]) for i in range(2, 6))
-        rows.append((a, j, r, epoch, match[6]))
     return rows
 
 
@@ -74,10 +84,11 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
 
     # Two executions; the second with a higher A and a strictly higher R, so a higher DISPATCH_EPOCH, and a
     # DISPATCH_ATTEMPT of its own.
-    runs = executions(output)
+    image, not_here = on_node.available()
+    runs = executions(output, EXECUTIONS_TITLE_REAL if image is not None else EXECUTIONS_TITLE)
     assert len(runs) == 2, shown
-    assert all(a >= 1 and r == a + j for a, j, r, _, _ in runs), runs
-    for (a1, _, r1, e1, t1), (a2, _, r2, e2, t2) in pairwise(runs):
+    assert all(a >= 1 and r == a + j for a, j, r, _, _, _ in runs), runs
+    for (a1, _, r1, e1, t1, _), (a2, _, r2, e2, t2, _) in pairwise(runs):
         assert a2 > a1, f"A did not rise: {runs}"
         assert r2 > r1, f"R did not strictly increase: {runs}"
         assert e2 > e1, f"DISPATCH_EPOCH did not increase: {runs}"
@@ -111,8 +122,27 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
     assert "UPDATE is made only by Trainer, Kueue, the garbage collector" in jobset, refused
     assert owners in ready or "only dispatch's admission controller sets its check Ready" in ready, refused
 
-    image, not_here = on_node.available()
     if image is not None:
+        # The job's trainer pods ran on the real node, in the image built here, behind the prologue: each
+        # execution's row shows what its container printed (the agent's Output), and it is Status's identity.
+        # The first saved a checkpoint when it was preempted (SIGTERM reached the trainer, PID 1, which took
+        # its time to stop: the hold above); the second trained to the end.
+        (*_, e1, t1, log1), (*_, e2, t2, log2) = runs
+        for epoch, token, log in ((e1, t1, log1), (e2, t2, log2)):
+            assert log[:3] == [f"DISPATCH_EPOCH={epoch}", f"DISPATCH_ATTEMPT={token}",
+                               f"pid 1: training for {trainer.WORK_SECONDS}s"], shown  # fmt: skip
+        assert log1[3:] == [f"SIGTERM: saving a checkpoint ({trainer.STOP_SECONDS}s)", "checkpoint saved; exit 0"], (
+            shown
+        )
+        assert log2[3:] == ["trained; exit 0"], shown
+        # The quota came back while the preempted pod was still stopping: dispatch's gate held the readmission.
+        assert steps["quota back, gate holds"][:4] == ["Admitting", "open", "Pending", str(runs[0][0])], steps
+        assert steps["quota back, gate holds"][6:8] == ["1", "Terminating"], steps
+        assert re.search(r"each execution's rank 0 pod \(dj-\S+-s1-…\), its log read to the container's end: "
+                         r"node-0-0-\w+ on real-node-0, node-0-0-\w+ on real-node-0$",
+                         output, re.M), shown  # fmt: skip
+        assert re.search(r"ClusterTrainingRuntime sandbox-train: its trainer on real-node-0, in dispatch-k8s\.local/",
+                         output), shown  # fmt: skip
         # Tier C (root, its build and the image, as in CI): dispatch from the chart by `helm install`, its pods on the real kubelet; `helm test`'s pod
         # too; the supervisor reaches the agent through its Service (kube-proxy).
         assert re.search(r"helm v\S+ install --wait: 1 pod\(s\) Ready on real-node-0 \(kubelet, containerd, runc\)",
@@ -124,6 +154,8 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
                          r"\(the Service's ClusterIP 10\.96\.", output), shown  # fmt: skip
     else:
         assert f"no real node ({not_here})" in output, shown
+        assert "the job's pods on kwok's nodes, which run no containers" in output, shown
+        assert all(log == [] for *_, log in runs), runs
         # The webhook signed in as its own ServiceAccount with the token kube-controller-manager wrote into
         # the chart's Secret (not dispatch's); the agent as the chart's ServiceAccount, dispatch.
         assert re.search(r"dispatch-webhook on \S+ as system:serviceaccount:dispatch-system:dispatch-k8s-webhook "
