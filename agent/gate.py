@@ -17,28 +17,27 @@ without a raise that followed its eviction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from agent.nodeloss import Assessment
 from agent.podowners import ForeignPod
 from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import admission_floor, raise_admission
+from contract.admission import raise_admission
 from contract.errors import ContractError
-from contract.foreign import foreign_reasons
-from contract.gates import has_dispatch_gate
+from contract.foreign import foreign_reasons, jobset_uid_ops
+from contract.gates import is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_HOLD_REASON,
     ANNOTATION_HOLD_WHO,
-    ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     HOLD_ANNOTATIONS,
-    OPENED_TRUE,
 )
-from contract.objects import add_op, annotations, dig
-from contract.ownership import is_dispatch, is_kueue_mode
+from contract.objects import annotations, dig
+from contract.ownership import is_dispatch
 
 
 class Action(Enum):
@@ -70,6 +69,21 @@ class Decision:
     """Server-side apply body for workloads/status; None when nothing needs writing."""
     new_a: int | None = None
     foreign: tuple[str, ...] = field(default_factory=tuple)
+
+
+def blockers_of(assessment: Assessment, unproven: Collection[str] = (), *, suffix: str = "") -> list[Blocker]:
+    """The pods of a previous execution that may still run, each with why: the evidence the gate waits on,
+    Open and Release refuse on, and Status's Ceased is false on. ``assessment`` judges the pods the ownership
+    chain does not prove someone else's (agent/podowners.py ``sort_pods``: ``ours``); those in ``unproven``
+    (their Job gone) get ``suffix`` added to their reason.
+
+    A pod that is no longer listed is not waited on: every trainer pod carries dispatch's finalizer, which only
+    the agent removes, once the pod's processes are proven gone (agent/podfinalizer.py), so a trainer pod that
+    has left the API has ended."""
+    return [
+        Blocker(pod, f"{c.verdict.value}: {c.reason}" + (suffix if pod in unproven else ""))
+        for pod, c in assessment.may_still_run
+    ]
 
 
 def hold_message(blockers: Sequence[Blocker]) -> str:
@@ -119,10 +133,9 @@ def decide(
         raised = raise_admission(trainjob)
     except ContractError as exc:
         return _set(Action.HOLD, workload, check, PENDING, f"cannot raise A: {exc}", now, foreign)
-    patch = list(raised.patch)
-    jobset_uid = dig(jobset, "metadata", "uid")
-    if jobset_uid and not annotations(trainjob).get(ANNOTATION_JOBSET_UID):
-        patch.append(add_op(trainjob, ("metadata", "annotations", ANNOTATION_JOBSET_UID), jobset_uid))
+    # The JobSet's UID, the first time it is seen, and only the TrainJob's own (an orphan of an earlier
+    # TrainJob of this name is not the JobSet J counts for; recorded, it would never be corrected).
+    patch = [*raised.patch, *jobset_uid_ops(trainjob, jobset)]
     message = f"admission count A raised to {raised.a}"
     return Decision(
         Action.RAISE,
@@ -132,24 +145,6 @@ def decide(
         new_a=raised.a,
         foreign=foreign,
     )
-
-
-def is_opened_by_dispatch(trainjob: Mapping[str, Any]) -> bool:
-    """Did dispatch open this job? Its opened mark, in both modes, and no gate of dispatch's left on it.
-
-    Jobs opened in Kueue mode before Open wrote the mark carry none: they count as opened when dispatch's
-    gate is gone and A has been raised at least once (the admission floor is 1 or more), i.e. the gate
-    has admitted them before. A Kueue-mode job opened before the mark existed and never admitted since
-    waits until the supervisor calls Open again, which writes the mark (agent/operations.py)."""
-    if has_dispatch_gate(trainjob):
-        return False
-    if annotations(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE:
-        return True
-    try:
-        floor = admission_floor(trainjob)
-    except ContractError:
-        return False
-    return is_kueue_mode(trainjob) and floor is not None and floor >= 1
 
 
 def hold_in_force(obj: Mapping[str, Any] | None) -> str | None:

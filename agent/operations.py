@@ -24,6 +24,7 @@ from typing import Any
 from agent.gate import Blocker, hold_message
 from contract.admission import preconditions, raise_admission
 from contract.errors import ContractError
+from contract.foreign import jobset_uid_ops
 from contract.gates import gates_of, without_dispatch_gate
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
@@ -32,7 +33,6 @@ from contract.keys import (
     ANNOTATION_HOLD_SINCE,
     ANNOTATION_HOLD_UNTIL,
     ANNOTATION_HOLD_WHO,
-    ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     GATE,
     HOLD_ANNOTATIONS,
@@ -123,23 +123,6 @@ def is_held(obj: object) -> bool:
     """dispatch's hold annotations are on the object: the TrainJob (in both modes: the record), or a Kueue-mode
     Workload (written there too; a Workload-only hold was left by an older agent)."""
     return any(key in annotations(obj) for key in HOLD_ANNOTATIONS)
-
-
-def _owned_by(obj: object, uid: object) -> bool:
-    refs = dig(obj, "metadata", "ownerReferences")
-    return isinstance(uid, str) and any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs or [])
-
-
-def jobset_uid_ops(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Record the JobSet's UID the first time the adapter sees it (the spec: "the first time the adapter, or
-    the controller, sees it"); nothing when it is recorded already, or the JobSet is not this TrainJob's own
-    (an orphan of a deleted TrainJob of the same name is not the one J counts for)."""
-    uid = dig(jobset, "metadata", "uid")
-    if not uid or annotations(trainjob).get(ANNOTATION_JOBSET_UID):
-        return []
-    if not _owned_by(jobset, dig(trainjob, "metadata", "uid")):
-        return []
-    return [add_op(trainjob, ("metadata", "annotations", ANNOTATION_JOBSET_UID), uid)]
 
 
 def _waiting(blockers: Sequence[Blocker]) -> Refused:

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from contract.foreign import owns_jobset
 from contract.keys import ANNOTATION_JOBSET_UID
 from contract.objects import annotations, dig
 
@@ -86,8 +87,7 @@ def known_jobset_uids(trainjob: object, jobset: object) -> frozenset[str]:
     if isinstance(recorded, str) and recorded:
         uids.add(recorded)
     seen = dig(jobset, "metadata", "uid")
-    owner = controller(jobset)
-    if isinstance(seen, str) and seen and owner is not None and owner.get("uid") == dig(trainjob, "metadata", "uid"):
+    if isinstance(seen, str) and seen and owns_jobset(trainjob, jobset):
         uids.add(seen)
     return frozenset(uids)
 

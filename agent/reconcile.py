@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import podowners
-from agent.gate import Action, Blocker, Decision, decide
+from agent.gate import Action, Blocker, Decision, blockers_of, decide
 from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
@@ -267,11 +267,7 @@ async def _look(
     found = await asyncio.gather(*(kube.get_node(n) for n in names))
     nodes = {n: node for n, node in zip(names, found, strict=True) if node is not None}  # absent: not in the map
     assessment = assess(pods, nodes, settings.node_loss_taints)
-    unproven = set(owned.unproven)
-    blockers = [
-        Blocker(pod, f"{c.verdict.value}: {c.reason}" + (UNPROVEN if pod in unproven else ""))
-        for pod, c in assessment.may_still_run
-    ]
+    blockers = blockers_of(assessment, frozenset(owned.unproven), suffix=UNPROVEN)
     return trainjob, jobset, pods, owned.foreign, blockers, frozenset(names)
 
 

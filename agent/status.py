@@ -10,12 +10,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from agent.gate import blockers_of
 from agent.nodeloss import Assessment, assess
 from agent.operations import finished, held_by, is_held, is_opened
 from agent.workload import QUOTA_RESERVED, check_state, condition_true
-from contract.admission import admission_count, admission_floor, parse_count
+from contract.admission import POD_TEMPLATE_IN_ENTRY, admission_count, admission_floor, parse_count
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons, trainer_pods
 from contract.identity import Execution
@@ -27,9 +28,10 @@ from contract.keys import (
     ANNOTATION_HOLD_UNTIL,
     ANNOTATION_HOLD_WHO,
     LABEL_RESTART_ATTEMPT,
+    POD_FINALIZER,
 )
 from contract.objects import annotations, dig, labels, parse_rfc3339
-from contract.ownership import is_kueue_mode
+from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.trainer import prefixes_from_env
 
 
@@ -157,29 +159,63 @@ def _restartable(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None
     return None
 
 
+JOBSET_AT_REST: Final = ("Completed", "Failed", "Suspended")
+"""JobSet's conditions under which it creates no Job, and so no pod: JobSet's own test of an inactive JobSet.
+``Suspended`` is set once every child Job was written ``suspend: true``, and a suspended Job creates no pod."""
+
+
+def pods_may_appear(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> str | None:
+    """Why a pod of the current execution may still be created though none is listed yet, or None when none
+    can: the TrainJob ended, or it is suspended or being deleted and its JobSet is gone, being deleted, or at
+    rest (``JOBSET_AT_REST``). A Kueue-mode hold deactivates the Workload first, and only then does Kueue
+    suspend the TrainJob and Trainer the JobSet: until the JobSet says it is suspended, a Job may still start
+    pods. The runtime requirements (``backoffLimit: 0``, ``restartPolicy: Never``) mean a Job never replaces
+    a pod, so a JobSet at rest creates none."""
+    if finished(trainjob):
+        return None
+    if dig(trainjob, "spec", "suspend") is not True and not dig(trainjob, "metadata", "deletionTimestamp"):
+        return "the TrainJob is not suspended yet: its JobSet may still create pods"
+    if jobset is None or dig(jobset, "metadata", "deletionTimestamp"):
+        return None
+    conditions = dig(jobset, "status", "conditions")
+    for c in conditions if isinstance(conditions, list) else []:
+        if isinstance(c, Mapping) and c.get("type") in JOBSET_AT_REST and c.get("status") == "True":
+            return None
+    return f"its JobSet is not at rest yet (none of {', '.join(JOBSET_AT_REST)}): a Job of it may still create pods"
+
+
+def _pods_keep_evidence(trainjob: Mapping[str, Any]) -> bool:
+    """dispatch's runtime patch puts dispatch's pod finalizer on the trainer's pods (every TrainJob Start
+    creates does; one created before the finalizer existed does not)."""
+    jobs = dig(dispatch_patch(trainjob), *POD_TEMPLATE_IN_ENTRY)
+    found = dig(jobs, 0, "template", "spec", "template", "metadata", "finalizers")
+    return isinstance(found, list) and POD_FINALIZER in found
+
+
 def ceased(
     trainjob: Mapping[str, Any],
     workload: Mapping[str, Any] | None,
+    jobset: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]],
     assessment: Assessment,
 ) -> tuple[bool, str]:
     """Ceased: every process of the TrainJob is certainly gone, and none can start without a dispatch call.
 
-    All three must hold:
+    Read from the evidence the readmission gate admits the next execution on, so the two never disagree:
 
-    1. no pod the API shows may still run (the node-loss classification: Ended, NotScheduled or Ceased);
+    1. no pod the API lists may still run (``blockers_of``, the gate's own: the node-loss classification says
+       Ended, NotScheduled or Ceased of each). A trainer pod no longer listed has ended: it carries dispatch's
+       finalizer, which only the agent removes, once its processes are proven gone (agent/podfinalizer.py);
     2. no new execution can start by itself (``_restartable``): never opened, ended, being deleted, or held;
-    3. the pods of the current execution were seen to end. A pod gone from the API is no evidence: a graceful
-       deletion and a force delete from a lost node leave the same nothing. So once an execution was admitted
-       (A raised: the floor is set) and none of its trainer pods (those carrying that A) is listed, it is
-       not Ceased. Pods of earlier executions need no look: no execution starts while one of the previous
-       may still run (the readmission gate; plain mode's Open and Release).
+    3. the current execution creates no more pods (``pods_may_appear``): a pod not created yet is not listed
+       either. The gate has this from Kueue, which reserves quota again only once the job is inactive.
 
-    No pods at all is Ceased only for a TrainJob no execution was ever admitted for.
+    A TrainJob whose trainer pods do not carry the finalizer (created before it existed) keeps the older
+    rule: a pod gone from the API is no evidence, so a trainer pod of the current A must be listed.
     """
-    live = [c for c in assessment.classifications if c.may_still_run]
-    if live:
-        return False, f"{len(live)} pod(s) may still run: " + ", ".join(c.pod for c in live)
+    waiting = blockers_of(assessment)
+    if waiting:
+        return False, f"{len(waiting)} pod(s) may still run: " + ", ".join(b.pod for b in waiting)
     why_not = _restartable(trainjob, workload)
     if why_not is None:
         return False, "a new execution may start without a dispatch call (it is queued, admitted or running)"
@@ -187,13 +223,22 @@ def ceased(
     current = max(floor or 0, a or 0)
     if current == 0:
         return True, f"no execution was ever admitted and none can start: {why_not}"
-    ran = [p for p in trainer_pods(trainjob, pods) if _pod_count(annotations(p).get(ANNOTATION_ADMISSION)) == current]
-    if not ran:
-        return False, (
-            f"no pod of the current execution (A={current}) is listed: a pod gone from the API is no evidence "
-            "that its processes ended"
-        )
-    return True, f"every pod of the current execution (A={current}) ended, and none can start: {why_not}"
+    appearing = pods_may_appear(trainjob, jobset)
+    if appearing is not None:
+        return False, f"the current execution (A={current}) may still create pods: {appearing}"
+    if not _pods_keep_evidence(trainjob):
+        ran = [
+            p for p in trainer_pods(trainjob, pods) if _pod_count(annotations(p).get(ANNOTATION_ADMISSION)) == current
+        ]
+        if not ran:
+            return False, (
+                f"no pod of the current execution (A={current}) is listed, and its pods carry no {POD_FINALIZER} "
+                "finalizer: a pod gone from the API is no evidence that its processes ended"
+            )
+    return True, (
+        f"none of its pods can run any more (a trainer pod gone from the API has ended), the current execution "
+        f"(A={current}) creates no more, and none can start: {why_not}"
+    )
 
 
 def hold_status(holder: object, now: dt.datetime | None) -> HoldStatus | None:
@@ -284,7 +329,7 @@ def status(
     restarts = dig(jobset, "status", "restarts")
     j = restarts if isinstance(restarts, int) else (0 if jobset is not None else None)
     entry = next((check_state(workload, c) for c in checks if check_state(workload, c)), None)
-    is_ceased, ceased_why = ceased(trainjob, workload, pods, assessment)
+    is_ceased, ceased_why = ceased(trainjob, workload, jobset, pods, assessment)
     return Status(
         phase=phase(trainjob, workload, checks),
         mode="kueue" if is_kueue_mode(trainjob) else "plain",

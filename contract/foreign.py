@@ -10,7 +10,7 @@ from typing import Any
 from contract.admission import admission_floor, parse_count
 from contract.errors import ContractError
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_JOBSET_UID, LABEL_REPLICATED_JOB_NAME
-from contract.objects import annotations, dig, labels
+from contract.objects import add_op, annotations, dig, labels
 from contract.ownership import dispatch_patch
 
 
@@ -25,6 +25,34 @@ def trainer_pods(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[Ma
     """The pods of the trainer replicated job; initializer pods carry no A and are not judged by it."""
     name = trainer_job_name(trainjob)
     return [p for p in pods if labels(p).get(LABEL_REPLICATED_JOB_NAME) == name]
+
+
+def owns_jobset(trainjob: object, jobset: object) -> bool:
+    """The JobSet is the TrainJob's own: its controller ownerReference (Trainer sets one, ``controller: true``)
+    names the TrainJob's uid. A JobSet of the same name left by an earlier TrainJob of that name is not."""
+    uid = dig(trainjob, "metadata", "uid")
+    refs = dig(jobset, "metadata", "ownerReferences")
+    return (
+        isinstance(uid, str)
+        and bool(uid)
+        and any(
+            isinstance(r, Mapping) and r.get("controller") is True and r.get("uid") == uid
+            for r in (refs if isinstance(refs, list) else [])
+        )
+    )
+
+
+def jobset_uid_ops(trainjob: Mapping[str, Any], jobset: object) -> list[dict[str, Any]]:
+    """The JSON Patch ops that record the JobSet's UID on the TrainJob the first time the adapter, or the
+    readmission gate, sees it: nothing when a UID is recorded already (it is never corrected), and nothing
+    for a JobSet that is not the TrainJob's own (``owns_jobset``), whose UID would later be reported as a
+    reset of J that never happened."""
+    uid = dig(jobset, "metadata", "uid")
+    if not isinstance(uid, str) or not uid or annotations(trainjob).get(ANNOTATION_JOBSET_UID):
+        return []
+    if not owns_jobset(trainjob, jobset):
+        return []
+    return [add_op(trainjob, ("metadata", "annotations", ANNOTATION_JOBSET_UID), uid)]
 
 
 def jobset_uid_reason(trainjob: object, jobset: object) -> str | None:

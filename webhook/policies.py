@@ -97,6 +97,12 @@ def _gated(obj: str) -> str:
     return f"{_annotation(obj, ANNOTATION_ADMISSION_GATED_BY)}.split(',').exists(g, g.trim() == {_q(GATE)})"
 
 
+def _opened_by_dispatch(obj: str) -> str:
+    """contract.gates.is_opened_by_dispatch in CEL: the opened mark, and no gate of dispatch's. The readmission
+    gate approves only such a job, so Kueue never admits one whose unsuspend this refuses."""
+    return f"{_annotation(obj, ANNOTATION_OPENED)} == {_q(OPENED_TRUE)} && !({_gated(obj)})"
+
+
 def _never_falls(old: str, new: str) -> str:
     return f"{old} == '' || ({new} != '' && int({new}) >= int({old}))"
 
@@ -340,8 +346,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
             ],
             "validations": [
                 {
-                    "expression": f"{_annotation('object', ANNOTATION_OPENED)} == {_q(OPENED_TRUE)} && "
-                    f"!({_gated('object')})",
+                    "expression": _opened_by_dispatch("object"),
                     "message": f"dispatch opens the job before any execution: {ANNOTATION_OPENED} and no {GATE}",
                     "reason": "Forbidden",
                 },

@@ -174,13 +174,20 @@ async def test_the_floor_keeps_a_from_falling_when_the_runtime_patch_is_rewritte
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (3, 3)
 
 
-def create_jobset(cp, tj):
+def create_jobset(cp, tj, owner_uid: str | None = "the TrainJob's"):
+    """A JobSet of the TrainJob's name, controlled (as Trainer makes it) by the TrainJob, or by the TrainJob of
+    ``owner_uid``, or (None) by nothing: an orphan left by an earlier TrainJob of that name."""
     meta = tj["metadata"]
+    uid = meta["uid"] if owner_uid == "the TrainJob's" else owner_uid
+    refs = [] if uid is None else [
+        {"apiVersion": tj["apiVersion"], "kind": "TrainJob", "name": meta["name"], "uid": uid, "controller": True,
+         "blockOwnerDeletion": True}
+    ]  # fmt: skip
     return cp.admin.create(
         {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
             "kind": "JobSet",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "ownerReferences": refs},
             "spec": {
                 "suspend": True,
                 "replicatedJobs": [
@@ -238,6 +245,28 @@ async def test_a_replaced_jobset_is_reported_and_the_job_is_not_stopped(control_
     assert outcome.ready
     assert outcome.foreign_reported == 0
     assert len([e for e in kueue.events_about(cp, tj) if e["reason"] == REASON_FOREIGN]) == 1
+
+
+@pytest.mark.parametrize("orphan_owner", ["an-earlier-trainjob-uid", None])
+async def test_an_orphan_jobset_of_the_name_is_never_recorded(control_plane, namespace, kube, orphan_owner):
+    """A JobSet of the TrainJob's name left by an earlier TrainJob of that name is not the one J counts for:
+    recorded, its UID would never be corrected, and the TrainJob's own JobSet would be reported as a reset."""
+    cp = control_plane
+    _check, tj, wl = dispatch_workload(cp, namespace)
+    orphan = create_jobset(cp, tj, orphan_owner)
+    outcome = await reconcile(kube, key(wl), SETTINGS)
+    assert (outcome.action, outcome.ready, outcome.new_a) == (Action.RAISE, True, 1)  # the raise goes ahead
+    assert ANNOTATION_JOBSET_UID not in kueue.get_trainjob(cp, tj)["metadata"]["annotations"]
+
+    # The orphan goes; Trainer builds the TrainJob's own JobSet. Its UID is the one recorded, and no reset is
+    # reported.
+    cp.admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", orphan["metadata"]["name"], namespace)
+    own = create_jobset(cp, tj)
+    kueue.readmit_cycle(cp, wl)
+    outcome = await reconcile(kube, key(wl), SETTINGS)
+    assert (outcome.action, outcome.ready, outcome.new_a, outcome.foreign_reported) == (Action.RAISE, True, 2, 0)
+    assert kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == own["metadata"]["uid"]
+    assert [e for e in kueue.events_about(cp, tj) if e["reason"] == REASON_FOREIGN] == []
 
 
 async def test_a_concurrent_pass_raises_but_only_one_approval_lands(control_plane, namespace, api_client):

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from ulid import ULID
 
+from agent.gate import Action, decide
 from contract.admission import admission_path, raise_admission
+from contract.gates import is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
@@ -34,6 +36,7 @@ from harness.kube_http import ApiError, KubeHttp
 from tests.cluster.principals import Principals, principals
 from tests.cluster.test_record_start import set_a
 from tests.unit.fixtures import runtime, submission
+from tests.unit.test_gate import CHECK, NOW, workload
 from tests.unit.test_webhook_rules import request
 from webhook.admission import validate
 from webhook.config import Config
@@ -154,14 +157,23 @@ CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
 
 
 def _base(who: Principals, namespace: str, kind: str) -> dict[str, Any]:
+    """ "gated": as Start creates it; "raised": opened, A raised to 1, suspended; "unmarked": the same without the
+    opened mark (a Kueue-mode job opened before Open wrote it); "held": raised, with a hold of dispatch's."""
     sub = submission(namespace=namespace, job_id=str(ULID()), queue="team-a-queue")
     tj = who.dispatch.create(build_trainjob(sub, runtime()["spec"]))
     if kind == "gated":
         return tj
     opened = copy.deepcopy(tj)
     opened["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY)
-    opened["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    if kind != "unmarked":
+        opened["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    if kind == "held":
+        opened["metadata"]["annotations"][ANNOTATION_HOLD_WHO] = "ops"
     tj = who.dispatch.request("PUT", who.dispatch.object_path(tj), opened)
+    return _raise(who, tj)
+
+
+def _raise(who: Principals, tj: dict[str, Any]) -> dict[str, Any]:
     return who.dispatch.request(
         "PATCH", who.dispatch.object_path(tj), raise_admission(tj).patch, content_type="application/json-patch+json"
     )
@@ -206,3 +218,39 @@ def test_the_cases_are_not_all_alike(control_plane, namespace, who, actors, conf
             change(new)
             seen[actor].add(validate(request("UPDATE", new, old, user=user), config, Lookups()).allowed)
     assert all(s == {True, False} for s in seen.values()), seen
+
+
+@pytest.mark.parametrize("base", ["gated", "raised", "unmarked", "held"])
+def test_the_gate_approves_only_what_the_unsuspend_rules_let_start(
+    control_plane, namespace, who, actors, config, field_policies, base
+):
+    """One answer for whether dispatch opened a job: the readmission gate raises A and approves Kueue's admission
+    exactly when Kueue's unsuspend that follows is allowed by the webhook and by the policies. A job the gate
+    approved but the unsuspend rules refuse would hold its quota and never start (a Kueue-mode job past its
+    gate without the opened mark, whatever its floor); one they would allow but the gate refuses would never
+    be admitted."""
+    old = _base(who, namespace, base)
+    meta = old["metadata"]
+    owner = {"apiVersion": old["apiVersion"], "kind": "TrainJob", "name": meta["name"], "uid": meta["uid"],
+             "controller": True}  # fmt: skip
+    decision = decide(
+        workload=workload(owner=owner), check=CHECK, trainjob=old, jobset=None, pods=[], blockers=[], now=NOW
+    )
+    # The raise the gate writes (dispatch's, sent for every base so the unsuspend below differs only in what
+    # the base is), then Kueue's unsuspend of the TrainJob as raised, with the record the mutation adds.
+    raised = _raise(who, old)
+    new = copy.deepcopy(raised)
+    _unsuspend_recorded(new)
+    http, user = actors["kueue"]
+    webhook = validate(request("UPDATE", new, raised, user=user), config, Lookups()).allowed
+    policies = _policies_allow(http, raised, new)
+    deadline = time.monotonic() + 30
+    while policies and not webhook and time.monotonic() < deadline:
+        time.sleep(0.2)
+        policies = _policies_allow(http, raised, new)
+    approves = decision.action is Action.RAISE
+    assert (approves, webhook, policies) in ((True, True, True), (False, False, False)), (
+        f"{base}: gate {decision.action.value} ({decision.message}), webhook {webhook}, policies {policies}"
+    )
+    assert approves == (base == "raised")
+    assert is_opened_by_dispatch(old) == (base in ("raised", "held"))

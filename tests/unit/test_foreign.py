@@ -1,5 +1,5 @@
-from contract.foreign import foreign_reasons, trainer_job_name, trainer_pods
-from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR
+from contract.foreign import foreign_reasons, jobset_uid_ops, owns_jobset, trainer_job_name, trainer_pods
+from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_JOBSET_UID
 from tests.unit.fixtures import trainjob
 
 
@@ -63,3 +63,26 @@ def test_below_the_floor_only_for_live_pods():
     assert foreign_reasons(tj, pods=[ended, going, live]) == [
         "Pod live has A 2, below the admission floor 3: A may have been reset."
     ]
+
+
+def _jobset(uid, owner_uid, controller=True):
+    ref = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "x", "uid": owner_uid}
+    return {"metadata": {"uid": uid, "ownerReferences": [{**ref, "controller": controller}]}}
+
+
+def test_only_the_trainjobs_own_jobset_is_recorded_and_only_once():
+    tj = trainjob()
+    tj["metadata"]["uid"] = "tj-uid"
+    own = _jobset("js-1", "tj-uid")
+    assert owns_jobset(tj, own)
+    assert jobset_uid_ops(tj, own) == [
+        {"op": "add", "path": f"/metadata/annotations/{ANNOTATION_JOBSET_UID.replace('/', '~1')}", "value": "js-1"}
+    ]
+    for orphan in (_jobset("js-0", "earlier-uid"), _jobset("js-0", "tj-uid", controller=False), {"metadata": {}}):
+        assert not owns_jobset(tj, orphan)
+        assert jobset_uid_ops(tj, orphan) == []
+    assert jobset_uid_ops(tj, None) == []
+    tj["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
+    assert jobset_uid_ops(tj, _jobset("js-2", "tj-uid")) == []  # recorded once, never corrected
+    del tj["metadata"]["uid"]
+    assert not owns_jobset(tj, own)

@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 from agent.gate import Action, Blocker, decide, hold_message, is_opened_by_dispatch
 from agent.podowners import ForeignPod
 from agent.workload import check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import admission_count, admission_floor
+from contract.admission import admission_count, admission_floor, raise_admission
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_HOLD_WHO,
     ANNOTATION_JOBSET_UID,
@@ -26,6 +27,7 @@ from contract.keys import (
 from contract.ownership import is_dispatch
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
+from webhook.rules.updates import unsuspend_problems
 
 CHECK = "dispatch-admission"
 NOW = "2026-11-29T10:00:00Z"
@@ -134,12 +136,38 @@ def test_raise_then_ready():
     }
 
 
+def jobset(uid: str = "js-1", owner: str = "tj-uid", controller: bool = True) -> dict[str, Any]:
+    """A JobSet as Trainer creates it: its controller ownerReference names its TrainJob by uid."""
+    ref = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "name": "dj-01arz3ndektsv4rrffq69g5fav-s3",
+    }
+    return {"metadata": {"uid": uid, "ownerReferences": [{**ref, "uid": owner, "controller": controller}]}}
+
+
 def test_the_jobset_uid_is_recorded_with_the_raise_the_first_time():
-    d = go(jobset={"metadata": {"uid": "js-1"}})
+    d = go(jobset=jobset())
     assert apply_json_patch(opened(), d.trainjob_patch)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
     recorded = opened()
     recorded["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
-    assert len(go(tj=recorded, jobset={"metadata": {"uid": "js-1"}}).trainjob_patch) == 4
+    assert len(go(tj=recorded, jobset=jobset()).trainjob_patch) == 4
+
+
+@pytest.mark.parametrize(
+    "orphan",
+    [
+        jobset("js-0", owner="earlier-tj-uid"),  # left by an earlier TrainJob of this name
+        jobset("js-0", controller=False),  # names the TrainJob, but not as its controller
+        {"metadata": {"uid": "js-0"}},  # no owner at all
+    ],
+)
+def test_the_jobset_uid_of_a_jobset_not_the_trainjobs_own_is_never_recorded(orphan):
+    d = go(jobset=orphan)
+    assert d.action is Action.RAISE  # the raise goes ahead; only the record is left out
+    after = apply_json_patch(opened(), d.trainjob_patch)
+    assert ANNOTATION_JOBSET_UID not in after["metadata"]["annotations"]
+    assert len(d.trainjob_patch) == len(go().trainjob_patch)
 
 
 @pytest.mark.parametrize(
@@ -258,15 +286,31 @@ def test_dispatch_s_gate_still_on_it_is_not_opened_even_with_the_mark():
     assert go(tj=tj).action is Action.HOLD
 
 
-def test_a_kueue_job_opened_before_the_mark_existed_counts_once_admitted_through_the_gate():
+def test_a_kueue_job_past_its_gate_without_the_opened_mark_is_held_whatever_its_floor():
+    """One answer with the unsuspend rules (webhook update.unsuspend, policy dispatch-k8s-unsuspend): they refuse
+    the unsuspend of a job without the mark, so the gate approving its admission would leave it holding quota
+    and never starting. It stays Pending, saying why, until Open writes the mark."""
     legacy = trainjob(queue="q")
     legacy["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY)
-    assert go(tj=legacy).action is Action.HOLD  # never admitted: Open again writes the mark
-    legacy["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"
+    assert go(tj=legacy).action is Action.HOLD
+    legacy["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"  # admitted through the gate before
+    d = go(tj=legacy)
+    assert (d.action, d.trainjob_patch) == (Action.HOLD, None)
+    assert "dispatch has not opened this TrainJob" in d.message
+    assert unsuspend_problems(legacy, _unsuspended(legacy))  # the webhook refuses its unsuspend too
+    legacy["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE  # what Open writes for it
     assert go(tj=legacy).action is Action.RAISE
     plain = trainjob()
     plain["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"
     assert go(tj=plain).action is Action.HOLD  # plain mode always had the mark
+
+
+def _unsuspended(tj: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's unsuspend of ``tj`` after the gate's raise, with the record the mutating webhook adds."""
+    after = apply_json_patch(tj, raise_admission(tj).patch)
+    after["spec"]["suspend"] = False
+    after["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = str(admission_count(after))
+    return after
 
 
 @pytest.mark.parametrize("where", ["trainjob", "workload"])
@@ -369,6 +413,12 @@ def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(
         assert d.check_write["metadata"]["resourceVersion"] == wl["metadata"]["resourceVersion"]
         # never for a job dispatch did not open, nor while a hold of dispatch's is in force
         assert is_opened_by_dispatch(tj)
+        # and never for one whose unsuspend the webhook would refuse on those grounds (one answer)
+        assert not [
+            p
+            for p in unsuspend_problems(after, {**after, "spec": {**after["spec"], "suspend": False}})
+            if "opened" in p.field or "admission-gated-by" in p.field or p.field == "metadata.annotations"
+        ]
         assert not any(k in (tj["metadata"].get("annotations") or {}) for k in HOLD_ANNOTATIONS)
         assert not any(k in (wl["metadata"].get("annotations") or {}) for k in HOLD_ANNOTATIONS)
     if ready:

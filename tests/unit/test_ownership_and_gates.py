@@ -1,6 +1,6 @@
 import pytest
 
-from contract.gates import gates_of, has_dispatch_gate, parse_gates, without_dispatch_gate
+from contract.gates import gates_of, has_dispatch_gate, is_opened_by_dispatch, parse_gates, without_dispatch_gate
 from contract.keys import GATE
 from contract.ownership import (
     dispatch_patch,
@@ -102,3 +102,27 @@ def test_gates_of_reads_the_annotation():
     assert gates_of(trainjob()) == [GATE]
     assert has_dispatch_gate(trainjob())
     assert not has_dispatch_gate(trainjob(queue=None))
+
+
+@pytest.mark.parametrize(
+    ("mark", "gates", "opened"),
+    [
+        ("true", None, True),
+        ("true", "example.com/other", True),  # someone else's gate: not dispatch's to answer
+        ("true", f"example.com/other, {GATE}", False),
+        (None, None, False),  # past Kueue's gate without the mark (opened before Open wrote it)
+        ("false", None, False),
+        ("True", None, False),
+    ],
+)
+def test_opened_by_dispatch_is_the_mark_and_no_gate_of_dispatchs(mark, gates, opened):
+    tj = trainjob()
+    notes = tj["metadata"]["annotations"]
+    notes.pop("kueue.x-k8s.io/admission-gated-by", None)
+    if mark is not None:
+        notes["dispatch.phpboyscout.uk/opened"] = mark
+    if gates is not None:
+        notes["kueue.x-k8s.io/admission-gated-by"] = gates
+    assert is_opened_by_dispatch(tj) is opened
+    notes["dispatch.phpboyscout.uk/admission-floor"] = "7"  # admitted before: no other answer for old jobs
+    assert is_opened_by_dispatch(tj) is opened

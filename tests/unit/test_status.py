@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
+from agent.gate import blockers_of
+from agent.nodeloss import assess
 from agent.status import orphans, phase, status
 from contract.admission import raise_admission
 from contract.identity import Execution
@@ -95,15 +99,147 @@ def test_ceased_when_every_pod_ended():
     assert s.j is None
     assert s.r is None
     assert s.pods[0].verdict == "Ended"
-    assert "every pod of the current execution (A=2) ended" in s.ceased_reason
+    assert "the current execution (A=2) creates no more, and none can start: it ended (Complete)" in s.ceased_reason
 
 
-def _ceased(tj, pods=(), wl=None):
-    s = status(trainjob=tj, workload=wl, jobset=None, pods=list(pods), nodes=NODES, runtime_copy=None, checks=[CHECK])
+def _ceased(tj, pods=(), wl=None, jobset=None, nodes=NODES):
+    s = status(trainjob=tj, workload=wl, jobset=jobset, pods=list(pods), nodes=nodes, runtime_copy=None, checks=[CHECK])
     return s.ceased, s.ceased_reason
 
 
-def test_no_pods_is_no_evidence_once_an_execution_was_admitted():
+def jobset_(*conditions: str, deleting: bool = False):
+    """The TrainJob's JobSet, with these of its conditions True."""
+    js = {
+        "metadata": {"name": "js", "uid": "js-uid", "ownerReferences": [{"uid": "tj-uid", "controller": True}]},
+        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
+    }
+    if deleting:
+        js["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    return js
+
+
+def terminating(p):
+    p = copy.deepcopy(p)
+    p["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    return p
+
+
+T0 = "2026-12-01T00:00:00Z"
+LOST = {
+    "n1": {
+        "metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": T0}]},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastHeartbeatTime": T0}]},
+    }
+}
+FENCED = copy.deepcopy(LOST)
+FENCED["n1"]["spec"]["taints"].append(
+    {"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute", "timeAdded": T0}
+)
+
+
+def _ended(kind: str):
+    tj = opened_running()
+    tj["status"] = {"conditions": [{"type": kind, "status": "True", "reason": "DeadlineExceeded"}]}
+    return tj
+
+
+def _held_kueue():
+    tj = opened_running()
+    tj["spec"]["suspend"] = True
+    return tj
+
+
+def _held_plain():
+    tj = opened_running()
+    tj["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    tj["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] = "alice"
+    tj["spec"]["suspend"] = True
+    return tj
+
+
+def _stopped():
+    tj = opened_running()
+    tj["metadata"]["deletionTimestamp"] = T0
+    return tj
+
+
+RUNNING = pod("p0", 2, 0)
+INACTIVE = workload(active=False)
+
+# Each way a job ends: (TrainJob, Workload, JobSet, pods, nodes) once its processes are certainly gone, and the
+# same a moment earlier, while they may not be. A trainer pod gone from the API has ended: it carried dispatch's
+# finalizer, which the agent removes only once its processes are proven gone.
+ENDS = {
+    "finished, its pods listed Succeeded": (
+        (_ended("Complete"), None, jobset_("Completed"), [pod("p0", 2, 0, phase_="Succeeded")], NODES),
+        (_ended("Complete"), None, jobset_(), [RUNNING], NODES),
+    ),
+    "finished, its pods gone": (
+        (_ended("Complete"), None, None, [], NODES),
+        (_ended("Complete"), None, None, [terminating(RUNNING)], NODES),
+    ),
+    "failed, its pods gone": (
+        (_ended("Failed"), None, jobset_("Failed"), [], NODES),
+        (_ended("Failed"), None, jobset_("Failed"), [terminating(RUNNING)], NODES),
+    ),
+    "held (Kueue), its pods gone": (
+        (_held_kueue(), INACTIVE, jobset_("Suspended"), [], NODES),
+        (_held_kueue(), INACTIVE, jobset_(), [], NODES),  # JobSet not at rest yet: a Job may still create pods
+    ),
+    "held (Kueue), the TrainJob not suspended yet": (
+        (_held_kueue(), INACTIVE, jobset_("Suspended"), [], NODES),
+        (opened_running(), INACTIVE, jobset_(), [], NODES),
+    ),
+    "held (plain), its pods gone": (
+        (_held_plain(), None, jobset_("Suspended"), [], NODES),
+        (_held_plain(), None, jobset_("Suspended"), [terminating(RUNNING)], NODES),
+    ),
+    "stopped (being deleted), its JobSet being deleted": (
+        (_stopped(), None, jobset_(deleting=True), [], NODES),
+        (_stopped(), None, jobset_(deleting=True), [terminating(RUNNING)], NODES),
+    ),
+    "stopped (being deleted), its JobSet gone": (
+        (_stopped(), None, None, [], NODES),
+        (_stopped(), None, jobset_(), [], NODES),  # the garbage collector has not reached the JobSet yet
+    ),
+    "deadline: Failed, the JobSet deleted by Trainer": (
+        (_ended("Failed"), None, None, [], NODES),
+        (_ended("Failed"), None, None, [terminating(RUNNING)], NODES),
+    ),
+    "node lost, then fenced (out-of-service)": (
+        (_held_kueue(), INACTIVE, jobset_("Suspended"), [terminating(RUNNING)], FENCED),
+        (_held_kueue(), INACTIVE, jobset_("Suspended"), [terminating(RUNNING)], LOST),
+    ),
+    "node lost, fenced, and its pods released": (
+        (_ended("Failed"), None, None, [], NODES),
+        (_ended("Failed"), None, None, [terminating(RUNNING)], LOST),
+    ),
+}
+
+
+@pytest.mark.parametrize("end", list(ENDS))
+def test_ceased_in_each_way_a_job_ends(end):
+    (tj, wl, js, pods, nodes), (tj_before, wl_before, js_before, pods_before, nodes_before) = ENDS[end]
+    ceased, why = _ceased(tj, pods, wl, js, nodes)
+    assert ceased, why
+    assert _ceased(tj_before, pods_before, wl_before, js_before, nodes_before)[0] is False
+
+
+@pytest.mark.parametrize("end", list(ENDS))
+def test_ceased_rests_on_the_gates_evidence(end):
+    """Ceased is false on a pod that may still run exactly when the gate would wait on it: the same blockers."""
+    for tj, wl, js, pods, nodes in ENDS[end]:
+        waiting = blockers_of(assess(pods, nodes))
+        ceased, why = _ceased(tj, pods, wl, js, nodes)
+        assert why.startswith(f"{len(waiting)} pod(s) may still run: ") == bool(waiting), why
+        if waiting:
+            assert not ceased
+            assert all(b.pod in why for b in waiting)
+
+
+def test_no_pods_is_evidence_only_where_none_can_appear():
     running = opened_running()
     assert _ceased(running, [pod("p0", 2, 0, phase_="Succeeded")])[0] is False  # not ended: JobSet may go on
     queued = copy.deepcopy(running)
@@ -113,19 +249,32 @@ def test_no_pods_is_no_evidence_once_an_execution_was_admitted():
         "a new execution may start without a dispatch call (it is queued, admitted or running)",
     )
     assert _ceased(queued, wl=workload())[0] is False  # Admitting
-    held = _ceased(queued, wl=workload(active=False))
-    assert held[0] is False
-    assert "no pod of the current execution (A=2) is listed" in held[1]
-    assert _ceased(queued, [pod("p0", 2, 0, phase_="Failed")], workload(active=False))[0] is True
-    # A pod of an older execution is no evidence about the current one.
-    assert _ceased(queued, [pod("old", 1, 0, phase_="Failed")], workload(active=False))[0] is False
-    deleting = copy.deepcopy(running)
-    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
-    assert _ceased(deleting)[0] is False  # force-deleted pods leave nothing behind
-    assert _ceased(deleting, [pod("p0", 2, 0, phase_="Running")])[0] is False
-    done = copy.deepcopy(running)
-    done["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
-    assert _ceased(done)[0] is False
+    held = _ceased(queued, wl=INACTIVE, jobset=jobset_())
+    assert held == (
+        False,
+        "the current execution (A=2) may still create pods: its JobSet is not at rest yet (none of Completed, "
+        "Failed, Suspended): a Job of it may still create pods",
+    )
+    assert _ceased(queued, wl=INACTIVE, jobset=jobset_("Suspended"))[0] is True
+    assert _ceased(queued, wl=INACTIVE)[0] is True  # no JobSet: Trainer makes a suspended TrainJob's suspended
+    unsuspended = copy.deepcopy(running)
+    assert _ceased(unsuspended, wl=INACTIVE, jobset=jobset_("Suspended")) == (
+        False,
+        "the current execution (A=2) may still create pods: the TrainJob is not suspended yet: its JobSet may "
+        "still create pods",
+    )
+
+
+def test_a_trainjob_whose_pods_carry_no_finalizer_needs_its_current_pods_seen_to_end():
+    """Created before dispatch's pod finalizer existed: a pod gone from the API is no evidence there."""
+    old = _held_kueue()
+    entry = old["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    del entry["template"]["spec"]["template"]["metadata"]["finalizers"]
+    ceased, why = _ceased(old, wl=INACTIVE, jobset=jobset_("Suspended"))
+    assert ceased is False
+    assert "no pod of the current execution (A=2) is listed" in why
+    assert _ceased(old, [pod("p0", 2, 0, phase_="Failed")], INACTIVE, jobset_("Suspended"))[0] is True
+    assert _ceased(old, [pod("old", 1, 0, phase_="Failed")], INACTIVE, jobset_("Suspended"))[0] is False
 
 
 def test_a_job_never_opened_has_ceased_unless_a_pod_may_run():
@@ -144,8 +293,9 @@ def test_a_job_never_opened_has_ceased_unless_a_pod_may_run():
     plain["spec"]["suspend"] = True
     assert _ceased(plain)[0] is False  # suspended by someone else: they may unsuspend it
     plain["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] = "alice"
-    assert _ceased(plain)[0] is False  # held, but its pods were never seen to end
-    assert _ceased(plain, [pod("p", 1, 0, phase_="Succeeded")])[0] is True
+    assert _ceased(plain, jobset=jobset_())[0] is False  # held, its JobSet not suspended yet
+    assert _ceased(plain, jobset=jobset_("Suspended"))[0] is True  # held, its pods gone: they ended
+    assert _ceased(plain, [pod("p", 1, 0, phase_="Succeeded")], jobset=jobset_("Suspended"))[0] is True
 
 
 def test_hold_until_is_reported_not_acted_on():
@@ -254,8 +404,8 @@ def test_a_suspended_kueue_job_held_on_its_trainjob_alone_cannot_restart():
     tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/hold-who"] = "alice"
     assert _ceased(tj, [ended], wl=workload()) == (
         True,
-        "every pod of the current execution (A=2) ended, and none can start: it is held (suspended, with "
-        "dispatch's hold annotations)",
+        "none of its pods can run any more (a trainer pod gone from the API has ended), the current execution (A=2) "
+        "creates no more, and none can start: it is held (suspended, with dispatch's hold annotations)",
     )
     tj["spec"]["suspend"] = False  # a Hold not finished on a running job: its JobSet may still start pods
     assert _ceased(tj, [ended], wl=workload())[0] is False

@@ -18,7 +18,7 @@ from typing import Any
 
 from contract.admission import admission_count, admission_floor, parse_count
 from contract.errors import ContractError, Problem
-from contract.gates import has_dispatch_gate
+from contract.gates import has_dispatch_gate, is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
@@ -226,14 +226,18 @@ def unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[P
     def refuse(field: str, seen: object, accepted: str) -> None:
         problems.append(Problem("update.unsuspend", field, seen, accepted))
 
-    if annotations(new).get(ANNOTATION_OPENED) != OPENED_TRUE:
-        refuse(
-            f"metadata.annotations[{ANNOTATION_OPENED}]",
-            annotations(new).get(ANNOTATION_OPENED),
-            "dispatch opens the job before any execution (Open writes the opened mark, in both modes)",
-        )
-    if has_dispatch_gate(new):
-        refuse("metadata.annotations[kueue.x-k8s.io/admission-gated-by]", "dispatch's gate", "Open removes it first")
+    # The readmission gate's own answer (contract/gates.py), so it never approves what is refused here.
+    if not is_opened_by_dispatch(new):
+        if annotations(new).get(ANNOTATION_OPENED) != OPENED_TRUE:
+            refuse(
+                f"metadata.annotations[{ANNOTATION_OPENED}]",
+                annotations(new).get(ANNOTATION_OPENED),
+                "dispatch opens the job before any execution (Open writes the opened mark, in both modes)",
+            )
+        if has_dispatch_gate(new):
+            refuse(
+                "metadata.annotations[kueue.x-k8s.io/admission-gated-by]", "dispatch's gate", "Open removes it first"
+            )
     held = sorted(k for k in HOLD_ANNOTATIONS if k in annotations(new))
     if held:
         refuse("metadata.annotations", held, "a hold of dispatch's is in force: Release lifts it")
