@@ -5,16 +5,21 @@ labels, annotations, runtimeRef, trainer, activeDeadlineSeconds, its runtime pat
 someone else; and in plain mode spec.suspend, dispatch's own field there (its start gate). It does not
 compare fields others own by design, such as spec.suspend in Kueue mode (Kueue's). In Kueue mode the
 Workload must carry the gate and list dispatch's AdmissionCheck.
+
+Before it creates a TrainJob, Start looks for what an earlier TrainJob of the same name left in the API
+(``earlier_incarnation``): a new TrainJob starts at A = 0 with a new JobSet (J = 0), so its first execution
+would repeat the earlier one's first identity, and could run beside the earlier one's pods.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from contract.gates import gates_of
-from contract.keys import GATE, TRAINER_GROUP
+from contract.keys import GATE, KIND_TRAINJOB, TRAINER_GROUP
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 
@@ -77,3 +82,57 @@ def workload_problems(workload: Mapping[str, Any] | None, checks: Iterable[str])
     if not listed & set(checks):
         problems.append(f"{NOT_MANAGED}: its Workload does not list dispatch's AdmissionCheck")
     return problems
+
+
+def _workload_of_name(workload: Mapping[str, Any], name: str) -> bool:
+    """Kueue's Workload for a TrainJob called ``name``, of any uid: a controller reference to a TrainJob of that
+    name, or (once the garbage collector stripped the reference: an orphaning delete) the name Kueue gives it,
+    ``trainjob-<name>-<5 hex of a hash that includes the uid>``."""
+    for ref in dig(workload, "metadata", "ownerReferences") or []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("kind") == KIND_TRAINJOB
+            and ref.get("name") == name
+            and str(ref.get("apiVersion", "")).startswith(f"{TRAINER_GROUP}/")
+        ):
+            return True
+    return (
+        re.fullmatch(rf"trainjob-{re.escape(name)}-[0-9a-f]{{5}}", str(dig(workload, "metadata", "name"))) is not None
+    )
+
+
+def earlier_incarnation(
+    namespace: str,
+    name: str,
+    *,
+    jobset: Mapping[str, Any] | None,
+    workloads: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    runtime_copy: Mapping[str, Any] | None,
+) -> tuple[str, ...]:
+    """What an earlier TrainJob of ``name`` left behind, as orphan references; empty when nothing is left.
+
+    Called only while no TrainJob of the name exists, so every JobSet, Workload or pod of the name is an earlier
+    incarnation's (or a stranger's claiming the name: refused alike). A runtime copy is the earlier one's when
+    it carries an owner reference or is being deleted; one with neither is what a Start interrupted before it
+    created the TrainJob leaves, and is taken up (its labels are judged when it is)."""
+    found = []
+    if jobset is not None:
+        found.append(f"{namespace}/jobset/{dig(jobset, 'metadata', 'name')}")
+    found += [f"{namespace}/workload/{dig(w, 'metadata', 'name')}" for w in workloads if _workload_of_name(w, name)]
+    found += [f"{namespace}/pod/{dig(p, 'metadata', 'name')}" for p in pods]
+    if runtime_copy is not None and (
+        dig(runtime_copy, "metadata", "ownerReferences") or dig(runtime_copy, "metadata", "deletionTimestamp")
+    ):
+        found.append(f"{namespace}/trainingruntime/{dig(runtime_copy, 'metadata', 'name')}")
+    return tuple(found)
+
+
+def earlier_incarnation_message(namespace: str, name: str, left: Sequence[str]) -> str:
+    """Start's refusal while an earlier TrainJob of the name left something behind."""
+    return (
+        f"TrainJob {namespace}/{name} does not exist, but an earlier TrainJob of that name left {len(left)} "
+        "object(s) behind (orphans): a new one would start again at A = 0 with a new JobSet, repeating the "
+        "earlier one's identity, and could run beside its pods; nothing was written. Start a name again only "
+        "if no TrainJob of it was ever opened, once they are gone; a new run of a job is a new submission N"
+    )

@@ -107,8 +107,11 @@ RESERVED_KEY_PREFIXES: Final = (
 TRAINER_CONTAINER: Final = "node"
 LEASE_NAMESPACE: Final = "dispatch-system"
 LEASE_NAME: Final = "dispatch-admission"
-ANNOTATION_PREFLIGHT: Final = "dispatch.phpboyscout.uk/preflight"
-"""On the Lease: the last Preflight's verdict (observe-only or not), cluster state every replica reads."""
+ANNOTATION_PREFLIGHT_KUEUE: Final = "dispatch.phpboyscout.uk/preflight-kueue"
+"""On the Lease: the last Kueue-mode Preflight's verdict (observe-only or not), cluster state every replica reads."""
+ANNOTATION_PREFLIGHT_PLAIN: Final = "dispatch.phpboyscout.uk/preflight-plain"
+"""On the Lease: the last plain-mode Preflight's verdict. Each mode has its own, so a Preflight of one mode
+never clears (or sets) the other's observe-only."""
 PROBE_IMAGE: Final = "dispatch.invalid/never:probe"
 PROBE_NODE_SELECTOR_KEY: Final = "dispatch.phpboyscout.uk/probe"
 PROBE_NODE_SELECTOR_VALUE: Final = "never"

@@ -44,6 +44,11 @@ MAX_BODY: Final = 1024 * 1024
 """Bytes: a StartRequest is a few KiB; the API server refuses objects over 1.5 MiB anyway."""
 SHUTDOWN_TIMEOUT: Final = 10.0
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+CALLER_GONE: Final = 499
+"""The ``code`` counted for a call whose caller went away before its answer (nginx's "client closed request"):
+not an error of the agent's, and no answer is sent. Only a number in the metric and the log."""
+STOPPED: Final = 503
+"""The ``code`` counted for a call cut off because the agent stopped (its handler cancelled at shutdown)."""
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,6 +75,12 @@ class ApiMetrics:
 
     def render(self) -> str:
         return exposition(self.registry).decode()
+
+
+def caller_gone(request: web.Request) -> bool:
+    """The caller's connection is closed or closing."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -109,6 +120,9 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(ApiError(ErrorKind.INVALID, f"{request.method} is not allowed; use {allowed}"), 405)
     except web.HTTPException:
         raise
+    except ConnectionResetError as exc:  # aiohttp's ClientConnectionResetError too: the caller went away
+        log.info("%s %s: the caller went away before the answer (%s)", request.method, request.path, exc)
+        return web.Response(status=CALLER_GONE)
     except Exception as exc:
         log.exception("internal error in %s %s", request.method, request.path)
         return error_response(ApiError(ErrorKind.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"))
@@ -186,6 +200,19 @@ class ApiServer:
         except ApiError as exc:
             code = exc.status
             raise
+        except ConnectionResetError:
+            # The caller closed the connection (mid-body, or before the answer was written): not an internal
+            # error. Counted apart; the errors middleware logs it at info and answers no one.
+            code = CALLER_GONE
+            raise
+        except asyncio.CancelledError:
+            # aiohttp cancels a handler when its connection is lost (with handler cancellation) or when the
+            # server stops; neither is an internal error.
+            code = CALLER_GONE if caller_gone(request) else STOPPED
+            log.info(
+                "%s: cancelled (%s)", route.operation, "the caller went away" if code == CALLER_GONE else "stopping"
+            )
+            raise
         finally:
             self.metrics.requests.inc(route.operation, str(code))
             self.metrics.duration.observe(time.perf_counter() - started, route.operation)
@@ -217,7 +244,7 @@ class ApiServer:
         for access in route.rights(body):
             await authorize(self.kube, user, access)
         if route.may_run:
-            await self.service.refuse_if_observe_only()
+            await self.service.refuse_if_observe_only(body)
         log.info("%s by %s", route.operation, user.username)
         if route.response is None:
             assert isinstance(body, OutputRequest)

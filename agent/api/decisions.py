@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import KubeError
 from agent.api.models import Capabilities, ListItem, ObjectRef
-from agent.leader import record_of
+from agent.leader import Record, record_of
 from agent.operations import Hold, Refused
 from agent.start import readback_changes
 from agent.status import phase
@@ -26,7 +26,8 @@ from contract.admission import preconditions
 from contract.errors import ContractError
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
-    ANNOTATION_PREFLIGHT,
+    ANNOTATION_PREFLIGHT_KUEUE,
+    ANNOTATION_PREFLIGHT_PLAIN,
     LABEL_JOB_COMPLETION_INDEX,
     LABEL_JOB_ID,
     LABEL_RESTART_ATTEMPT,
@@ -429,7 +430,16 @@ def not_watched(lease: Mapping[str, Any] | None) -> LeaseState:
     return LeaseState(_renew_time(lease), False, "not watched: plain mode needs no readmission controller")
 
 
-# -- The verdict, shared on the Lease --------------------------------------------------------------
+# -- The verdict, shared on the Lease, one per mode -------------------------------------------------
+
+
+def verdict_key(kueue: bool) -> str:
+    """The Lease annotation that holds a mode's verdict: a Preflight of one mode never touches the other's."""
+    return ANNOTATION_PREFLIGHT_KUEUE if kueue else ANNOTATION_PREFLIGHT_PLAIN
+
+
+def mode_name(kueue: bool) -> str:
+    return "kueue" if kueue else "plain"
 
 
 def verdict_text(report: Capabilities, at: str) -> str:
@@ -442,32 +452,165 @@ def verdict_text(report: Capabilities, at: str) -> str:
 UNREADABLE_VERDICT: Final = "the Preflight verdict recorded on the Lease cannot be read"
 
 
-def verdict_of(lease: Mapping[str, Any] | None) -> Capabilities | None:
-    """The last Preflight's report as recorded on the Lease; None when none is recorded. One that cannot be
-    read (edited by someone) is observe-only, naming why: the gates are not proven by it."""
-    text = annotations(lease).get(ANNOTATION_PREFLIGHT)
+def verdict_of(lease: Mapping[str, Any] | None, kueue: bool) -> Capabilities | None:
+    """The mode's last Preflight report as recorded on the Lease; None when none is recorded. One that cannot
+    be read (edited by someone) is observe-only, naming why: the gates are not proven by it."""
+    text = annotations(lease).get(verdict_key(kueue))
     if text is None:
         return None
     try:
-        return Capabilities.model_validate(json.loads(text)["report"], by_alias=True)
+        report = Capabilities.model_validate(json.loads(text)["report"], by_alias=True)
     except (ValueError, TypeError, KeyError, ValidationError):
-        return unproven(UNREADABLE_VERDICT, observe_only=True)
+        return unproven(UNREADABLE_VERDICT, observe_only=True, kueue=kueue)
+    return report if report.mode is not None else report.model_copy(update={"mode": mode_name(kueue)})
 
 
-def lease_with_verdict(lease: Mapping[str, Any] | None, text: str, namespace: str, name: str) -> dict[str, Any]:
-    """The Lease as read with the verdict annotation set (resourceVersion kept: the PUT's precondition), or a
-    new Lease that carries only the verdict (no holder: leader election takes it over as an expired one)."""
+def latest_mode(lease: Mapping[str, Any] | None) -> bool | None:
+    """The mode (True: Kueue) whose verdict was recorded last, for Capabilities; None before any. A verdict
+    whose time cannot be read counts as the oldest."""
+    recorded: list[tuple[dt.datetime, bool]] = []
+    for kueue in (True, False):
+        text = annotations(lease).get(verdict_key(kueue))
+        if text is None:
+            continue
+        try:
+            at = parse_rfc3339(json.loads(text).get("at"))
+        except (ValueError, TypeError, AttributeError):
+            at = None
+        recorded.append((at or dt.datetime.min.replace(tzinfo=dt.UTC), kueue))
+    return max(recorded)[1] if recorded else None
+
+
+def lease_with_verdict(
+    lease: Mapping[str, Any] | None, text: str, namespace: str, name: str, kueue: bool
+) -> dict[str, Any]:
+    """The Lease as read with the mode's verdict annotation set (resourceVersion kept: the PUT's precondition),
+    or a new Lease that carries only the verdict (no holder: leader election takes it over as an expired one)."""
+    key = verdict_key(kueue)
     if lease is None:
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace, "annotations": {ANNOTATION_PREFLIGHT: text}},
+            "metadata": {"name": name, "namespace": namespace, "annotations": {key: text}},
             "spec": {},
         }
     meta = dict(lease.get("metadata") or {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), ANNOTATION_PREFLIGHT: text}
+    meta["annotations"] = {**(meta.get("annotations") or {}), key: text}
     meta.pop("managedFields", None)
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **dict(lease), "metadata": meta}
+
+
+# -- Observe-only now: the mode's verdict, and in Kueue mode the controller's heartbeat -----------------
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """The Lease's record as this replica last read it, and since when (its own monotonic clock) it has
+    read that same record."""
+
+    record: Record
+    since: float
+
+
+def sighted(previous: Sighting | None, lease: Mapping[str, Any] | None, clock: float) -> Sighting | None:
+    """The sighting after one more read of the Lease at ``clock``: kept while the record is unchanged."""
+    if lease is None:
+        return None
+    record = record_of(lease)
+    if previous is not None and previous.record == record:
+        return previous
+    return Sighting(record, clock)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    alive: bool
+    reason: str
+    renewed: str | None
+
+
+CONTROLLER_DOWN: Final = "the readmission controller is down"
+
+
+def heartbeat(
+    lease: Mapping[str, Any] | None, sighting: Sighting | None, *, now: dt.datetime, clock: float, where: str
+) -> Heartbeat:
+    """Is the readmission controller running, from one read of its Lease (it runs in the agent's leader)?
+    Alive while the leader renews the Lease within its leaseDurationSeconds: someone holds it, its renewTime
+    plus the duration lies ahead of ``now``, and this replica has not read the very same record for a whole
+    duration of its own monotonic ``clock`` (``sighting``). The last catches a renewTime written by a clock
+    that runs ahead, which ``now`` alone would call fresh: it expires after one duration of watching."""
+    if lease is None:
+        return Heartbeat(False, f"its Lease {where} does not exist", None)
+    record = record_of(lease)
+    if not record.holder:
+        return Heartbeat(False, f"its Lease {where} was released (it has no holder)", record.renew_time)
+    renewed = parse_rfc3339(record.renew_time)
+    if renewed is None:
+        return Heartbeat(False, f"its Lease {where} has no readable renewTime", record.renew_time)
+    age = (now - renewed).total_seconds()
+    if age >= record.duration:
+        return Heartbeat(
+            False,
+            f"its Lease {where} was last renewed at {record.renew_time}, {age:.0f}s ago, longer than its "
+            f"leaseDurationSeconds ({record.duration})",
+            record.renew_time,
+        )
+    if sighting is not None and sighting.record == record and clock - sighting.since >= record.duration:
+        return Heartbeat(
+            False,
+            f"its Lease {where} has not been renewed in {clock - sighting.since:.0f}s of watching, longer than its "
+            f"leaseDurationSeconds ({record.duration})",
+            record.renew_time,
+        )
+    return Heartbeat(
+        True, f"the Lease {where} is held by {record.holder}, renewed at {record.renew_time}", record.renew_time
+    )
+
+
+def no_verdict(require_preflight: bool, kueue: bool | None = None) -> Capabilities:
+    """The report while no Preflight of the mode has recorded a verdict in the cluster."""
+    if require_preflight:
+        return unproven("no Preflight has passed yet", observe_only=True, kueue=kueue)
+    return unproven("no Preflight has run yet", observe_only=False, kueue=kueue)
+
+
+def in_force(verdict: Capabilities | None, beat: Heartbeat, *, kueue: bool, require_preflight: bool) -> Capabilities:
+    """What holds now for the calls of one mode: its last Preflight's verdict (before any, what
+    ``requirePreflight`` says), and in Kueue mode only while the readmission controller's Lease is renewed.
+    A passing verdict does not outlive the controller: while its Lease is stale the mode is observe-only,
+    and once it is renewed again the verdict holds again. Plain mode needs no readmission controller."""
+    report = verdict or no_verdict(require_preflight, kueue)
+    if not kueue or beat.alive:
+        return report
+    down = f"{CONTROLLER_DOWN}: {beat.reason}"
+    trouble = [down] + ([report.observe_only_reason] if report.observe_only and report.observe_only_reason else [])
+    return report.model_copy(
+        update={
+            "readmission_gate": False,
+            "readmission_gate_reason": down,
+            "lease_renewed": beat.renewed,
+            "observe_only": True,
+            "observe_only_reason": "; ".join(trouble),
+        }
+    )
+
+
+def refusal(verdict: Capabilities | None, beat: Heartbeat, *, kueue: bool, require_preflight: bool) -> str | None:
+    """Why a call that may let something run (Start, Open, Release) is refused in this mode, saying how each
+    cause ends; None when it may go on."""
+    parts = []
+    if kueue and not beat.alive:
+        parts.append(f"{CONTROLLER_DOWN} ({beat.reason}) until its leader renews the Lease")
+    report = verdict or no_verdict(require_preflight, kueue)
+    if report.observe_only:
+        mode = "Kueue" if kueue else "plain"
+        parts.append(
+            f"until a {mode}-mode Preflight passes: {report.observe_only_reason or 'the gates are not proven'}"
+        )
+    if not parts:
+        return None
+    return f"observe-only in {'Kueue' if kueue else 'plain'} mode: " + "; ".join(parts)
 
 
 def api_versions(discovery: Any) -> dict[str, list[str]]:
@@ -617,11 +760,12 @@ def capabilities(
         versions=dict(versions),
         observe_only=bool(trouble),
         observe_only_reason="; ".join(trouble) or None,
+        mode=mode_name(kueue),
     )
 
 
-def unproven(reason: str, observe_only: bool) -> Capabilities:
-    """The report before any Preflight has run in this process."""
+def unproven(reason: str, observe_only: bool, kueue: bool | None = None) -> Capabilities:
+    """The report of a mode (None: of no mode) while no verdict proves the gates."""
     return Capabilities(
         trainer=False,
         trainer_reason=reason,
@@ -633,4 +777,5 @@ def unproven(reason: str, observe_only: bool) -> Capabilities:
         versions={},
         observe_only=observe_only,
         observe_only_reason=reason if observe_only else None,
+        mode=None if kueue is None else mode_name(kueue),
     )

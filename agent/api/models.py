@@ -213,8 +213,14 @@ class Capabilities(_Model):
     readmission_gate_reason: str = Field(alias="readmissionGateReason")
     lease_renewed: str | None = Field(alias="leaseRenewed", description="the readmission controller's last heartbeat")
     versions: dict[str, list[str]] = Field(description="API versions found, by group")
-    observe_only: bool = Field(alias="observeOnly")
+    observe_only: bool = Field(
+        alias="observeOnly",
+        description="calls of this mode that may let something run (Start, Open, Release) are refused",
+    )
     observe_only_reason: str | None = Field(None, alias="observeOnlyReason")
+    mode: Literal["kueue", "plain"] | None = Field(
+        None, description="the mode this report is about (each mode has its own verdict); null before any Preflight"
+    )
 
 
 class OutputRequest(ObjectRef):

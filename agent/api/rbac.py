@@ -33,8 +33,9 @@ AGENT_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # Output.
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    # Preflight: the readmission controller's heartbeat, and the verdict (observe-only or not) recorded on
-    # that Lease, which every call that may let something run reads; created if the controller has not yet.
+    # The readmission controller's heartbeat (its Lease, renewed by the agent's leader), read by Preflight and
+    # by every call that may let something run (Kueue mode is observe-only while it is stale), and each mode's
+    # verdict (observe-only or not) recorded on that Lease by Preflight; created if the controller has not yet.
     # The agent's own Role on its one Lease grants the same (the chart folds these into it).
     {
         "apiGroups": ["coordination.k8s.io"],

@@ -100,7 +100,8 @@ ROUTES: Final = (
         "Creates the runtime copy and the TrainJob exactly as the contract builds them, reads the TrainJob back "
         "(stopping it and refusing if anything written changed) and, in Kueue mode, waits for its Workload with "
         "dispatch's gate and AdmissionCheck. Idempotent: the same request again returns the same object while it "
-        "is still as Start created it.",
+        "is still as Start created it. A name an earlier TrainJob left objects under is refused (409, with the "
+        "orphans): a new one would repeat its identity.",
         StartRequest,
         StartResponse,
         (Need("create", TRAINJOBS),),
@@ -200,8 +201,8 @@ ROUTES: Final = (
         "Preflight: prove the gates, report capabilities",
         "Creates a probe TrainJob that can never be scheduled, closed, and watches it for ten seconds: no pod may "
         "appear and in Kueue mode its Workload may not be admitted. Checks the readmission controller's Lease and "
-        "AdmissionCheck in Kueue mode. The probe is always removed. A failure makes the agent observe-only until a "
-        "Preflight passes.",
+        "AdmissionCheck in Kueue mode. The probe is always removed. A failure makes the agent observe-only "
+        "in that mode until a Preflight of that mode passes.",
         PreflightRequest,
         Capabilities,
         # Cluster-wide, because a Preflight's verdict (observe-only or not) governs every namespace's calls;
@@ -214,7 +215,9 @@ ROUTES: Final = (
         "capabilities",
         "GET",
         "Capabilities: the last Preflight's report",
-        "Nothing is probed; before any Preflight the report says so.",
+        "The report in force for the mode whose Preflight ran last (mode names it): in Kueue mode observe-only "
+        "while the readmission controller's Lease is not renewed. Nothing is probed; before any Preflight the report "
+        "says so.",
         None,
         Capabilities,
         (Need("get", PREFLIGHTS, "cluster"),),

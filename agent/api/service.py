@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import aiohttp
@@ -54,7 +54,13 @@ from agent.api.settings import ApiSettings
 from agent.gate import Blocker
 from agent.nodeloss import assess
 from agent.operations import Plan, Refused, Target, jobset_uid_ops, plan_hold, plan_open, plan_release
-from agent.start import NOT_MANAGED, readback_changes, workload_problems
+from agent.start import (
+    NOT_MANAGED,
+    earlier_incarnation,
+    earlier_incarnation_message,
+    readback_changes,
+    workload_problems,
+)
 from agent.status import orphans, status
 from contract.admission import preconditions
 from contract.foreign import trainer_job_name
@@ -102,13 +108,6 @@ class Seen:
     blockers: tuple[Blocker, ...] = ()
 
 
-def no_verdict(settings: ApiSettings) -> Capabilities:
-    """The report while no Preflight has recorded a verdict in the cluster."""
-    if settings.require_preflight:
-        return d.unproven("no Preflight has passed yet", observe_only=True)
-    return d.unproven("no Preflight has run yet", observe_only=False)
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -118,6 +117,9 @@ class Service:
     kube: Kube
     settings: ApiSettings
     now: Any = _now
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic: how long this replica has read the same Lease record (``d.heartbeat``)."""
+    _sighting: d.Sighting | None = field(default=None, init=False, repr=False)
 
     # -- shared reads ------------------------------------------------------------------------------
 
@@ -221,6 +223,7 @@ class Service:
                     ErrorKind.CONFLICT, f"TrainJob {sub.namespace}/{name} exists but its runtime copy does not"
                 )
         else:
+            await self._refuse_earlier_incarnation(sub.namespace, name, kueue=sub.queue is not None)
             copy_read, built = await self._create_copy(sub, copy_built, built)
             trainjob = await self._create_trainjob(tj_path, built)
         uid = str(dig(trainjob, "metadata", "uid"))
@@ -230,6 +233,22 @@ class Service:
             await self._discard(sub.namespace, name, uid, copy_read)
             raise refusal
         return StartResponse(namespace=sub.namespace, name=name, uid=uid)
+
+    async def _refuse_earlier_incarnation(self, namespace: str, name: str, *, kueue: bool) -> None:
+        """Refuse (``conflict``, with the orphans) a name an earlier TrainJob left something under. Read parents
+        before children: nothing creates a child of the name once its parent was seen gone (the TrainJob was
+        read gone first), so a look that finds nothing stays true until the create. Workloads are read in
+        Kueue mode only, as the rest of Start reads them: a plain-mode Start does not depend on Kueue."""
+        jobset = await self._read(JOBSETS.path(namespace, name), f"JobSet {namespace}/{name}")
+        where = f"the Workloads in {namespace}"
+        workloads = await self._list(WORKLOADS.path(namespace), None, where) if kueue else []
+        pods = await self._list(PODS.path(namespace), {LABEL_JOBSET_NAME: name}, f"the pods of {namespace}/{name}")
+        runtime_copy = await self._read(TRAINING_RUNTIMES.path(namespace, name), f"runtime copy {namespace}/{name}")
+        left = earlier_incarnation(
+            namespace, name, jobset=jobset, workloads=workloads, pods=pods, runtime_copy=runtime_copy
+        )
+        if left:
+            raise ApiError(ErrorKind.CONFLICT, earlier_incarnation_message(namespace, name, left), orphans=list(left))
 
     async def _verify(self, path: str, built: Mapping[str, Any], uid: str) -> ApiError | None:
         """Why Start must stop the TrainJob it created: changed since written, or (Kueue mode) not managed by
@@ -587,8 +606,9 @@ class Service:
 
     # -- Preflight -----------------------------------------------------------------------------------
 
-    # The verdict is cluster state, an annotation on the readmission controller's Lease, so that every replica
-    # behind the Service answers alike (a Preflight reaches one of them), and a restart forgets nothing.
+    # The verdict is cluster state, one annotation per mode on the readmission controller's Lease, so that every
+    # replica behind the Service answers alike (a Preflight reaches one of them), and a restart forgets nothing.
+    # Kueue mode's holds only while that Lease is renewed: the controller runs in the agent's leader.
 
     @property
     def _lease_path(self) -> str:
@@ -598,18 +618,48 @@ class Service:
     def _lease_where(self) -> str:
         return f"{self.settings.lease_namespace}/{self.settings.lease_name}"
 
+    def _beat(self, lease: Mapping[str, Any] | None) -> d.Heartbeat:
+        """The readmission controller's heartbeat from this read of its Lease (this replica's sighting kept)."""
+        self._sighting = d.sighted(self._sighting, lease, self.clock())
+        return d.heartbeat(lease, self._sighting, now=self.now(), clock=self.clock(), where=self._lease_where)
+
     async def capabilities(self) -> Capabilities:
-        """The last Preflight's report, whichever replica ran it; before any, what ``requirePreflight`` says."""
+        """The report in force for the mode whose Preflight ran last, whichever replica ran it (in Kueue mode
+        only while the controller's Lease is renewed); before any, what ``requirePreflight`` says."""
         lease = await self._read(self._lease_path, f"Lease {self._lease_where}")
-        return d.verdict_of(lease) or no_verdict(self.settings)
+        kueue = d.latest_mode(lease)
+        if kueue is None:
+            return d.no_verdict(self.settings.require_preflight)
+        verdict = d.verdict_of(lease, kueue)
+        return d.in_force(verdict, self._beat(lease), kueue=kueue, require_preflight=self.settings.require_preflight)
 
-    async def refuse_if_observe_only(self) -> None:
-        caps = await self.capabilities()
-        if caps.observe_only:
-            reason = caps.observe_only_reason or "the gates are not proven"
-            raise ApiError(ErrorKind.OBSERVE_ONLY, f"observe-only until a Preflight passes: {reason}")
+    async def _mode_of(self, req: Any) -> bool | None:
+        """The mode a call that may let something run acts in (True: Kueue): Start's request says; Open and
+        Release act on the TrainJob's. None when there is no dispatch TrainJob of that uid: the operation
+        itself then answers (not found, not dispatch's, another object), and nothing about it is revealed."""
+        if isinstance(req, StartRequest):
+            return req.kueue is not None
+        if not isinstance(req, ObjectRef):
+            return None
+        trainjob = await self._read(TRAINJOBS.path(req.namespace, req.name), f"TrainJob {req.namespace}/{req.name}")
+        if not is_dispatch(trainjob) or dig(trainjob, "metadata", "uid") != req.uid:
+            return None
+        return is_kueue_mode(trainjob)
 
-    async def _record(self, report: Capabilities) -> None:
+    async def refuse_if_observe_only(self, req: Any) -> None:
+        """Refuse a call that may let something run while its mode is observe-only: the mode's last verdict
+        failed (or none passed, with ``requirePreflight``), or, in Kueue mode, the readmission controller's
+        Lease is not being renewed."""
+        lease = await self._read(self._lease_path, f"Lease {self._lease_where}")
+        beat, strict = self._beat(lease), self.settings.require_preflight
+        why = {k: d.refusal(d.verdict_of(lease, k), beat, kueue=k, require_preflight=strict) for k in (True, False)}
+        if not any(why.values()):
+            return  # the usual case: no mode is observe-only, so the call's mode need not be read
+        kueue = await self._mode_of(req)
+        if kueue is not None and why[kueue] is not None:
+            raise ApiError(ErrorKind.OBSERVE_ONLY, why[kueue])
+
+    async def _record(self, report: Capabilities, kueue: bool) -> None:
         """Write the verdict onto the Lease: a PUT carrying the resourceVersion read (so neither this write nor
         the leader's renewal, which writes the Lease as it read it, loses the other's), or a create when there
         is no Lease yet (the leader then takes it over). Re-read and retried on a conflict."""
@@ -619,9 +669,9 @@ class Service:
             lease = await self._read(self._lease_path, f"Lease {where}")
             try:
                 if lease is None:
-                    await self.kube.create(LEASES.path(ns), d.lease_with_verdict(None, text, ns, name))
+                    await self.kube.create(LEASES.path(ns), d.lease_with_verdict(None, text, ns, name, kueue))
                 else:
-                    await self.kube.replace(self._lease_path, d.lease_with_verdict(lease, text, ns, name))
+                    await self.kube.replace(self._lease_path, d.lease_with_verdict(lease, text, ns, name, kueue))
                 return
             except KubeError as exc:
                 if exc.status != 409:
@@ -678,7 +728,7 @@ class Service:
             trainer_problems=trainer_problems,
             records_in_process=records,
         )
-        await self._record(report)
+        await self._record(report, kueue)
         if report.observe_only:
             log.warning("Preflight failed, observe-only: %s", report.observe_only_reason)
         return report

@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from agent.api.kube import ADMISSION_CHECKS, JOBS, JOBSETS, NODES, PODS, TRAINJOBS, WORKLOADS
-from contract.keys import ADMISSION_CHECK_CONTROLLER, ANNOTATION_ADMISSION_GATED_BY, LABEL_QUEUE_NAME
+from agent.api.kube import ADMISSION_CHECKS, JOBS, JOBSETS, LEASES, NODES, PODS, TRAINJOBS, WORKLOADS
+from contract.keys import (
+    ADMISSION_CHECK_CONTROLLER,
+    ANNOTATION_ADMISSION_GATED_BY,
+    LABEL_QUEUE_NAME,
+    LEASE_NAME,
+    LEASE_NAMESPACE,
+)
 from tests.api.fake_kube import FakeKube
 
 CHECK = "dispatch-admission"
+
+
+def readmission_controller(
+    fake: FakeKube, *, seconds_ago: float = 0, duration: int = 3600, holder: str = "agent-0"
+) -> None:
+    """The readmission controller's Lease (the agent's leader election), as just renewed ``seconds_ago``; the
+    verdict annotations already on it are kept. The long default duration keeps it alive through a test
+    without a renewing task: Kueue-mode Start, Open and Release are observe-only while it is stale."""
+    renewed = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    old = fake.get(LEASES.path(LEASE_NAMESPACE), LEASE_NAME) or {}
+    fake.put(
+        LEASES.path(LEASE_NAMESPACE),
+        {
+            "metadata": {
+                "name": LEASE_NAME,
+                "namespace": LEASE_NAMESPACE,
+                "annotations": (old.get("metadata") or {}).get("annotations") or {},
+            },
+            "spec": {
+                "holderIdentity": holder,
+                "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "leaseDurationSeconds": duration,
+            },
+        },
+    )
 
 
 def admission_check(fake: FakeKube, *, active: bool = True, name: str = CHECK) -> None:

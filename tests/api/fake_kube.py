@@ -95,6 +95,8 @@ class FakeKube:
     logs: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
     """(namespace, pod) -> chunks; a pod without an entry has a container still waiting."""
     log_delay: float = 0.05
+    log_wait: float = 0.0
+    """Seconds before a log's answer begins (a kubelet slow to open the stream)."""
     stale: dict[str, int] = field(default_factory=dict)
     """Object path -> how many GETs still answer with an old resourceVersion (someone wrote since)."""
     conflicts: dict[str, int] = field(default_factory=dict)
@@ -333,6 +335,7 @@ class FakeKube:
             return status(404, "NotFound", f'pods "{key[1]}" not found')
         if key not in self.logs:
             return status(400, "BadRequest", f'container "node" in pod "{key[1]}" is waiting to start')
+        await asyncio.sleep(self.log_wait)
         response = web.StreamResponse()
         response.content_type = "text/plain"
         response.enable_chunked_encoding()

@@ -5,6 +5,7 @@ with exactly the documented RBAC."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,6 +213,32 @@ async def test_status_of_a_deleted_trainjob_lists_its_orphans(setup: Setup):
     ]
 
 
+async def test_start_refuses_the_name_of_a_deleted_trainjob_while_its_objects_are_left(setup: Setup):
+    """A new TrainJob of the name would start again at A = 0 with a new JobSet: refused, naming what is left."""
+    req = request(setup)
+    async with setup.client() as c:
+        started = await c.start(req)
+        setup.cp.admin.create(
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {"name": started.name, "namespace": setup.ns,
+                             "ownerReferences": [{"apiVersion": TRAINER, "kind": "TrainJob", "name": started.name,
+                                                  "uid": started.uid, "controller": True}]},
+                "spec": {"replicatedJobs": []},
+            }
+        )  # fmt: skip
+        setup.cp.admin.delete(TRAINER, "TrainJob", started.name, setup.ns)  # background: no GC on tier A
+        with pytest.raises(AgentError) as err:
+            await c.start(req)
+    assert err.value.kind is ErrorKind.CONFLICT
+    assert err.value.orphans == [
+        f"{setup.ns}/jobset/{started.name}",
+        f"{setup.ns}/trainingruntime/{started.name}",
+    ]
+    assert setup.cp.admin.get_or_none(TRAINER, "TrainJob", started.name, setup.ns) is None  # nothing written
+
+
 async def test_start_refuses_a_runtime_that_may_restart_in_place(setup: Setup):
     bad = compliant_runtime(setup.cp, "dispatch-api-test-restarting")
     setup.cp.admin.merge_patch(
@@ -303,9 +330,21 @@ async def test_a_trainjob_rewritten_at_creation_is_stopped_and_refused(setup: Se
         setup.cp.admin.delete("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", name)
 
 
-async def test_another_partys_gate_added_at_creation_is_a_read_back_change(setup: Setup):
+def live_controller_lease(cp: ControlPlane, namespace: str) -> None:
+    """The readmission controller's Lease, as a leader just renewed it (for an hour): tier A runs no controller,
+    and without its heartbeat Kueue-mode Start is observe-only."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cp.admin.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                     "metadata": {"name": "dispatch-admission", "namespace": namespace},
+                     "spec": {"holderIdentity": "tier-a", "renewTime": now, "leaseDurationSeconds": 3600}})  # fmt: skip
+
+
+async def test_another_partys_gate_added_at_creation_is_a_read_back_change(setup: Setup, tmp_path: Path):
     """Kueue lets gates be removed after creation, never added; so another party's gate can only come at
     creation, from an admission like this one, and Start's read-back refuses the TrainJob for it."""
+    live_controller_lease(setup.cp, setup.ns)
+    (tmp_path / "own-lease").mkdir()
+    here = SETTINGS.model_copy(update={"lease_namespace": setup.ns})
     name = f"gate-{setup.ns}"[:60]
     mutating_policy(
         setup,
@@ -320,7 +359,10 @@ async def test_another_partys_gate_added_at_creation_is_a_read_back_change(setup
                 "admin.example/hold" in tj["metadata"]["annotations"].get("kueue.x-k8s.io/admission-gated-by", "")
             ),
         )
-        async with setup.client() as c:
+        async with (
+            running_agent(setup.cp, tmp_path / "own-lease", here) as agent,
+            agent.client(setup.who.tokens["supervisor"]) as c,
+        ):
             with pytest.raises(AgentError) as err:
                 await c.start(request(setup, kueue={"localQueue": "q"}))
         assert err.value.kind is ErrorKind.CONFLICT

@@ -235,21 +235,129 @@ def test_a_released_or_absent_lease_is_dead_at_once():
 def test_the_verdict_round_trips_through_the_lease():
     caps = d.capabilities(kueue=False, probe=d.ProbeResult(10), lease=d.not_watched(None), versions=VERSIONS,
                           checks=[], active_checks=[])  # fmt: skip
+    assert caps.mode == "plain"
     text = d.verdict_text(caps, "2026-12-01T10:00:00Z")
     read = {"metadata": {"name": "l", "namespace": "ns", "resourceVersion": "7", "managedFields": [{}],
                          "annotations": {"other": "x"}}, "spec": {"holderIdentity": "a"}}  # fmt: skip
-    body = d.lease_with_verdict(read, text, "ns", "l")
+    body = d.lease_with_verdict(read, text, "ns", "l", kueue=False)
     assert body["metadata"]["resourceVersion"] == "7"  # the PUT's precondition
-    assert body["metadata"]["annotations"] == {"other": "x", "dispatch.phpboyscout.uk/preflight": text}
+    assert body["metadata"]["annotations"] == {"other": "x", "dispatch.phpboyscout.uk/preflight-plain": text}
     assert body["spec"] == {"holderIdentity": "a"}
     assert "managedFields" not in body["metadata"]
-    assert d.verdict_of(body) == caps
-    assert d.verdict_of(read) is None
-    created = d.lease_with_verdict(None, text, "ns", "l")
+    assert d.verdict_of(body, kueue=False) == caps
+    assert d.verdict_of(body, kueue=True) is None  # each mode has its own verdict
+    assert d.verdict_of(read, kueue=False) is None
+    created = d.lease_with_verdict(None, text, "ns", "l", kueue=True)
     assert (created["metadata"]["name"], created["spec"]) == ("l", {})
-    garbled = {"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight": "{not json"}}}
-    assert d.verdict_of(garbled).observe_only
-    assert d.verdict_of(garbled).observe_only_reason == d.UNREADABLE_VERDICT
+    assert list(created["metadata"]["annotations"]) == ["dispatch.phpboyscout.uk/preflight-kueue"]
+    garbled = {"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight-kueue": "{not json"}}}
+    assert d.verdict_of(garbled, kueue=True).observe_only
+    assert d.verdict_of(garbled, kueue=True).observe_only_reason == d.UNREADABLE_VERDICT
+    assert d.verdict_of(garbled, kueue=True).mode == "kueue"
+
+
+def _verdicts(**by_mode: tuple[str, bool]) -> dict:
+    """A Lease carrying a verdict per mode: mode=(at, observe_only)."""
+    found = {}
+    for mode, (at, observe_only) in by_mode.items():
+        caps = d.unproven("r", observe_only=observe_only, kueue=mode == "kueue")
+        found[d.verdict_key(mode == "kueue")] = d.verdict_text(caps, at)
+    return {"metadata": {"annotations": found}}
+
+
+def test_a_plain_mode_verdict_does_not_clear_kueue_modes_observe_only():
+    lease = _verdicts(kueue=("2026-12-01T10:00:00Z", True), plain=("2026-12-01T11:00:00Z", False))
+    alive = d.Heartbeat(True, "renewed", "t")
+    assert d.refusal(d.verdict_of(lease, True), alive, kueue=True, require_preflight=False) is not None
+    assert d.refusal(d.verdict_of(lease, False), alive, kueue=False, require_preflight=False) is None
+    assert d.latest_mode(lease) is False  # Capabilities reports the plain one, recorded last
+    assert d.latest_mode(_verdicts(kueue=("2026-12-01T12:00:00Z", True), plain=("2026-12-01T11:00:00Z", False)))
+    assert d.latest_mode({"metadata": {}}) is None
+    # The old, mode-less annotation is no verdict of either mode.
+    assert d.latest_mode({"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight": "{}"}}}) is None
+
+
+def held(holder: str = "agent-0", renewed: str = "2026-11-29T09:59:55.000000Z", duration: int = 15) -> dict:
+    return {"spec": {"holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": duration}}
+
+
+def beat(lease, sighting=None, now=NOW, clock=0.0):
+    return d.heartbeat(lease, sighting, now=now, clock=clock, where="ns/l")
+
+
+def test_the_heartbeat_is_alive_while_the_lease_is_renewed_within_its_duration():
+    live = beat(held())
+    assert (live.alive, live.renewed) == (True, "2026-11-29T09:59:55.000000Z")
+    assert "held by agent-0" in live.reason
+    stale = beat(held(renewed="2026-11-29T09:59:45.000000Z"))  # 15 s ago: its duration
+    assert not stale.alive
+    assert "15s ago, longer than its leaseDurationSeconds (15)" in stale.reason
+    assert beat(held(), now=NOW + dt.timedelta(seconds=9)).alive
+    assert not beat(held(), now=NOW + dt.timedelta(seconds=10)).alive
+
+
+@pytest.mark.parametrize(
+    ("lease", "says"),
+    [
+        (None, "its Lease ns/l does not exist"),
+        (held(holder=""), "was released (it has no holder)"),
+        (held(renewed="yesterday"), "has no readable renewTime"),
+        ({"metadata": {}}, "was released (it has no holder)"),  # a Lease only a Preflight created: never led
+    ],
+)
+def test_no_heartbeat(lease, says):
+    dead = beat(lease)
+    assert not dead.alive
+    assert says in dead.reason
+
+
+def test_a_renewtime_ahead_of_this_clock_expires_after_one_duration_of_watching():
+    """A writer whose clock runs an hour ahead: by ``now`` alone it would be fresh for an hour."""
+    ahead = held(renewed="2026-11-29T11:00:00.000000Z")
+    seen = d.sighted(None, ahead, 100.0)
+    assert beat(ahead, seen, clock=100.0).alive
+    seen = d.sighted(seen, ahead, 114.0)
+    assert seen.since == 100.0  # the same record: still the first sighting
+    assert beat(ahead, seen, clock=114.0).alive
+    late = beat(ahead, d.sighted(seen, ahead, 115.0), clock=115.0)
+    assert not late.alive
+    assert "not been renewed in 15s of watching" in late.reason
+    renewed = held(renewed="2026-11-29T11:00:05.000000Z")
+    seen = d.sighted(seen, renewed, 116.0)
+    assert seen.since == 116.0  # a renewal is a new record
+    assert beat(renewed, seen, clock=116.0).alive
+    assert d.sighted(seen, None, 117.0) is None
+
+
+def test_kueue_mode_follows_the_controller_and_comes_back_when_it_is_renewed():
+    passed = d.capabilities(kueue=True, probe=d.ProbeResult(10), lease=FRESH, versions=VERSIONS,
+                            checks=["dispatch-admission"], active_checks=["dispatch-admission"])  # fmt: skip
+    alive, down = beat(held()), beat(held(holder=""))
+    assert d.in_force(passed, alive, kueue=True, require_preflight=False) == passed
+    assert d.refusal(passed, alive, kueue=True, require_preflight=False) is None
+    now = d.in_force(passed, down, kueue=True, require_preflight=False)
+    assert (now.observe_only, now.readmission_gate, now.mode) == (True, False, "kueue")
+    assert now.observe_only_reason.startswith("the readmission controller is down: its Lease ns/l was released")
+    why = d.refusal(passed, down, kueue=True, require_preflight=False)
+    assert why.startswith("observe-only in Kueue mode: the readmission controller is down (its Lease ns/l was")
+    assert "until its leader renews the Lease" in why
+    # No verdict yet: Kueue mode still needs the controller; plain mode never does.
+    assert d.refusal(None, down, kueue=True, require_preflight=False) is not None
+    assert d.refusal(None, alive, kueue=True, require_preflight=False) is None
+    assert d.refusal(None, down, kueue=False, require_preflight=False) is None
+    assert d.in_force(None, down, kueue=False, require_preflight=False).observe_only is False
+    assert "no Preflight has passed yet" in d.refusal(None, alive, kueue=False, require_preflight=True)
+
+
+def test_a_failed_verdict_and_a_dead_controller_name_both_causes():
+    failed = d.unproven("the start gate leaks", observe_only=True, kueue=True)
+    why = d.refusal(failed, beat(None), kueue=True, require_preflight=False)
+    assert "the readmission controller is down (its Lease ns/l does not exist)" in why
+    assert "until a Kueue-mode Preflight passes: the start gate leaks" in why
+    caps = d.in_force(failed, beat(None), kueue=True, require_preflight=False)
+    assert caps.observe_only_reason == (
+        "the readmission controller is down: its Lease ns/l does not exist; the start gate leaks"
+    )
 
 
 def test_api_versions_preferred_first():
@@ -315,3 +423,5 @@ def test_kueue_mode_observe_only_with_the_reason(kwargs, says):
 def test_before_any_preflight():
     assert not d.unproven("no Preflight has run yet", observe_only=False).observe_only
     assert d.unproven("x", observe_only=True).observe_only_reason == "x"
+    assert d.no_verdict(True).observe_only_reason == "no Preflight has passed yet"
+    assert (d.no_verdict(False).observe_only, d.no_verdict(False).mode) == (False, None)

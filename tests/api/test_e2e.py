@@ -103,6 +103,19 @@ class Controller:
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
 
+    async def wait_leading(self, within: float = 60) -> None:
+        """Until it holds the Lease (its namespace exists once the agent's credentials are made): before that,
+        Kueue-mode Start, Open and Release are observe-only."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            lease = self.cp.admin.get_or_none(
+                "coordination.k8s.io/v1", "Lease", "dispatch-admission", "dispatch-system"
+            )
+            if (lease or {}).get("spec", {}).get("holderIdentity") == "api-e2e":
+                return
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"the controller did not take its Lease within {within:g}s (its log: {self.log})")
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
@@ -175,6 +188,7 @@ async def e2e(tier_b: TierB, controller: Controller, namespace: str, tmp_path: P
     who = supervisors(cp, namespace, other)
     async with running_agent(cp, tmp_path, SETTINGS) as agent:
         await allowed(agent, who.tokens["supervisor"], namespace)
+        await controller.wait_leading()
         yield E2E(tier_b, agent, who, controller)
     cp.delete_namespace(other)
 

@@ -162,9 +162,17 @@ async def test_plain_mode_release_waits_for_the_previous_execution_and_records_t
             assert e2e.pods(started.name) == []
 
         await eventually(gone, 60, "the previous execution's pod gone")
-        after = await api.status(ref(started))
-        assert (after.phase, after.ceased) == ("Held", False), after  # 4: gone is no proof that it ended
-        assert "no pod of the current execution (A=1) is listed" in after.ceased_reason
+
+        async def ceased_now() -> Any:
+            s = await api.status(ref(started))
+            assert s.ceased is True, s.ceased_reason
+            return s
+
+        # 4: gone is proof that it ended: it carried dispatch's finalizer, which only the agent removes, once
+        # its processes are proven gone; so Ceased, on the evidence the readmission gate admits on.
+        after = await eventually(ceased_now, 60, "held, its pod gone: Ceased")
+        assert after.phase == "Held", after
+        assert "it is held (suspended)" in after.ceased_reason
 
         assert (await api.release(ref(started))).a == 2
         again = await running_pod(e2e, started.name)
@@ -201,8 +209,17 @@ async def test_ceased_in_each_kueue_phase(e2e: E2E):
             assert (s.phase, s.pods) == ("Held", []), s
             return s
 
-        held = await eventually(evicted, 90, "held: the pods gone")
-        assert held.ceased is False  # its pods left the API, which proves nothing about their processes
+        await eventually(evicted, 90, "held: the pods gone")
+
+        async def ceased_now() -> Any:
+            s = await api.status(ref(started))
+            assert s.ceased is True, (s.phase, s.ceased_reason)
+            return s
+
+        # Its pods left the API, and each carried dispatch's finalizer, which only the agent removes once the
+        # processes are proven gone: so they ended, as the readmission gate reads it too.
+        held = await eventually(ceased_now, 60, "held, its pods gone: Ceased")
+        assert "its Workload is held (inactive)" in held.ceased_reason, held.ceased_reason
         await api.stop(ref(started))
 
 
@@ -229,6 +246,55 @@ async def test_ceased_once_the_job_completed(e2e: E2E):
         s = await eventually(complete, 120, "the TrainJob Complete")
         assert [p.verdict for p in s.pods] == ["Ended"]
         assert s.ceased is True, s.ceased_reason
+        await api.stop(ref(started))
+
+
+async def test_ceased_once_stopped(e2e: E2E):
+    """Stop deletes the TrainJob in the foreground: the JobSet, its Jobs and pods go first. A finalizer of the
+    test's own on the TrainJob keeps it readable once they are gone, as a slow garbage collector would."""
+    async with e2e.client() as api:
+        started = await api.start(plain_request(e2e))
+        await api.open(ref(started))
+        await running_pod(e2e, started.name)
+        path = f"/apis/{TRAINER}/namespaces/{e2e.ns}/trainjobs/{started.name}"
+        e2e.cp.admin.request(
+            "PATCH", path, {"metadata": {"finalizers": [LINGER]}}, content_type="application/merge-patch+json"
+        )
+        try:
+            assert (await api.status(ref(started))).ceased is False
+            assert (await api.stop(ref(started))).outcome == "stopping"
+
+            async def ceased_now() -> Any:
+                s = await api.status(ref(started))
+                assert (bool(s.deletion_timestamp), s.pods, s.ceased) == (True, [], True), s
+                return s
+
+            s = await eventually(ceased_now, 90, "stopped, its pods gone: Ceased")
+            assert "it is being deleted" in s.ceased_reason, s.ceased_reason
+            assert e2e.get("JobSet", started.name, "jobset.x-k8s.io/v1alpha2") is None
+        finally:
+            e2e.cp.admin.request(
+                "PATCH", path, {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json"
+            )
+
+
+async def test_ceased_once_the_deadline_deleted_the_jobset(e2e: E2E):
+    """Trainer's activeDeadlineSeconds: the TrainJob Failed (DeadlineExceeded) and its JobSet deleted, so its
+    pods are deleted too; once they are gone (their finalizer removed by the agent), Ceased."""
+    async with e2e.client() as api:
+        started = await api.start(plain_request(e2e, activeDeadlineSeconds=10))
+        await api.open(ref(started))
+        await running_pod(e2e, started.name)
+        assert (await api.status(ref(started))).ceased is False
+
+        async def ceased_now() -> Any:
+            s = await api.status(ref(started))
+            assert (s.phase, s.pods, s.ceased) == ("Failed", [], True), s
+            return s
+
+        s = await eventually(ceased_now, 120, "past its deadline, its pods gone: Ceased")
+        assert "it ended (Failed)" in s.ceased_reason, s.ceased_reason
+        assert e2e.get("JobSet", started.name, "jobset.x-k8s.io/v1alpha2") is None
         await api.stop(ref(started))
 
 
@@ -492,17 +558,69 @@ async def test_the_verdict_is_shared_by_every_replica(e2e: E2E, tmp_path):
         assert failed.observe_only
         for api in (first, second):
             with pytest.raises(AgentError) as err:
-                await api.open(ref(started))
+                await api.start(kueue_request(e2e, queue=e2e.tb.local_queue))
             assert err.value.kind is ErrorKind.OBSERVE_ONLY
+            assert "until a Kueue-mode Preflight passes" in err.value.message
             assert "does not list dispatch's AdmissionCheck" in err.value.message
+        # Each mode has its own verdict: the failed Kueue-mode one does not stop plain mode.
+        await first.open(ref(started))
         # Hold and Stop only reduce risk: they go on.
         assert (await second.hold(hold_request(started))).outcome == "held: TrainJob suspended"
         assert (await second.stop(ref(started))).outcome == "stopping"
         lease = e2e.cp.admin.get("coordination.k8s.io/v1", "Lease", "dispatch-admission", e2e.ns)
-        assert "dispatch.phpboyscout.uk/preflight" in lease["metadata"]["annotations"]
+        assert {"dispatch.phpboyscout.uk/preflight-plain", "dispatch.phpboyscout.uk/preflight-kueue"} <= set(
+            lease["metadata"]["annotations"]
+        )
 
         assert (await second.preflight(plain)).observe_only is False
         assert (await first.capabilities()).observe_only is False
+
+
+async def test_kueue_mode_is_observe_only_while_the_controllers_lease_is_not_renewed(e2e: E2E):
+    """The readmission controller runs in the agent's leader. When the leader dies holding the Lease (SIGKILL:
+    nothing releases it), a passing Kueue-mode verdict stops counting once the Lease is not renewed within its
+    duration: Kueue-mode Start and Open are refused observe-only, plain mode goes on. When a leader renews it
+    again, Kueue mode is allowed again, with no new Preflight."""
+    async with e2e.client() as api:
+        await eventually(lambda: base._passing(api, base.preflight(e2e)), 60, "a passing Kueue-mode Preflight")
+        started = await api.start(kueue_request(e2e))
+        proc = e2e.controller.proc
+        assert proc is not None
+        proc.kill()  # by its pid: the leader dies without releasing its Lease
+        proc.wait(10)
+        e2e.controller.proc = None
+        try:
+
+            async def down() -> Any:
+                caps = await api.capabilities()
+                assert (caps.mode, caps.observe_only) == ("kueue", True), caps
+                return caps
+
+            caps = await eventually(down, 30, "Kueue mode observe-only once the Lease is stale")
+            assert caps.observe_only_reason.startswith(
+                "the readmission controller is down: its Lease dispatch-system/dispatch-admission was last renewed at "
+            )
+            assert "longer than its leaseDurationSeconds (15)" in caps.observe_only_reason
+            for call, arg in ((api.start, kueue_request(e2e)), (api.open, ref(started))):
+                with pytest.raises(AgentError) as err:
+                    await call(arg)
+                assert err.value.kind is ErrorKind.OBSERVE_ONLY
+                assert err.value.message.startswith("observe-only in Kueue mode: the readmission controller is down")
+                assert "until its leader renews the Lease" in err.value.message
+            plain = await api.start(plain_request(e2e))  # plain mode needs no readmission controller
+            await api.stop(ref(plain))
+        finally:
+            e2e.controller.start()
+
+        async def renewed() -> None:
+            assert not (await api.capabilities()).observe_only
+
+        await eventually(renewed, 60, "the Lease renewed by the restarted leader")
+        opened = await api.open(ref(started))
+        assert opened.outcome
+        again = await api.start(kueue_request(e2e))
+        for s in (started, again):
+            await api.stop(ref(s))
 
 
 # -- 7. The readmission controller's heartbeat: watched, not computed from clocks ------------------------

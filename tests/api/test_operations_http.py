@@ -7,10 +7,15 @@ import pytest
 
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
-from agent.api.kube import TRAINING_RUNTIMES, TRAINJOBS, WORKLOADS
+from agent.api.kube import JOBSETS, PODS, TRAINING_RUNTIMES, TRAINJOBS, WORKLOADS
 from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
 from contract.admission import admission_count, admission_floor
-from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_HOLD_INSTANCE, ANNOTATION_OPENED
+from contract.keys import (
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_HOLD_INSTANCE,
+    ANNOTATION_OPENED,
+    LABEL_JOBSET_NAME,
+)
 from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, Agent, supervisor_grants
 from tests.api.requests import start_request
@@ -24,6 +29,12 @@ KUEUE = {"kueue": {"localQueue": "user-queue"}}
 
 def ref(started: StartResponse) -> ObjectRef:
     return ObjectRef(namespace=started.namespace, name=started.name, uid=started.uid)
+
+
+@pytest.fixture(autouse=True)
+def readmission_controller(fake) -> None:
+    """A live readmission controller: without it Kueue mode is observe-only (tests/api/test_preflight_http.py)."""
+    c.readmission_controller(fake)
 
 
 # -- Start ----------------------------------------------------------------------------------------
@@ -89,6 +100,46 @@ async def test_start_takes_up_a_copy_an_interrupted_start_left(agent: Agent):
         again = await api.start(req)
     assert again.uid != started.uid
     assert agent.fake.get(COPIES, started.name)["metadata"]["ownerReferences"][0]["uid"] == again.uid
+
+
+async def test_start_refuses_a_name_an_earlier_trainjob_left_objects_under(agent: Agent):
+    """Deleted and Started again: the new TrainJob would begin at A = 0 with a new JobSet and repeat the first
+    execution's identity. While anything of the earlier one is left, Start refuses, naming it, writing nothing."""
+    req = start_request(NAMESPACE)
+    async with agent.client() as api:
+        started = await api.start(req)
+        await api.open(ref(started))
+    name = started.name
+    owner = [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name, "uid": started.uid}]
+    agent.fake.put(JOBSETS.path(NAMESPACE), {"metadata": {"name": name, "namespace": NAMESPACE}})
+    pod = {"metadata": {"name": f"{name}-node-0-0-x", "namespace": NAMESPACE, "labels": {LABEL_JOBSET_NAME: name}}}
+    agent.fake.put(PODS.path(NAMESPACE), pod)
+    agent.fake.put(
+        WORKLOADS.path(NAMESPACE),
+        {"metadata": {"name": f"trainjob-{name}-1a2b3", "namespace": NAMESPACE, "ownerReferences": owner}},
+    )
+    del agent.fake.objects[TJS][name]  # deleted with its dependents orphaned, or not yet collected
+    writes = len(agent.fake.writes)
+    async with agent.client() as api:
+        with pytest.raises(AgentError) as err:
+            await api.start(req)
+    assert err.value.kind is ErrorKind.CONFLICT
+    assert "an earlier TrainJob of that name left 3 object(s) behind" in err.value.message
+    assert err.value.orphans == [  # a plain-mode Start reads no Workloads (agent/start.py's units judge them)
+        f"{NAMESPACE}/jobset/{name}",
+        f"{NAMESPACE}/pod/{name}-node-0-0-x",
+        f"{NAMESPACE}/trainingruntime/{name}",
+    ]
+    assert len(agent.fake.writes) == writes
+    assert agent.fake.get(TJS, name) is None
+
+    # Once everything of it is gone the agent cannot tell: not repeating the name is the supervisor's part.
+    for collection in (JOBSETS.path(NAMESPACE), PODS.path(NAMESPACE), WORKLOADS.path(NAMESPACE), COPIES):
+        agent.fake.objects[collection].pop(name, None)
+        agent.fake.objects[collection].pop(f"{name}-node-0-0-x", None)
+        agent.fake.objects[collection].pop(f"trainjob-{name}-1a2b3", None)
+    async with agent.client() as api:
+        assert (await api.start(req)).uid != started.uid
 
 
 async def test_a_runtime_that_could_restart_in_place_is_refused_before_anything_is_written(agent: Agent):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,13 +11,13 @@ import pytest
 
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
-from agent.api.kube import LEASES, TRAINING_RUNTIMES, TRAINJOBS
+from agent.api.kube import TRAINING_RUNTIMES, TRAINJOBS
 from agent.api.models import HoldRequest, ObjectRef, PreflightRequest
 from contract.keys import PROBE_IMAGE
 from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, TEST_SETTINGS, Agent
 from tests.api.fake_kube import FakeKube
-from tests.api.requests import start_request
+from tests.api.requests import fresh_job_id, start_request
 
 pytestmark = pytest.mark.asyncio
 PLAIN = PreflightRequest.model_validate({"namespace": NAMESPACE, "runtime": {"name": "torch-distributed"}})
@@ -28,23 +27,7 @@ KUEUE = PreflightRequest.model_validate(
 
 
 def lease(fake: FakeKube, seconds_ago: float, duration: int = 15, holder: str = "agent-0") -> None:
-    renewed = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
-    old = fake.get(LEASES.path("dispatch-system"), "dispatch-admission") or {}
-    fake.put(
-        LEASES.path("dispatch-system"),
-        {
-            "metadata": {
-                "name": "dispatch-admission",
-                "namespace": "dispatch-system",
-                "annotations": (old.get("metadata") or {}).get("annotations") or {},
-            },
-            "spec": {
-                "holderIdentity": holder,
-                "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                "leaseDurationSeconds": duration,
-            },
-        },
-    )
+    c.readmission_controller(fake, seconds_ago=seconds_ago, duration=duration, holder=holder)
 
 
 @asynccontextmanager
@@ -75,8 +58,10 @@ def probes_seen(fake: FakeKube) -> list[dict[str, Any]]:
     return seen
 
 
-def nothing_left(fake: FakeKube) -> bool:
-    return fake.items(TRAINJOBS.path(NAMESPACE)) == [] and fake.items(TRAINING_RUNTIMES.path(NAMESPACE)) == []
+def nothing_left(fake: FakeKube, but: str | None = None) -> bool:
+    """No probe left behind (``but``: a TrainJob and its copy the test started itself)."""
+    left = [o["metadata"]["name"] for path in (TRAINJOBS, TRAINING_RUNTIMES) for o in fake.items(path.path(NAMESPACE))]
+    return [n for n in left if n != but] == []
 
 
 async def test_plain_mode_preflight_proves_the_start_gate_and_removes_the_probe(agent: Agent):
@@ -99,24 +84,28 @@ async def test_plain_mode_preflight_proves_the_start_gate_and_removes_the_probe(
 
 
 async def test_a_leaking_gate_makes_the_agent_observe_only_until_a_preflight_passes(agent: Agent):
-    agent.fake.after_write.append(c.unsuspend_everything)
     async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))  # before: Open and Release act on its mode
+        mine = ObjectRef(namespace=NAMESPACE, name=started.name, uid=started.uid)
+        agent.fake.after_write.append(c.unsuspend_everything)
         caps = await api.preflight(PLAIN)
         assert caps.observe_only
         assert not caps.start_gate
         assert "the start gate leaks" in caps.observe_only_reason
         assert "appeared" in caps.observe_only_reason
         assert "unsuspended" in caps.observe_only_reason
-        assert nothing_left(agent.fake)
-        for call, arg in (
-            (api.start, start_request(NAMESPACE)),
-            (api.open, ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u")),
-            (api.release, ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u")),
-        ):
+        assert nothing_left(agent.fake, but=started.name)
+        for call, arg in ((api.start, start_request(NAMESPACE)), (api.open, mine), (api.release, mine)):
             with pytest.raises(AgentError) as err:
                 await call(arg)
             assert (err.value.kind, err.value.status) == (ErrorKind.OBSERVE_ONLY, 503)
-            assert "the start gate leaks" in err.value.message
+            assert "observe-only in plain mode: until a plain-mode Preflight passes: the start gate leaks" in (
+                err.value.message
+            )
+        # Open of no such TrainJob has no mode to judge: it is simply not found (and changes nothing).
+        with pytest.raises(AgentError) as gone:
+            await api.open(ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u"))
+        assert gone.value.kind is ErrorKind.NOT_FOUND
         with pytest.raises(AgentError) as read:  # reads go on
             await api.status(ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u"))
         assert read.value.kind is ErrorKind.NOT_FOUND
@@ -160,6 +149,63 @@ async def test_kueue_mode_needs_a_live_readmission_controller(agent: Agent):
     assert (alive.start_gate, alive.readmission_gate, alive.observe_only) == (True, True, False)
     assert "dispatch-admission is Active and listed on the probe's Workload" in alive.readmission_gate_reason
     assert nothing_left(agent.fake)
+
+
+async def test_kueue_mode_is_observe_only_while_the_controllers_lease_is_stale(agent: Agent):
+    """A passing Kueue-mode verdict holds only while the readmission controller's Lease is renewed within its
+    duration: stale, Kueue-mode Start is refused (plain mode goes on); renewed again, it is allowed again."""
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    kueue_start = start_request(NAMESPACE, jobId=fresh_job_id(), kueue={"localQueue": "user-queue"})
+    async with agent.client() as api:
+        async with renewing(agent.fake):
+            assert not (await api.preflight(KUEUE)).observe_only
+        lease(agent.fake, seconds_ago=16)  # the leader stopped renewing 16 s ago (duration 15)
+        with pytest.raises(AgentError) as err:
+            await api.start(kueue_start)
+        assert err.value.kind is ErrorKind.OBSERVE_ONLY
+        assert err.value.message.startswith("observe-only in Kueue mode: the readmission controller is down (its ")
+        assert "longer than its leaseDurationSeconds (15)) until its leader renews the Lease" in err.value.message
+        caps = await api.capabilities()
+        assert (caps.mode, caps.observe_only, caps.readmission_gate) == ("kueue", True, False)
+        assert caps.observe_only_reason.startswith("the readmission controller is down: its Lease")
+        await api.start(start_request(NAMESPACE, jobId=fresh_job_id()))  # plain mode needs no controller
+
+        lease(agent.fake, seconds_ago=0, holder="")  # released: a leader that stepped down
+        with pytest.raises(AgentError) as err:
+            await api.start(kueue_start)
+        assert "was released (it has no holder)" in err.value.message
+
+        lease(agent.fake, seconds_ago=0)  # a leader renews it again: no new Preflight needed
+        started = await api.start(kueue_start)
+        assert not (await api.capabilities()).observe_only
+        lease(agent.fake, seconds_ago=16)
+        with pytest.raises(AgentError) as err:  # Open acts in the TrainJob's mode: Kueue
+            await api.open(ObjectRef(namespace=NAMESPACE, name=started.name, uid=started.uid))
+        assert err.value.kind is ErrorKind.OBSERVE_ONLY
+
+
+async def test_a_plain_mode_preflight_does_not_clear_kueue_modes_observe_only(agent: Agent):
+    """Each mode has its own verdict: a plain-mode Preflight that passes after a failed Kueue-mode one lets
+    plain mode go on, and Kueue mode stays observe-only until a Kueue-mode Preflight passes."""
+    c.admission_check(agent.fake)
+    hook = c.kueue(checks=())
+    agent.fake.after_write.append(hook)
+    kueue_start = start_request(NAMESPACE, jobId=fresh_job_id(), kueue={"localQueue": "user-queue"})
+    async with agent.client() as api, renewing(agent.fake):
+        assert (await api.preflight(KUEUE)).observe_only  # the queue does not list dispatch's check
+        assert not (await api.preflight(PLAIN)).observe_only
+        assert (await api.capabilities()).mode == "plain"  # the last Preflight's
+        with pytest.raises(AgentError) as err:
+            await api.start(kueue_start)
+        assert err.value.message.startswith("observe-only in Kueue mode: until a Kueue-mode Preflight passes: ")
+        assert "does not list dispatch's AdmissionCheck" in err.value.message
+        await api.start(start_request(NAMESPACE))  # plain mode goes on
+
+        agent.fake.after_write.remove(hook)
+        agent.fake.after_write.append(c.kueue())
+        assert not (await api.preflight(KUEUE)).observe_only
+        await api.start(kueue_start)
 
 
 async def test_kueue_mode_without_our_check_on_the_queue_is_observe_only(agent: Agent):
@@ -213,13 +259,13 @@ async def test_the_verdict_is_cluster_state_every_replica_reads(agent: Agent, fa
                 assert "no Preflight has passed yet" in err.value.message
                 assert (await first.preflight(PLAIN)).observe_only is False
                 assert (await second.capabilities()).start_gate is True
-                await second.start(start_request(NAMESPACE))
+                started = await second.start(start_request(NAMESPACE))
 
                 fake.after_write.append(c.unsuspend_everything)
                 assert (await second.preflight(PLAIN)).observe_only
                 fake.after_write.remove(c.unsuspend_everything)
                 with pytest.raises(AgentError) as err:
-                    await first.open(ObjectRef(namespace=NAMESPACE, name="dj-x", uid="u"))
+                    await first.open(ObjectRef(namespace=NAMESPACE, name=started.name, uid=started.uid))
                 assert err.value.kind is ErrorKind.OBSERVE_ONLY
                 assert "the start gate leaks" in err.value.message
                 assert (await first.capabilities()).observe_only

@@ -3,7 +3,10 @@ validation errors naming the field, the typed error bodies, the OpenAPI document
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import traceback
 
 import aiohttp
 import pytest
@@ -12,9 +15,10 @@ from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import ObjectRef
 from agent.api.routes import ROUTES
+from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, SUPERVISOR, SUPERVISOR_TOKEN, TEST_SETTINGS, Agent
 from tests.api.fake_kube import Grant
-from tests.api.requests import start_body
+from tests.api.requests import start_body, start_request
 
 pytestmark = pytest.mark.asyncio
 
@@ -239,3 +243,81 @@ async def test_one_user_may_hold_only_so_many_follow_streams(agent: Agent):
     status, _, answer = await post(agent, "/v1/output", body)
     assert answer["error"] == "not_found"
     assert agent.server.follow_streams == {}  # released when the call ended, even in error
+
+
+# -- a caller that goes away mid-request is not an internal error -----------------------------------------
+
+
+async def send_and_vanish(agent: Agent, path: str, body: bytes, *, send: int, linger: float) -> None:
+    """A real TLS connection: the request's head and ``send`` bytes of its body, then, ``linger`` seconds
+    later and before any answer, the connection reset (as a killed or timed-out client leaves it)."""
+    host, port = agent.url.removeprefix("https://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(
+        host, int(port), ssl=agent.tls.client_context(), server_hostname=host
+    )
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {SUPERVISOR_TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body[:send])
+    await writer.drain()
+    await asyncio.sleep(linger)
+    assert not reader.at_eof(), "answered before the caller went away"
+    assert reader._buffer == b"", "answered before the caller went away"
+    writer.transport.abort()
+
+
+def requests_counted(agent: Agent, operation: str, code: int) -> float:
+    sample = agent.server.metrics.registry.get_sample_value(
+        "dispatch_api_requests_total", {"operation": operation, "code": str(code)}
+    )
+    return sample or 0.0
+
+
+async def counted(agent: Agent, operation: str, code: int) -> None:
+    for _ in range(100):
+        if requests_counted(agent, operation, code):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{operation} was never counted with code {code}")
+
+
+def internal_errors(records: list[logging.LogRecord]) -> list[str]:
+    """Records that report an internal error of the agent's API: its own, or aiohttp's "Error handling request"
+    for a handler of the agent's (the fake API server's own complaints are not the agent's)."""
+    found = []
+    for r in records:
+        trace = "".join(traceback.format_exception(*r.exc_info)) if r.exc_info else ""
+        ours = r.name.startswith("agent.") or "agent/api/" in trace
+        if "internal error" in r.getMessage() or (r.levelno >= logging.ERROR and ours):
+            found.append(f"{r.name}: {r.getMessage()}")
+    return found
+
+
+async def test_a_caller_that_goes_away_mid_body_is_not_an_internal_error(agent: Agent, caplog):
+    caplog.set_level(logging.INFO)
+    body = json.dumps(start_body(NAMESPACE)).encode()
+    await send_and_vanish(agent, "/v1/start", body, send=len(body) // 2, linger=0.3)
+    await counted(agent, "start", 499)
+    assert requests_counted(agent, "start", 500) == 0
+    assert internal_errors(caplog.records) == []
+    assert "POST /v1/start: the caller went away before the answer" in caplog.text
+    assert agent.fake.writes == []  # the half a request changed nothing
+
+
+async def test_a_caller_that_goes_away_before_output_answers_is_not_an_internal_error(agent: Agent, caplog):
+    """Output opens the log stream from the API server before it answers; the caller is gone by then, so
+    writing the answer's head fails (aiohttp's ClientConnectionResetError)."""
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+    jobset = c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
+    c.owned_pod(agent.fake, jobset, "rank0", j="1")
+    agent.fake.logs[(NAMESPACE, "rank0")] = [b"epoch 1\n"]
+    agent.fake.log_wait = 1.0  # the kubelet is slow to open the stream
+    caplog.set_level(logging.INFO)
+    body = json.dumps({"namespace": NAMESPACE, "name": started.name, "uid": started.uid}).encode()
+    await send_and_vanish(agent, "/v1/output", body, send=len(body), linger=0.3)
+    await counted(agent, "output", 499)
+    assert requests_counted(agent, "output", 500) == 0
+    assert internal_errors(caplog.records) == []
+    assert "POST /v1/output: the caller went away before the answer" in caplog.text

@@ -2,7 +2,13 @@ import copy
 
 import pytest
 
-from agent.start import NOT_MANAGED, readback_changes, workload_problems
+from agent.start import (
+    NOT_MANAGED,
+    earlier_incarnation,
+    earlier_incarnation_message,
+    readback_changes,
+    workload_problems,
+)
 from contract.keys import GATE
 from contract.trainjob import build_trainjob
 from tests.unit.fixtures import as_read, runtime, submission
@@ -71,3 +77,87 @@ def test_plain_mode_compares_spec_suspend_its_own_start_gate():
     kueue = as_read(written())
     kueue["spec"]["suspend"] = False  # Kueue's field in Kueue mode
     assert readback_changes(written(), kueue) == []
+
+
+# -- an earlier TrainJob of the same name ----------------------------------------------------------------
+
+NAME = "dj-01jdq7z9v3k8m2n4p6r8t0w2y4-s3"
+OLD_UID = "0ld-0000"
+
+
+def meta(name, **extra):
+    return {"metadata": {"name": name, "namespace": "team-a", **extra}}
+
+
+def owned_by_old(name, kind="TrainJob"):
+    ref = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind, "name": NAME, "uid": OLD_UID}
+    return meta(name, ownerReferences=[ref])
+
+
+def left(**seen):
+    return earlier_incarnation(
+        "team-a", NAME, **({"jobset": None, "workloads": [], "pods": [], "runtime_copy": None} | seen)
+    )
+
+
+def test_nothing_left_is_no_earlier_incarnation():
+    assert left() == ()
+
+
+def test_a_copy_an_interrupted_start_left_is_taken_up_not_an_orphan():
+    assert left(runtime_copy=meta(NAME)) == ()  # no owner yet: the TrainJob was never created
+
+
+def test_everything_an_earlier_trainjob_left_is_named_as_orphans():
+    seen = left(
+        jobset=owned_by_old(NAME),
+        workloads=[owned_by_old(f"trainjob-{NAME}-1a2b3"), meta("trainjob-someone-else-1a2b3")],
+        pods=[meta(f"{NAME}-node-0-0-x")],
+        runtime_copy=owned_by_old(NAME),
+    )
+    assert seen == (
+        f"team-a/jobset/{NAME}",
+        f"team-a/workload/trainjob-{NAME}-1a2b3",
+        f"team-a/pod/{NAME}-node-0-0-x",
+        f"team-a/trainingruntime/{NAME}",
+    )
+
+
+def test_an_orphaned_jobset_or_pod_counts_whatever_its_owner():
+    # A delete with propagationPolicy Orphan strips the owner references: the name still says whose they are.
+    assert left(jobset=meta(NAME), pods=[meta(f"{NAME}-node-0-0-x")]) == (
+        f"team-a/jobset/{NAME}",
+        f"team-a/pod/{NAME}-node-0-0-x",
+    )
+
+
+@pytest.mark.parametrize(
+    ("workload", "counts"),
+    [
+        (owned_by_old("any-name"), True),  # Kueue's controller reference names the TrainJob
+        (meta(f"trainjob-{NAME}-0f9e8"), True),  # orphaned: Kueue's name for it
+        (meta(f"trainjob-{NAME}0-0f9e8"), False),  # another name that merely begins the same
+        (meta(f"trainjob-{NAME}-0f9e8x"), False),
+        (meta(f"trainjob-{NAME}-0F9E8"), False),  # Kueue's hash is lower-case hex
+        (owned_by_old("x", kind="JobSet"), False),
+        ({"metadata": {"name": "w", "ownerReferences": ["not a mapping"]}}, False),
+    ],
+)
+def test_a_workload_is_the_names_by_owner_or_by_kueues_name(workload, counts):
+    assert bool(left(workloads=[workload])) is counts
+
+
+@pytest.mark.parametrize(
+    "runtime_copy",
+    [owned_by_old(NAME), meta(NAME, deletionTimestamp="2026-12-01T00:00:00Z")],
+)
+def test_a_copy_owned_or_being_deleted_is_an_earlier_ones(runtime_copy):
+    assert left(runtime_copy=runtime_copy) == (f"team-a/trainingruntime/{NAME}",)
+
+
+def test_the_refusal_says_what_to_do():
+    message = earlier_incarnation_message("team-a", NAME, ["a", "b"])
+    assert f"TrainJob team-a/{NAME} does not exist" in message
+    assert "left 2 object(s) behind" in message
+    assert "nothing was written" in message
+    assert "a new run of a job is a new submission N" in message
