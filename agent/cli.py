@@ -21,7 +21,7 @@ from agent.api import cli as api_cli
 from agent.api.app import ApiServer
 from agent.api.app import serving as serve_api
 from agent.api.kube import Kube as ApiKube
-from agent.config import AgentConfig, ConfigError, load_config
+from agent.config import AgentConfig, ConfigError, load_config, served_api_settings
 from agent.controller import WATCHED, Controller
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
@@ -115,14 +115,8 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             return True, "ok (leader)" if controller.leading else "ok (standby)"
 
         api = None
+        settings = served_api_settings(config, args.api_port)
         if args.tls_cert_file:
-            settings = config.api.model_copy(
-                update={
-                    "lease_namespace": config.lease_namespace,
-                    "lease_name": config.lease_name,
-                    "node_loss_taints": config.node_loss_taints,
-                }
-            )
             api = ApiServer(ApiKube(api_client_, timeout=settings.request_timeout), settings, metrics=metrics.registry)
         health = HealthServer(metrics.registry, ready)
         stop = asyncio.Event()
@@ -145,8 +139,7 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             if api is not None:
                 tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)
                 metrics.registry.register(CertificateCollector("dispatch_api", tls))
-                api_port = config.api.port if args.api_port is None else args.api_port
-                api_port = await stack.enter_async_context(serve_api(api.app(), args.bind_address, api_port, tls))
+                api_port = await stack.enter_async_context(serve_api(api.app(), args.bind_address, settings.port, tls))
                 log.info("supervisor API on https://%s:%d", args.bind_address, api_port)
             log.info(
                 "identity %s; health on %s:%d; Lease %s/%s",

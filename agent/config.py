@@ -20,7 +20,7 @@ from agent.constants import (
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from serving.config import ConfigError, load_yaml_model
 
-__all__ = ["AgentConfig", "ConfigError", "load_config"]
+__all__ = ["OVERRIDDEN_API_KEYS", "AgentConfig", "ConfigError", "load_config", "served_api_settings"]
 
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -47,6 +47,12 @@ def qualified_name_problem(key: str) -> str | None:
             "beginning and ending with a letter or digit"
         )
     return None
+
+
+OVERRIDDEN_API_KEYS: Final = ("lease_namespace", "lease_name", "node_loss_taints")
+"""The ``api:`` settings that the top-level keys of the same name replace in ``dispatch-agent serve``: the API
+checks the heartbeat of the Lease the controller itself renews, and classifies node loss as the controller
+does, so one process never holds two answers."""
 
 
 class AgentConfig(BaseModel):
@@ -88,6 +94,20 @@ class AgentConfig(BaseModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _one_answer(self) -> AgentConfig:
+        # The top level is what `dispatch-agent serve` uses for both: an api: value that differs would be
+        # silently ignored, and the operator would believe the API checks another Lease than it does.
+        for key in OVERRIDDEN_API_KEYS:
+            if key in self.api.model_fields_set and getattr(self.api, key) != getattr(self, key):
+                name = AgentConfig.model_fields[key].alias
+                raise ValueError(
+                    f"api.{name} ({getattr(self.api, key)!r}) differs from the top-level {name} "
+                    f"({getattr(self, key)!r}): the API and the readmission controller use one value, the "
+                    f"top-level one; set {name} there and remove it from api:"
+                )
+        return self
+
     @field_validator("lease_namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
@@ -112,6 +132,16 @@ class AgentConfig(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("lists a taint key twice")
         return value
+
+
+def served_api_settings(config: AgentConfig, api_port: int | None = None) -> ApiSettings:
+    """The API's settings as ``dispatch-agent serve`` runs them: ``config.api`` with the top-level
+    ``leaseNamespace``, ``leaseName`` and ``nodeLossTaints`` in place of its own, and ``--api-port`` (when
+    given) in place of ``api.port``. The top level wins even where only ``api:`` sets a key."""
+    update: dict[str, object] = {key: getattr(config, key) for key in OVERRIDDEN_API_KEYS}
+    if api_port is not None:
+        update["port"] = api_port
+    return config.api.model_copy(update=update)
 
 
 def load_config(path: str | Path | None) -> AgentConfig:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds tier C's real nodes into their own cache folder (never tier A/B's): the kubelet and kube-proxy from
-# the pinned k8s.io/kubernetes (controlplane/go/node, same pins as the control plane), containerd 2 and the CNI
+# Builds tier C's real nodes into their own cache folder (never tier A/B's): the kubelet, kube-proxy and kubectl
+# from the pinned k8s.io/kubernetes (controlplane/go/node, same pins as the control plane), containerd 2 and the CNI
 # plugins from their modules, and the base images from Debian packages (debootstrap, then `docker import`
 # and `docker build` in a private Docker engine that stops when the build ends). Only what is missing is built.
 #
@@ -150,8 +150,9 @@ require_version cni github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION
 mkdir -p "$root/bin"
 cat "$here/versions.env" "$here/node.env" >"$root/versions.env"
 
+# kubectl runs the docs' commands as written (tests/node/test_quickstart.py), at the cluster's own version.
 go_build "$root/bin" node "$(kube_ldflags)" selinux,notest,grpcnotrace k8s.io/kubernetes/cmd/kubelet \
-	k8s.io/kubernetes/cmd/kube-proxy
+	k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
 # No btrfs, devmapper or zfs snapshotters: they need cgo, and the nodes use overlayfs.
 go_build "$root/bin" containerd "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
 	no_btrfs,no_devmapper,no_zfs \

@@ -89,11 +89,12 @@ helm() {
 	go mod tidy
 }
 
-# Tier C (controlplane/build-node.sh): the kubelet and kube-proxy on the control plane's pins, containerd,
-# CNI plugins.
+# Tier C (controlplane/build-node.sh): the kubelet, kube-proxy and kubectl (for the docs' commands, run as
+# written) on the control plane's pins, containerd, CNI plugins.
 node() {
 	require_kubernetes "$here/go/node"
-	go get -tool "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION"
+	go get -tool "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-proxy@$K8S_VERSION" \
+		"k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
 	go mod tidy
 }
 

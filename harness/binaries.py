@@ -19,7 +19,7 @@ BUILD_SCRIPT = "controlplane/build.sh"
 NODE_VERSIONS_FILE = CONTROLPLANE_DIR / "node.env"
 NODE_BUILD_SCRIPT = "controlplane/build-node.sh"
 # Tier C's binaries (the CNI plugins are under bin/cni/).
-NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr")
+NODE_BINARIES = ("kubelet", "kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 # runc comes from Debian (apt-get install runc); containerd runs it by this path.
 RUNC = Path("/usr/sbin/runc")
