@@ -14,12 +14,11 @@ would repeat the earlier one's first identity, and could run beside the earlier 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from contract.gates import gates_of
-from contract.keys import GATE, KIND_TRAINJOB, TRAINER_GROUP
+from contract.keys import GATE, TRAINER_GROUP
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 
@@ -84,42 +83,25 @@ def workload_problems(workload: Mapping[str, Any] | None, checks: Iterable[str])
     return problems
 
 
-def _workload_of_name(workload: Mapping[str, Any], name: str) -> bool:
-    """Kueue's Workload for a TrainJob called ``name``, of any uid: a controller reference to a TrainJob of that
-    name, or (once the garbage collector stripped the reference: an orphaning delete) the name Kueue gives it,
-    ``trainjob-<name>-<5 hex of a hash that includes the uid>``."""
-    for ref in dig(workload, "metadata", "ownerReferences") or []:
-        if (
-            isinstance(ref, Mapping)
-            and ref.get("kind") == KIND_TRAINJOB
-            and ref.get("name") == name
-            and str(ref.get("apiVersion", "")).startswith(f"{TRAINER_GROUP}/")
-        ):
-            return True
-    return (
-        re.fullmatch(rf"trainjob-{re.escape(name)}-[0-9a-f]{{5}}", str(dig(workload, "metadata", "name"))) is not None
-    )
-
-
 def earlier_incarnation(
     namespace: str,
     name: str,
     *,
     jobset: Mapping[str, Any] | None,
-    workloads: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     runtime_copy: Mapping[str, Any] | None,
 ) -> tuple[str, ...]:
     """What an earlier TrainJob of ``name`` left behind, as orphan references; empty when nothing is left.
 
-    Called only while no TrainJob of the name exists, so every JobSet, Workload or pod of the name is an earlier
-    incarnation's (or a stranger's claiming the name: refused alike). A runtime copy is the earlier one's when
-    it carries an owner reference or is being deleted; one with neither is what a Start interrupted before it
-    created the TrainJob leaves, and is taken up (its labels are judged when it is)."""
+    Called only while no TrainJob of the name exists, so every JobSet or pod of the name is an earlier
+    incarnation's (or a stranger's claiming the name: refused alike). Workloads are not read: a Workload runs
+    nothing itself, Kueue ties it to its TrainJob's uid (a new TrainJob gets a Workload of its own), and what
+    could repeat an identity or run beside the new job is a pod, or a JobSet that makes pods. A runtime copy is
+    the earlier one's when it carries an owner reference or is being deleted; one with neither is what a Start
+    interrupted before it created the TrainJob leaves, and is taken up (its labels are judged when it is)."""
     found = []
     if jobset is not None:
         found.append(f"{namespace}/jobset/{dig(jobset, 'metadata', 'name')}")
-    found += [f"{namespace}/workload/{dig(w, 'metadata', 'name')}" for w in workloads if _workload_of_name(w, name)]
     found += [f"{namespace}/pod/{dig(p, 'metadata', 'name')}" for p in pods]
     if runtime_copy is not None and (
         dig(runtime_copy, "metadata", "ownerReferences") or dig(runtime_copy, "metadata", "deletionTimestamp")

@@ -96,8 +96,12 @@ def pod_reasons(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[str
 
 
 def runtime_copy_reason(runtime_copy: object) -> str | None:
+    """An edited runtime copy. The API server raises ``generation`` by one when it sets ``deletionTimestamp``
+    on an object with finalizers (apiserver's ``rest.BeforeDelete``): a copy being deleted, by Stop or by the
+    garbage collector, is at 2 without anyone's edit."""
     generation = dig(runtime_copy, "metadata", "generation")
-    if isinstance(generation, int) and generation > 1:
+    unedited = 2 if dig(runtime_copy, "metadata", "deletionTimestamp") else 1
+    if isinstance(generation, int) and generation > unedited:
         name = dig(runtime_copy, "metadata", "name")
         return f"Runtime copy {name} has generation {generation}: someone edited it after creation."
     return None

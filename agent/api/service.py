@@ -223,7 +223,7 @@ class Service:
                     ErrorKind.CONFLICT, f"TrainJob {sub.namespace}/{name} exists but its runtime copy does not"
                 )
         else:
-            await self._refuse_earlier_incarnation(sub.namespace, name, kueue=sub.queue is not None)
+            await self._refuse_earlier_incarnation(sub.namespace, name)
             copy_read, built = await self._create_copy(sub, copy_built, built)
             trainjob = await self._create_trainjob(tj_path, built)
         uid = str(dig(trainjob, "metadata", "uid"))
@@ -234,19 +234,14 @@ class Service:
             raise refusal
         return StartResponse(namespace=sub.namespace, name=name, uid=uid)
 
-    async def _refuse_earlier_incarnation(self, namespace: str, name: str, *, kueue: bool) -> None:
+    async def _refuse_earlier_incarnation(self, namespace: str, name: str) -> None:
         """Refuse (``conflict``, with the orphans) a name an earlier TrainJob left something under. Read parents
         before children: nothing creates a child of the name once its parent was seen gone (the TrainJob was
-        read gone first), so a look that finds nothing stays true until the create. Workloads are read in
-        Kueue mode only, as the rest of Start reads them: a plain-mode Start does not depend on Kueue."""
+        read gone first), so a look that finds nothing stays true until the create."""
         jobset = await self._read(JOBSETS.path(namespace, name), f"JobSet {namespace}/{name}")
-        where = f"the Workloads in {namespace}"
-        workloads = await self._list(WORKLOADS.path(namespace), None, where) if kueue else []
         pods = await self._list(PODS.path(namespace), {LABEL_JOBSET_NAME: name}, f"the pods of {namespace}/{name}")
         runtime_copy = await self._read(TRAINING_RUNTIMES.path(namespace, name), f"runtime copy {namespace}/{name}")
-        left = earlier_incarnation(
-            namespace, name, jobset=jobset, workloads=workloads, pods=pods, runtime_copy=runtime_copy
-        )
+        left = earlier_incarnation(namespace, name, jobset=jobset, pods=pods, runtime_copy=runtime_copy)
         if left:
             raise ApiError(ErrorKind.CONFLICT, earlier_incarnation_message(namespace, name, left), orphans=list(left))
 

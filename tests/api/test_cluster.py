@@ -190,20 +190,26 @@ async def test_a_write_after_the_read_fails_its_precondition(setup: Setup):
     assert setup.trainjob(started.name)["spec"]["suspend"] is True
 
 
+def _leave_its_jobset_and_delete_it(setup: Setup, started) -> None:
+    """The TrainJob's JobSet (as Trainer owns it), then the TrainJob deleted: tier A has no garbage
+    collector, so the JobSet and the runtime copy are left behind."""
+    setup.cp.admin.create(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": started.name, "namespace": setup.ns,
+                         "ownerReferences": [{"apiVersion": TRAINER, "kind": "TrainJob", "name": started.name,
+                                              "uid": started.uid, "controller": True}]},
+            "spec": {"replicatedJobs": []},
+        }
+    )  # fmt: skip
+    setup.cp.admin.delete(TRAINER, "TrainJob", started.name, setup.ns)  # background: no GC on tier A
+
+
 async def test_status_of_a_deleted_trainjob_lists_its_orphans(setup: Setup):
     async with setup.client() as c:
         started = await c.start(request(setup))
-        setup.cp.admin.create(
-            {
-                "apiVersion": "jobset.x-k8s.io/v1alpha2",
-                "kind": "JobSet",
-                "metadata": {"name": started.name, "namespace": setup.ns,
-                             "ownerReferences": [{"apiVersion": TRAINER, "kind": "TrainJob", "name": started.name,
-                                                  "uid": started.uid, "controller": True}]},
-                "spec": {"replicatedJobs": []},
-            }
-        )  # fmt: skip
-        setup.cp.admin.delete(TRAINER, "TrainJob", started.name, setup.ns)  # background: no GC on tier A
+        _leave_its_jobset_and_delete_it(setup, started)
         with pytest.raises(AgentError) as err:
             await c.status(ref(started))
     assert err.value.kind is ErrorKind.NOT_FOUND
@@ -218,17 +224,7 @@ async def test_start_refuses_the_name_of_a_deleted_trainjob_while_its_objects_ar
     req = request(setup)
     async with setup.client() as c:
         started = await c.start(req)
-        setup.cp.admin.create(
-            {
-                "apiVersion": "jobset.x-k8s.io/v1alpha2",
-                "kind": "JobSet",
-                "metadata": {"name": started.name, "namespace": setup.ns,
-                             "ownerReferences": [{"apiVersion": TRAINER, "kind": "TrainJob", "name": started.name,
-                                                  "uid": started.uid, "controller": True}]},
-                "spec": {"replicatedJobs": []},
-            }
-        )  # fmt: skip
-        setup.cp.admin.delete(TRAINER, "TrainJob", started.name, setup.ns)  # background: no GC on tier A
+        _leave_its_jobset_and_delete_it(setup, started)
         with pytest.raises(AgentError) as err:
             await c.start(req)
     assert err.value.kind is ErrorKind.CONFLICT

@@ -249,35 +249,6 @@ async def test_ceased_once_the_job_completed(e2e: E2E):
         await api.stop(ref(started))
 
 
-async def test_ceased_once_stopped(e2e: E2E):
-    """Stop deletes the TrainJob in the foreground: the JobSet, its Jobs and pods go first. A finalizer of the
-    test's own on the TrainJob keeps it readable once they are gone, as a slow garbage collector would."""
-    async with e2e.client() as api:
-        started = await api.start(plain_request(e2e))
-        await api.open(ref(started))
-        await running_pod(e2e, started.name)
-        path = f"/apis/{TRAINER}/namespaces/{e2e.ns}/trainjobs/{started.name}"
-        e2e.cp.admin.request(
-            "PATCH", path, {"metadata": {"finalizers": [LINGER]}}, content_type="application/merge-patch+json"
-        )
-        try:
-            assert (await api.status(ref(started))).ceased is False
-            assert (await api.stop(ref(started))).outcome == "stopping"
-
-            async def ceased_now() -> Any:
-                s = await api.status(ref(started))
-                assert (bool(s.deletion_timestamp), s.pods, s.ceased) == (True, [], True), s
-                return s
-
-            s = await eventually(ceased_now, 90, "stopped, its pods gone: Ceased")
-            assert "it is being deleted" in s.ceased_reason, s.ceased_reason
-            assert e2e.get("JobSet", started.name, "jobset.x-k8s.io/v1alpha2") is None
-        finally:
-            e2e.cp.admin.request(
-                "PATCH", path, {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json"
-            )
-
-
 async def test_ceased_once_the_deadline_deleted_the_jobset(e2e: E2E):
     """Trainer's activeDeadlineSeconds: the TrainJob Failed (DeadlineExceeded) and its JobSet deleted, so its
     pods are deleted too; once they are gone (their finalizer removed by the agent), Ceased."""

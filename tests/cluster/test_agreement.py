@@ -198,14 +198,20 @@ def test_the_webhook_and_the_policies_agree(control_plane, namespace, who, actor
         new = copy.deepcopy(old)
         change(new)
         webhook = validate(request("UPDATE", new, old, user=user), config, Lookups()).allowed
-        # The policies load asynchronously: a case the webhook refuses is asked again until the policy refuses.
-        policies = _policies_allow(http, old, new)
-        deadline = time.monotonic() + 30
-        while policies and not webhook and time.monotonic() < deadline:
-            time.sleep(0.2)
-            policies = _policies_allow(http, old, new)
+        policies = _policies_settled(http, old, new, webhook)
         outcomes[actor] = (webhook, policies)
     assert all(w == p for w, p in outcomes.values()), f"{case}: (webhook, policies) per actor {outcomes}"
+
+
+def _policies_settled(http: Any, old: dict[str, Any], new: dict[str, Any], webhook: bool) -> bool:
+    """The policies' answer. They load asynchronously: a write the webhook refuses is asked again until the
+    policies refuse it too, or 30 s pass."""
+    policies = _policies_allow(http, old, new)
+    deadline = time.monotonic() + 30
+    while policies and not webhook and time.monotonic() < deadline:
+        time.sleep(0.2)
+        policies = _policies_allow(http, old, new)
+    return policies
 
 
 def test_the_cases_are_not_all_alike(control_plane, namespace, who, actors, config):
@@ -243,11 +249,7 @@ def test_the_gate_approves_only_what_the_unsuspend_rules_let_start(
     _unsuspend_recorded(new)
     http, user = actors["kueue"]
     webhook = validate(request("UPDATE", new, raised, user=user), config, Lookups()).allowed
-    policies = _policies_allow(http, raised, new)
-    deadline = time.monotonic() + 30
-    while policies and not webhook and time.monotonic() < deadline:
-        time.sleep(0.2)
-        policies = _policies_allow(http, raised, new)
+    policies = _policies_settled(http, raised, new, webhook)
     approves = decision.action is Action.RAISE
     assert (approves, webhook, policies) in ((True, True, True), (False, False, False)), (
         f"{base}: gate {decision.action.value} ({decision.message}), webhook {webhook}, policies {policies}"

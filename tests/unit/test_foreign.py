@@ -1,4 +1,13 @@
-from contract.foreign import foreign_reasons, jobset_uid_ops, owns_jobset, trainer_job_name, trainer_pods
+import pytest
+
+from contract.foreign import (
+    foreign_reasons,
+    jobset_uid_ops,
+    owns_jobset,
+    runtime_copy_reason,
+    trainer_job_name,
+    trainer_pods,
+)
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_JOBSET_UID
 from tests.unit.fixtures import trainjob
 
@@ -86,3 +95,17 @@ def test_only_the_trainjobs_own_jobset_is_recorded_and_only_once():
     assert jobset_uid_ops(tj, _jobset("js-2", "tj-uid")) == []  # recorded once, never corrected
     del tj["metadata"]["uid"]
     assert not owns_jobset(tj, own)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "reported"),
+    [
+        ({"generation": 1}, False),
+        ({"generation": 2}, True),
+        # The API server raises generation by one as it sets deletionTimestamp on an object with finalizers.
+        ({"generation": 2, "deletionTimestamp": "2026-12-02T05:00:00Z"}, False),
+        ({"generation": 3, "deletionTimestamp": "2026-12-02T05:00:00Z"}, True),
+    ],
+)
+def test_a_runtime_copy_being_deleted_is_not_reported_edited_for_its_deletion(metadata, reported):
+    assert (runtime_copy_reason({"metadata": {"name": "rc", **metadata}}) is not None) is reported

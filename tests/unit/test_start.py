@@ -95,9 +95,7 @@ def owned_by_old(name, kind="TrainJob"):
 
 
 def left(**seen):
-    return earlier_incarnation(
-        "team-a", NAME, **({"jobset": None, "workloads": [], "pods": [], "runtime_copy": None} | seen)
-    )
+    return earlier_incarnation("team-a", NAME, **({"jobset": None, "pods": [], "runtime_copy": None} | seen))
 
 
 def test_nothing_left_is_no_earlier_incarnation():
@@ -111,13 +109,11 @@ def test_a_copy_an_interrupted_start_left_is_taken_up_not_an_orphan():
 def test_everything_an_earlier_trainjob_left_is_named_as_orphans():
     seen = left(
         jobset=owned_by_old(NAME),
-        workloads=[owned_by_old(f"trainjob-{NAME}-1a2b3"), meta("trainjob-someone-else-1a2b3")],
         pods=[meta(f"{NAME}-node-0-0-x")],
         runtime_copy=owned_by_old(NAME),
     )
     assert seen == (
         f"team-a/jobset/{NAME}",
-        f"team-a/workload/trainjob-{NAME}-1a2b3",
         f"team-a/pod/{NAME}-node-0-0-x",
         f"team-a/trainingruntime/{NAME}",
     )
@@ -129,22 +125,6 @@ def test_an_orphaned_jobset_or_pod_counts_whatever_its_owner():
         f"team-a/jobset/{NAME}",
         f"team-a/pod/{NAME}-node-0-0-x",
     )
-
-
-@pytest.mark.parametrize(
-    ("workload", "counts"),
-    [
-        (owned_by_old("any-name"), True),  # Kueue's controller reference names the TrainJob
-        (meta(f"trainjob-{NAME}-0f9e8"), True),  # orphaned: Kueue's name for it
-        (meta(f"trainjob-{NAME}0-0f9e8"), False),  # another name that merely begins the same
-        (meta(f"trainjob-{NAME}-0f9e8x"), False),
-        (meta(f"trainjob-{NAME}-0F9E8"), False),  # Kueue's hash is lower-case hex
-        (owned_by_old("x", kind="JobSet"), False),
-        ({"metadata": {"name": "w", "ownerReferences": ["not a mapping"]}}, False),
-    ],
-)
-def test_a_workload_is_the_names_by_owner_or_by_kueues_name(workload, counts):
-    assert bool(left(workloads=[workload])) is counts
 
 
 @pytest.mark.parametrize(
