@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -18,8 +19,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 _PR_SET_PDEATHSIG = 1
+_T = TypeVar("_T")
 
 
 class ProcessExitedError(RuntimeError):
@@ -47,12 +50,57 @@ def _die_with_parent() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
+class _Spawner:
+    """Forks children on one thread that lives as long as the interpreter.
+
+    The kernel's "parent" for PR_SET_PDEATHSIG is the thread that forked the child, not the process: a process
+    started from a short-lived thread (a fault's heal on a chaos thread) would be SIGKILLed when that thread
+    ends. The main thread ends with the interpreter, so starts from it fork there directly."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], list[object], threading.Event]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[[], _T]) -> _T:
+        if threading.current_thread() is threading.main_thread():
+            return fn()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="process-spawner", daemon=True)
+                self._thread.start()
+        done = threading.Event()
+        box: list[object] = []
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
+
+    def _serve(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.extend((True, fn()))
+            except BaseException as e:  # handed to the caller's thread
+                box.extend((False, e))
+            done.set()
+
+
+_spawner = _Spawner()
+
+
 @dataclass
 class ManagedProcess:
     name: str
     argv: tuple[str, ...]
     log_path: Path
     popen: subprocess.Popen[bytes]
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    down: bool = False
+    """Killed on purpose (ProcessSupervisor.kill): check_alive does not count it until restart() replaces it."""
 
     @property
     def pid(self) -> int:
@@ -65,6 +113,8 @@ class ManagedProcess:
         """SIGTERM to the whole process group, SIGKILL after the grace period."""
         if self.popen.poll() is None:
             _signal_group(self.popen.pid, signal.SIGTERM)
+            # A process stopped with SIGSTOP (a chaos fault) handles its SIGTERM only once continued.
+            _signal_group(self.popen.pid, signal.SIGCONT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(grace_seconds)
         # Children that outlived their leader are killed too.
@@ -102,25 +152,29 @@ class ProcessSupervisor:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
     ) -> ManagedProcess:
+        process = self._spawn(name, tuple(os.fspath(a) for a in argv), dict(env) if env is not None else None, cwd)
+        self.processes.append(process)
+        return process
+
+    def _spawn(self, name: str, args: tuple[str, ...], env: dict[str, str] | None, cwd: Path | None) -> ManagedProcess:
         log_path = self.log_dir / f"{name}.log"
-        args = tuple(os.fspath(a) for a in argv)
         with log_path.open("ab") as log:
             log.write(f"+ {' '.join(args)}\n".encode())
             log.flush()
-            popen = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=dict(env) if env is not None else None,
-                # Own group: a terminal Ctrl-C reaches only us, and we stop children in order.
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
+            popen = _spawner.call(
+                lambda: subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    env=env,
+                    # Own group: a terminal Ctrl-C reaches only us, and we stop children in order.
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
             )
-        process = ManagedProcess(name=name, argv=args, log_path=log_path, popen=popen)
-        self.processes.append(process)
-        return process
+        return ManagedProcess(name=name, argv=args, log_path=log_path, popen=popen, env=env, cwd=cwd)
 
     def get(self, name: str) -> ManagedProcess:
         for p in self.processes:
@@ -134,10 +188,37 @@ class ProcessSupervisor:
         process.stop()
         self.processes.remove(process)
 
+    def restart(self, name: str, grace_seconds: float = 10.0) -> ManagedProcess:
+        """Stops one process (if it still runs) and starts it again with the same argv, env and cwd, appending
+        to the same log; the new process takes the old one's place in the stop order and in check_alive."""
+        old = self.get(name)
+        old.stop(grace_seconds)
+        new = self._spawn(name, old.argv, old.env, old.cwd)
+        self.processes[self.processes.index(old)] = new
+        return new
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL, grace_seconds: float = 10.0) -> ManagedProcess:
+        """Kills one process on purpose and keeps it, so restart() brings it back; check_alive does not count
+        it meanwhile. SIGKILL is a crash; SIGTERM an orderly stop (SIGKILL after the grace period)."""
+        process = self.get(name)
+        process.down = True
+        if sig == signal.SIGKILL:
+            _signal_group(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.popen.wait(5)
+        else:
+            process.stop(grace_seconds)
+        return process
+
+    def send_signal(self, name: str, sig: signal.Signals) -> None:
+        """Sends `sig` to one process's group (SIGSTOP and SIGCONT for a process that hangs and resumes)."""
+        _signal_group(self.get(name).pid, sig)
+
     def check_alive(self, names: Iterable[str] | None = None) -> None:
-        """Raise when a process has exited: all of them, or only those named (a component's own)."""
+        """Raise when a process has exited: all of them, or only those named (a component's own); not one
+        killed on purpose (kill) and not yet restarted."""
         wanted = None if names is None else set(names)
-        dead = [p for p in self.processes if not p.alive() and (wanted is None or p.name in wanted)]
+        dead = [p for p in self.processes if not p.alive() and not p.down and (wanted is None or p.name in wanted)]
         if dead:
             raise ProcessExitedError("\n\n".join(p.describe_exit() for p in dead))
 

@@ -10,6 +10,10 @@ the node (where harness/service_network.py's kube-proxy translates it).
 The node carries the taint REAL_NODE_TAINT, so tier B's workloads stay on kwok's nodes; what must run for
 real tolerates it (`real_node_pod_spec`). `RealNode.stop()` removes every container, mount, cgroup and the
 bridge; `stop_kubelet()` leaves the containers running, as a node whose kubelet died would.
+
+Faults (chaos/nemesis.py): the kubelet and containerd can each be killed (SIGKILL) and restarted, or hung
+(SIGSTOP) and resumed; containerd killed leaves its shims and containers running and, restarted, manages them
+again. `power_off()` and `power_on()` are the machine going down and booting again with its images.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -211,9 +216,80 @@ class RealNode:
             self.control_plane.supervisor.stop(self.kubelet.name)
             self.kubelet = None
 
+    # --- faults ---------------------------------------------------------------------------------
+
+    def kill_kubelet(self) -> None:
+        """SIGKILL to the kubelet (a crash); the containers keep running. restart_kubelet() brings it back."""
+        self.control_plane.supervisor.kill(self._process(self.kubelet, "kubelet").name)
+
+    def restart_kubelet(self) -> None:
+        """The kubelet starts again (stopped first if it still runs): it finds its node and its containers."""
+        if self.kubelet is None:
+            self.start_kubelet()
+        else:
+            self.kubelet = self.control_plane.supervisor.restart(self.kubelet.name)
+
+    def pause_kubelet(self) -> None:
+        """SIGSTOP: the kubelet hangs, silent to the API server; resume_kubelet() lets it go on."""
+        self.control_plane.supervisor.send_signal(self._process(self.kubelet, "kubelet").name, signal.SIGSTOP)
+
+    def resume_kubelet(self) -> None:
+        if self.kubelet is not None:
+            self.control_plane.supervisor.send_signal(self.kubelet.name, signal.SIGCONT)
+
+    def kill_containerd(self) -> None:
+        """SIGKILL to containerd: its shims and their containers keep running (containerd's live restore)."""
+        self.control_plane.supervisor.kill(self._process(self.containerd, "containerd").name)
+
+    def restart_containerd(self, timeout: float = 60) -> None:
+        """containerd starts again on the same root and state, reconnects to the running shims and answers."""
+        if self.containerd is None:
+            self.start_containerd()
+            return
+        self.containerd = self.control_plane.supervisor.restart(self.containerd.name)
+        _until(
+            lambda: self._check(self.containerd) and self.ctr("version", check=False).returncode == 0,
+            timeout,
+            f"containerd of {self.name} again",
+        )
+
+    def pause_containerd(self) -> None:
+        self.control_plane.supervisor.send_signal(self._process(self.containerd, "containerd").name, signal.SIGSTOP)
+
+    def resume_containerd(self) -> None:
+        if self.containerd is not None:
+            self.control_plane.supervisor.send_signal(self.containerd.name, signal.SIGCONT)
+
+    def power_on(self, timeout: float = 120) -> None:
+        """The machine boots again after power_off(): what lived in memory is gone (containerd's state, the
+        pods' network namespaces and volume mounts, their addresses), the disk is not (containerd's root with the
+        images, the kubelet's root). containerd, then the kubelet; returns once the node is Ready."""
+        # Each step only when still to do: a power_on that failed half-way can be called again.
+        if self.containerd is None:
+            if self.kubelet is not None:
+                raise RuntimeError(f"{self.name}: a kubelet runs without containerd; power_off() first")
+            _unmount_under(self.dir / "containerd" / "state")
+            shutil.rmtree(self.dir / "containerd" / "state", ignore_errors=True)
+            _unmount_under(self.kubelet_root)
+            for reservation in (self.dir / "cni" / "ipam").glob("*/*"):
+                if reservation.name[:1].isdigit():  # an address held by a pod that died with the machine
+                    reservation.unlink(missing_ok=True)
+            self.start_containerd()
+        if self.kubelet is None:
+            self.start_kubelet()
+        self.wait_ready(timeout)
+
+    def _process(self, process: ManagedProcess | None, what: str) -> ManagedProcess:
+        if process is None:
+            raise RuntimeError(f"the {what} of {self.name} is not running")
+        return process
+
     def power_off(self) -> None:
         """The machine goes down: the kubelet, every container and containerd are gone (what an operator
         asserts with the out-of-service taint). The node object stays; `stop()` still cleans up."""
+        # A hung (SIGSTOPped) containerd would hang every ctr call below, and a hung kubelet its own stop.
+        self.resume_containerd()
+        self.resume_kubelet()
         self.stop_kubelet()
         if self.containerd is not None and self.containerd.alive():
             self._remove_containers()

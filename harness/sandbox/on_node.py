@@ -52,6 +52,11 @@ def available() -> tuple[Image | None, str]:
     holder = lock_holder()
     if holder is not None:
         return None, f"another run (pid {holder}) has the machine's kube-proxy; a real node needs it"
+    return available_image()
+
+
+def available_image() -> tuple[Image | None, str]:
+    """The project's image as scripts/build-image built it for this checkout; else None and why not."""
     out = subprocess.run([str(REPO_ROOT / "scripts" / "build-image"), "--print"], capture_output=True, text=True,
                          check=False)  # fmt: skip
     if out.returncode != 0:
@@ -100,10 +105,13 @@ def deployment_pods(admin: KubeHttp, namespace: str, release: str) -> list[dict[
     ]  # fmt: skip
 
 
-def helm_install(cp: ControlPlane, node: RealNode, image: Image, work: Path) -> tuple[str, list[str]]:
-    """`helm install --wait`: returns helm's version and the Deployment's pods, Ready on the real node."""
+def helm_install(
+    cp: ControlPlane, node: RealNode, image: Image, work: Path, more: dict[str, Any] | None = None
+) -> tuple[str, list[str]]:
+    """`helm install --wait`: returns helm's version and the Deployment's pods, Ready on the real node. ``more``
+    overrides the sandbox's values (the chaos campaign runs two replicas)."""
     file = work / "values.yaml"
-    file.write_text(yaml.safe_dump(values(node), sort_keys=False))
+    file.write_text(yaml.safe_dump({**values(node), **(more or {})}, sort_keys=False))
     _helm(cp, work, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--values",
           str(file), "--set", f"image.repository={image.repository}", "--set", f"image.tag={image.tag}", "--wait",
           "--timeout", "5m")  # fmt: skip
@@ -144,3 +152,8 @@ def agent_api(cp: ControlPlane, work: Path, pods: list[str]) -> AgentApi:
 
     wait_until(leading, 60, interval=0.5, what=f"a pod of the chart holding Lease {NAMESPACE}/{LEASE_NAME}")
     return AgentApi(f"https://{host}:{port}", {host: svc["spec"]["clusterIP"]}, ca_file, holder[0])
+
+
+def helm_uninstall(cp: ControlPlane, work: Path) -> None:
+    """`helm uninstall --wait` of the release: everything it installed goes, the webhook configurations with it."""
+    _helm(cp, work, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "3m")

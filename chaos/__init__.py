@@ -1,0 +1,1 @@
+"""The fault-and-attack campaign: scripts/chaos (docs/reliability.md)."""

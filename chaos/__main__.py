@@ -1,0 +1,95 @@
+"""The fault-and-attack campaign (docs/reliability.md).
+
+    scripts/chaos --seed S --duration 10m [--nodes 2] [--jobs N] [--arm dispatch|naive|both]
+
+Starts tier B with real worker nodes (tier C) and a system node, installs dispatch from its chart (two
+replicas), and runs supervisor traffic, the nemesis and the attacker for the duration; then heals every fault,
+reads every job's final Status and runs the independent checker (chaos/checker.py) over the ledger and the
+recorded calls. Exit 0 when the dispatch arm has no violation and no attacker write got through (and the naive
+arm, when run, was caught), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from pathlib import Path
+
+from chaos import campaign, nemesis
+from chaos import env as environment
+from harness.processes import stop_everything
+from harness.sandbox import on_node
+
+DEFAULT_OUT = Path("/var/tmp/dispatch-k8s-chaos")
+
+
+def duration(text: str) -> float:
+    """`90s`, `10m`, `1h`, or seconds."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90s, 10m or 1h")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.splitlines()[0])
+    p.add_argument("--seed", type=int, required=True, help="the seed of the traffic, the faults and the attacks")
+    p.add_argument("--duration", type=duration, required=True, help="how long each arm runs (90s, 10m, 1h)")
+    p.add_argument("--nodes", type=int, default=2, help="real worker nodes for the trainers (at least 2)")
+    p.add_argument("--jobs", type=int, default=8, help="dispatch jobs alive at once")
+    arms = "the product (dispatch), a naive check controller in its place (naive), or both in turn"
+    p.add_argument("--arm", choices=("dispatch", "naive", "both"), default="dispatch", help=arms)
+    p.add_argument("--faults", default="", help=f"a comma-separated subset of the fault menu: {','.join(nemesis.ALL)}")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where run folders go (default {DEFAULT_OUT})")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.nodes < 2:
+        print("scripts/chaos: --nodes must be at least 2", file=sys.stderr)
+        return 2
+    menu = [f for f in args.faults.split(",") if f] or list(nemesis.ALL)
+    unknown = sorted(set(menu) - set(nemesis.ALL))
+    if unknown:
+        print(f"scripts/chaos: unknown faults {unknown}; the menu is {list(nemesis.ALL)}", file=sys.stderr)
+        return 2
+    image, why = on_node.available()
+    if image is None:
+        print(f"scripts/chaos: no real node can run here: {why}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = args.out / f"chaos-{stamp}-seed{args.seed}"
+    run_dir.mkdir()
+    print(f"chaos: seed {args.seed}, {args.duration:.0f}s per arm, {args.nodes} real worker nodes, {args.jobs} jobs")
+    print(f"  run folder {run_dir}")
+    arms = ["dispatch", "naive"] if args.arm == "both" else [args.arm]
+    env: environment.Env | None = None
+    results: list[campaign.Result] = []
+    try:
+        env = environment.start(run_dir, workers=args.nodes, image=image)
+        print(f"  cluster: tier B, {args.nodes + 1} real nodes, dispatch {env.helm_version} install (2 replicas)")
+        for arm in arms:
+            results.append(campaign.run_arm(env, arm=arm, seed=args.seed, duration=args.duration, jobs=args.jobs,
+                                            menu=menu))  # fmt: skip
+            for line in campaign.summary(results[-1]):
+                print(line)
+            if results[-1].report:
+                print(results[-1].report)
+    except KeyboardInterrupt:
+        print("\nchaos: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if env is not None:
+            env.stop()
+        stop_everything()
+    good = all(r.ok if r.arm == "dispatch" else r.violations > 0 for r in results)
+    print("chaos: " + ("passed" if good else "FAILED") + f" (run folder {run_dir})")
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

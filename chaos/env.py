@@ -1,0 +1,179 @@
+"""The campaign's cluster: tier B (real API server, etcd, Kueue, JobSet, Trainer, kwok's nodes) with real nodes
+(tier C), and dispatch installed from its chart as the sandbox installs it on a real node, with two replicas.
+
+Real nodes: one `system` node runs dispatch's two pods (never made lost: the campaign attacks the agent's and
+the webhook's processes directly), and `workers` run the dispatch jobs' trainer containers. kwok's nodes run the
+other parties' preempting TrainJobs. Everything the harness starts registers its cleanup, so an interrupted
+campaign leaves no process, mount, cgroup or bridge behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.binaries import locate, locate_node
+from harness.cluster import ControlPlane, start_control_plane
+from harness.kube_http import KubeHttp
+from harness.processes import stop_everything, wait_until
+from harness.real_node import RealNode, start_real_node
+from harness.sandbox import on_node
+from harness.sandbox.install import NAMESPACE, RELEASE
+from harness.service_network import ServiceNetwork, start_service_network
+from harness.tier_b import TierB, start_tier_b
+
+SYSTEM_NODE = "chaos-system"
+WORKER_PREFIX = "chaos-worker-"
+WORKER_LABEL = "chaos.dispatch.phpboyscout.uk/worker"
+"""On the real worker nodes: the dispatch jobs' trainer pods select it."""
+REPLICAS = 2
+KWOK_NODES = 3
+CHART_VALUES: dict[str, Any] = {"replicas": REPLICAS}
+"""Over the sandbox's values: two replicas, so a leader's death hands the gate to the other."""
+
+
+@dataclass
+class Env:
+    cp: ControlPlane
+    tb: TierB
+    system: RealNode
+    workers: list[RealNode]
+    network: ServiceNetwork
+    run_dir: Path
+    image: on_node.Image
+    api: on_node.AgentApi
+    pods: list[str]
+    """dispatch's pods, as installed."""
+    helm_version: str
+    release_namespace: str = NAMESPACE
+    release: str = RELEASE
+    attached: bool = False
+    """Started on a cluster someone else owns (the test suite's tier C): stop() leaves it as it found it."""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def admin(self) -> KubeHttp:
+        return self.cp.admin
+
+    def node(self, name: str) -> RealNode:
+        return next(n for n in [self.system, *self.workers] if n.name == name)
+
+    def stop(self) -> None:
+        """Everything, in reverse order of start; safe to call twice. Attached: only what the campaign added."""
+        if self.attached:
+            self._detach()
+            return
+        for step in (self.network.stop, *(n.stop for n in reversed(self.workers)), self.system.stop, self.cp.stop):
+            with contextlib.suppress(Exception):
+                step()
+        stop_everything()
+
+    def _detach(self) -> None:
+        with contextlib.suppress(Exception):
+            on_node.helm_uninstall(self.cp, self.run_dir / "install")
+        for worker in reversed(self.workers):
+            with contextlib.suppress(Exception):
+                worker.stop()
+            with contextlib.suppress(Exception):
+                self.admin.delete("v1", "Node", worker.name)
+        # The naive arm leaves trainer pods holding dispatch's finalizer (no agent led to remove it); with the chart
+        # gone nothing would, and their namespaces would never go.
+        for ns in self.admin.list("v1", "Namespace"):
+            if not ns["metadata"]["name"].startswith("chaos-"):
+                continue
+            for pod in self.admin.list("v1", "Pod", ns["metadata"]["name"]):
+                if pod["metadata"].get("finalizers"):
+                    with contextlib.suppress(Exception):
+                        self.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
+                                               {"metadata": {"finalizers": None}}, ns["metadata"]["name"])  # fmt: skip
+        for api_version, kind in CLUSTER_SCOPED:
+            for obj in self.admin.list(api_version, kind):
+                if obj["metadata"]["name"].startswith("chaos-"):
+                    with contextlib.suppress(Exception):
+                        self.admin.delete(api_version, kind, obj["metadata"]["name"])
+        self.workers = []
+
+
+CLUSTER_SCOPED = (
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+    ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"),
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
+    ("v1", "Namespace"),
+)
+"""What the campaign's arms create outside their namespaces, all named `chaos-...`; detaching deletes it."""
+
+
+def _add_workers(cp: ControlPlane, count: int, image: on_node.Image) -> list[RealNode]:
+    artifacts = locate_node().require()
+    workers: list[RealNode] = []
+    try:
+        for i in range(1, count + 1):
+            workers.append(start_real_node(cp, f"{WORKER_PREFIX}{i}", artifacts, images=[image.archive]))
+            cp.admin.merge_patch("v1", "Node", workers[-1].name, {"metadata": {"labels": {WORKER_LABEL: "true"}}})
+    except BaseException:
+        for w in workers:
+            w.stop()
+        raise
+    return workers
+
+
+def _install(cp: ControlPlane, system: RealNode, image: on_node.Image, run_dir: Path) -> tuple[str, list[str], Any]:
+    work = run_dir / "install"
+    work.mkdir(parents=True, exist_ok=True)
+    version, pods = on_node.helm_install(cp, system, image, work, more=CHART_VALUES)
+    return version, pods, on_node.agent_api(cp, work, pods)
+
+
+def attach(cp: ControlPlane, tb: TierB, system: RealNode, network: ServiceNetwork, run_dir: Path, *, workers: int,
+           image: on_node.Image) -> Env:  # fmt: skip
+    """The campaign on a cluster that is already up with a real node and kube-proxy (the test suite's tier C):
+    adds the worker nodes and installs the chart; Env.stop() removes both and what the arms created."""
+    added = _add_workers(cp, workers, image)
+    try:
+        version, pods, api = _install(cp, system, image, run_dir)
+    except BaseException:
+        for w in added:
+            w.stop()
+        raise
+    return Env(cp, tb, system, added, network, run_dir, image, api, pods, version, attached=True)
+
+
+def start(run_dir: Path, *, workers: int, image: on_node.Image) -> Env:
+    """Tier C with ``workers`` real worker nodes and a system node, dispatch installed with its chart."""
+    locate().require(("helm",))
+    artifacts = locate_node().require()
+    cp = start_control_plane(run_dir)
+    nodes: list[RealNode] = []
+    network: ServiceNetwork | None = None
+    try:
+        tb = start_tier_b(cp, nodes=KWOK_NODES)
+        system = start_real_node(cp, SYSTEM_NODE, artifacts, images=[image.archive])
+        nodes.append(system)
+        nodes.extend(_add_workers(cp, workers, image))
+        network = start_service_network(cp, system, artifacts)
+        version, pods, api = _install(cp, system, image, run_dir)
+        return Env(cp, tb, system, nodes[1:], network, run_dir, image, api, pods, version)
+    except BaseException:
+        if network is not None:
+            network.stop()
+        for n in reversed(nodes):
+            n.stop()
+        cp.stop()
+        stop_everything()
+        raise
+
+
+def wait_nodes_ready(env: Env, timeout: float = 180) -> None:
+    """Every real node Ready again (after the nemesis healed them)."""
+
+    def ready() -> bool:
+        for n in [env.system, *env.workers]:
+            node = env.admin.get_or_none("v1", "Node", n.name) or {}
+            conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+            if conds.get("Ready") != "True":
+                return False
+        return True
+
+    wait_until(ready, timeout, interval=1, what="every real node Ready")
