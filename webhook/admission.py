@@ -2,7 +2,7 @@
 
 A TrainJob create goes: server ``/validate`` handler -> ``validate`` here -> ``rules.creation``. Besides
 writes of TrainJobs, TrainingRuntimes and Workloads, two status subresources (``workloads/status``,
-``jobsets/status``) and the JobSet's DELETE are routed here, for dispatch's objects only.
+``jobsets/status``) and the JobSet's CREATE and DELETE are routed here, for dispatch's objects only.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from contract.patches import foreign_entry_problems
 from webhook.config import Config
 from webhook.review import Lookups, Request, Verdict
 from webhook.rules.creation import creation_problems
-from webhook.rules.jobsets import jobset_delete_problems, jobset_status_problems
+from webhook.rules.jobsets import jobset_create_problems, jobset_delete_problems, jobset_status_problems
 from webhook.rules.reserved_keys import reserved_key_problems
 from webhook.rules.runtime_copy import copy_creation_problems, copy_update_problems
 from webhook.rules.updates import kueue_unsuspend_problems, unsuspend_problems, unsuspends, update_problems
@@ -141,6 +141,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         and (owned_by_dispatch(old) or owned_by_dispatch(new))
     ):
         problems += workload_update_problems(old, new, dispatch=not stranger, kueue=config.kueue.includes(request.user))
+    elif resource == JOBSETS and request.operation == "CREATE" and new is not None and owned_by_dispatch(new):
+        problems += jobset_create_problems(new)  # for everyone: Trainer's recreation is the case it stops
     if resource in (TRAINJOBS, TRAINING_RUNTIMES, WORKLOADS) and stranger:
         # After the rules above, so that a denial leads with the reason that matters most.
         gate_carrier = resource == WORKLOADS and config.kueue.includes(request.user)

@@ -96,12 +96,13 @@ RESOURCES: Final = (
 JOBSETS: Final = (JOBSET_GROUP, "v1alpha2", "jobsets")
 
 # What each validating webhook is sent: (resource or subresource, operations). Status writes are routed only
-# where they decide identity: dispatch's check on its Workloads, J on its JobSets; the JobSet's DELETE too.
+# where they decide identity: dispatch's check on its Workloads, J on its JobSets; the JobSet's CREATE (created
+# suspended) and DELETE too.
 VALIDATED: Final = {
     "trainjobs": [("trainjobs", ["CREATE", "UPDATE"])],
     "trainingruntimes": [("trainingruntimes", ["CREATE", "UPDATE"])],
     "workloads": [("workloads", ["CREATE", "UPDATE"]), ("workloads/status", ["UPDATE"])],
-    "jobsets": [("jobsets", ["DELETE"]), ("jobsets/status", ["UPDATE"])],
+    "jobsets": [("jobsets", ["CREATE", "DELETE"]), ("jobsets/status", ["UPDATE"])],
 }
 
 UNSUSPENDS: Final = (

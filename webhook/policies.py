@@ -13,7 +13,8 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   records it; with the webhook gone the unsuspend fails closed).
 * ``dispatch-k8s-workloads``: on dispatch's Workloads, only dispatch sets its check Ready, no check's
   podSetUpdates carries a pod key that decides identity, and a held Workload is not reactivated.
-* ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls.
+* ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls, and a dispatch JobSet is created
+  suspended, by everyone (Trainer would otherwise recreate the running JobSet of a TrainJob being deleted, J at 0).
 * ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``) nor restarts
   the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J.
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
@@ -37,6 +38,7 @@ from contract.keys import (
     ANNOTATION_OPENED,
     GATE,
     HOLD_ANNOTATIONS,
+    KIND_TRAINJOB,
     LABEL_ANCESTOR_STEP,
     LABEL_QUEUE_NAME,
     LABEL_RESTART_ATTEMPT,
@@ -425,23 +427,6 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
             ],
         },
     )
-    jobsets = _policy(
-        JOBSET_POLICY,
-        [(JOBSETS[0], JOBSETS[1], "jobsets/status")],
-        ["UPDATE"],
-        {
-            "matchConditions": [{"name": "dispatch-objects", "expression": claims("jobsets")}],
-            "validations": [
-                {
-                    "expression": "oldObject.?status.?restarts.orValue(0) <= object.?status.?restarts.orValue(0)",
-                    "messageExpression": "'J (restarts) of a dispatch job never falls: saw ' + "
-                    "string(oldObject.?status.?restarts.orValue(0)) + ' -> ' + "
-                    "string(object.?status.?restarts.orValue(0))",
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    )
     copies = _policy(
         RUNTIME_COPIES,
         [RESOURCES[1]],
@@ -466,10 +451,71 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         },
     )
     docs = []
-    policies = [reserved, identity, unsuspend, workloads, jobsets, copies, pod_policy(config)]
+    policies = [reserved, identity, unsuspend, workloads, jobset_policy(), copies, pod_policy(config)]
     for policy in [*(owner_policies(config) if owners_too else []), *policies]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     return docs + record_start_policy(namespace)
+
+
+def _dispatch_jobset(obj: str) -> str:
+    """CEL: ``obj`` is a dispatch job's JobSet: named as its TrainJob (``dj-<ULID>-s<N>``, Trainer names it so),
+    or with an owner reference to such a TrainJob. The owner policies' test (webhook/owners.py), not the
+    ``dj-`` prefix ``claims`` matches on: a stranger's JobSet called ``dj-resnet`` is created as its owner likes."""
+    pattern = _q(owners.NAME_PATTERN)
+    return (
+        f"{obj}.metadata.?name.orValue('').matches({pattern}) || "
+        f"{obj}.metadata.?ownerReferences.orValue([]).exists(r, r.?kind.orValue('') == {_q(KIND_TRAINJOB)} && "
+        f"r.?name.orValue('').matches({pattern}))"
+    )
+
+
+JOBSET_CREATED_SUSPENDED: Final = (
+    "a dispatch JobSet is created suspended (spec.suspend: true): Trainer makes it while its TrainJob is suspended; "
+    "a JobSet created running would start an execution whose J starts again at 0 under an A already used (as "
+    "Trainer's recreation of the JobSet of a TrainJob being deleted would). Create it suspended; a TrainJob that "
+    "Trainer first saw unsuspended gets its JobSet once suspended again: Hold and Release it, and it is readmitted "
+    "with A raised"
+)
+
+
+def jobset_policy() -> dict[str, Any]:
+    """On a dispatch job's JobSet, for everyone: J (``jobsets/status`` restarts) never falls, and the JobSet is
+    created suspended. Trainer v2.2.1 copies the TrainJob's ``spec.suspend`` into the JobSet it creates, and
+    creates one whenever the TrainJob is not finished and has none, ``deletionTimestamp`` or not; so a TrainJob
+    kept by a finalizer after the garbage collector deleted its JobSet (a foreground delete: Stop) would get a
+    new, running JobSet, with J at 0 and the pods' A unchanged. Every legitimate create is suspended: dispatch
+    creates its TrainJobs closed, so Trainer first sees them suspended."""
+    policy = _policy(
+        JOBSET_POLICY,
+        [JOBSETS, (JOBSETS[0], JOBSETS[1], "jobsets/status")],
+        ["CREATE", "UPDATE"],
+        {
+            "matchConditions": [{"name": "dispatch-objects", "expression": claims("jobsets")}],
+            "validations": [
+                {
+                    "expression": "oldObject == null || "
+                    "oldObject.?status.?restarts.orValue(0) <= object.?status.?restarts.orValue(0)",
+                    "messageExpression": "'J (restarts) of a dispatch job never falls: saw ' + "
+                    "string(oldObject.?status.?restarts.orValue(0)) + ' -> ' + "
+                    "string(object.?status.?restarts.orValue(0))",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"request.operation != 'CREATE' || !({_dispatch_jobset('object')}) || "
+                    "object.?spec.?suspend.orValue(false) == true",
+                    "message": JOBSET_CREATED_SUSPENDED,
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
+    # The JobSet's create, and the status writes: its other updates are the owner policy's (Trainer, Kueue and
+    # the garbage collector alone), and Trainer's unsuspend of a JobSet it made suspended is legitimate.
+    policy["spec"]["matchConstraints"]["resourceRules"] = [
+        {"apiGroups": [JOBSETS[0]], "apiVersions": [JOBSETS[1]], "resources": [resource], "operations": [operation]}
+        for resource, operation in (("jobsets", "CREATE"), ("jobsets/status", "UPDATE"))
+    ]
+    return policy
 
 
 POD_PROTECTED_PREFIXES: Final = (PREFIX, "jobset.sigs.k8s.io/", "batch.kubernetes.io/")

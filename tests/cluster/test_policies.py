@@ -368,6 +368,56 @@ def test_item_5_j_never_falls(control_plane, who, namespace, policies):
     who.stranger.request("PATCH", path, {"status": {"restarts": 0}}, content_type=MERGE)
 
 
+def _running_jobset(namespace: str, name: str, owner: str | None = None, **spec) -> dict:
+    refs = [] if owner is None else [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                       "name": owner, "uid": "00000000-0000-0000-0000-000000000001"}]  # fmt: skip
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": refs},
+        "spec": {**spec, "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "node", "image": "x"}]}}}}}]},
+    }  # fmt: skip
+
+
+def _created_or_refused(http, obj: dict, *, refusal: bool) -> str:
+    """Create ``obj`` as a dry run (the policy loads asynchronously: until it refuses, when a refusal is expected);
+    the refusal's message, or '' when it was admitted."""
+    path = http.collection_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            http.request("POST", path, obj, query={"dryRun": "All"})
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            return json.loads(err.body)["message"]
+        if not refusal:
+            return ""
+        assert time.monotonic() < deadline, f"the create of {obj['metadata']['name']} was not refused within 30 s"
+        time.sleep(0.2)
+
+
+def test_item_5_a_dispatch_jobset_is_created_suspended_by_everyone(control_plane, who, namespace, policies):
+    """Trainer creates a JobSet with its TrainJob's spec.suspend, also for a TrainJob being deleted (Stop): a
+    running create would restart J at 0 under the same A. Refused for every principal, the admin included."""
+    name = "dj-01arz3ndektsv4rrffq69g5fav-s3"
+    running = [
+        _running_jobset(namespace, name, suspend=False),
+        _running_jobset(namespace, name),  # spec.suspend left out
+        _running_jobset(namespace, "renamed", owner=name, suspend=False),  # dispatch's by its owner alone
+    ]
+    for http in (who.stranger, who.dispatch, control_plane.admin):
+        for js in running:
+            message = _created_or_refused(http, js, refusal=True)
+            assert "a dispatch JobSet is created suspended" in message, message
+            assert "whose J starts again at 0" in message, message
+        assert _created_or_refused(http, _running_jobset(namespace, name, suspend=True), refusal=False) == ""
+    # Not dispatch's: created running as their owners like, "dj-" prefix or not.
+    for other in ("resnet", "dj-resnet"):
+        assert _created_or_refused(who.stranger, _running_jobset(namespace, other, owner=other), refusal=False) == ""
+
+
 def test_item_10_no_runtime_copy_restarts_in_place(who, namespace, policies):
     sub = submission(namespace=namespace)
     copy_ = build_runtime_copy(sub, runtime())

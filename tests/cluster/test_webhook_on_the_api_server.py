@@ -219,12 +219,16 @@ def test_workload_status_and_jobset_routes(control_plane, who, ns):
     assert "[workload-status.check] status.admissionChecks[dispatch-admission]" in message
     who.dispatch.request("PATCH", status, check("Ready"), content_type=MERGE)
 
-    js = who.stranger.create({
+    body = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": owner, "namespace": ns},
-        "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+        "spec": {"suspend": False, "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
             "restartPolicy": "Never", "containers": [{"name": "node", "image": "x"}]}}}}}]},
-    })  # fmt: skip
+    }  # fmt: skip
+    message = refused(lambda: who.dispatch.create(body))  # for everyone: Trainer's recreation is the case
+    assert "[jobset.create-suspended] spec.suspend: saw 'False'" in message
+    body["spec"]["suspend"] = True
+    js = who.stranger.create(body)
     js_status = control_plane.admin.object_path(js) + "/status"
     control_plane.admin.request("PATCH", js_status, {"status": {"restarts": 2}}, content_type=MERGE)
     message = refused(lambda: who.stranger.request("PATCH", js_status, {"status": {"restarts": 1}}, content_type=MERGE))

@@ -35,6 +35,7 @@ from tests.unit.test_webhook_rules import (
     request,
     set_a,
 )
+from webhook import owners
 from webhook.admission import lookups_needed, mutate
 from webhook.config import Config
 from webhook.review import User
@@ -440,6 +441,74 @@ def test_item_5_restarts_never_fall(user):
     verdict = decide(jobset_request("UPDATE", jobset(0), jobset(2), user, "status"))
     assert denied_by(verdict) == "jobset-status.restarts"
     assert decide(jobset_request("UPDATE", jobset(3), jobset(2), user, "status")).allowed
+
+
+TRAINER = User(owners.DEFAULT_USERNAMES[owners.TRAINER][0])
+NO_SUSPEND = object()
+
+
+def created_jobset(
+    suspend: object = True, *, name: str = "dj-01arz3ndektsv4rrffq69g5fav-s3", owner: str | None = None
+) -> dict[str, Any]:
+    """A JobSet as Trainer creates it: named as its TrainJob ``owner`` (``name`` by default), owned by it, with the
+    TrainJob's ``spec.suspend`` (``NO_SUSPEND``: the field left out, as for a TrainJob without one)."""
+    ref = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "name": name if owner is None else owner,
+        "uid": "tj-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    js: dict[str, Any] = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "team-a", "ownerReferences": [ref]},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1}]},
+    }
+    if suspend is not NO_SUSPEND:
+        js["spec"]["suspend"] = suspend
+    return js
+
+
+@pytest.mark.parametrize("user", [TRAINER, DISPATCH, STRANGER])
+def test_a_dispatch_jobset_created_suspended_is_allowed(user):
+    """Trainer creates it while its TrainJob is suspended (dispatch creates its TrainJobs closed); who may create
+    it at all is the owner policy's."""
+    assert decide(jobset_request("CREATE", created_jobset(True), None, user)).allowed
+
+
+@pytest.mark.parametrize("suspend", [False, NO_SUSPEND], ids=["running", "suspend-absent"])
+@pytest.mark.parametrize("user", [TRAINER, DISPATCH, KUEUE, GC, STRANGER])
+def test_a_dispatch_jobset_created_running_is_refused_for_everyone(user, suspend):
+    """Trainer's recreation of the JobSet of a TrainJob being deleted (Stop deletes in the foreground) comes as such
+    a create, from Trainer itself: J would start again at 0 under the A of the execution Stop ended."""
+    verdict = decide(jobset_request("CREATE", created_jobset(suspend), None, user))
+    assert denied_by(verdict) == "jobset.create-suspended"
+    assert "spec.suspend" in verdict.message
+    assert "absent" in verdict.message if suspend is NO_SUSPEND else "False" in verdict.message
+    assert "whose J starts again at 0" in verdict.message
+
+
+def test_a_jobset_is_dispatchs_by_its_name_or_by_its_owner():
+    by_owner = created_jobset(False, name="renamed", owner="dj-01arz3ndektsv4rrffq69g5fav-s3")
+    assert denied_by(decide(jobset_request("CREATE", by_owner, None, TRAINER))) == "jobset.create-suspended"
+    by_name = created_jobset(False)
+    by_name["metadata"]["ownerReferences"] = []
+    assert denied_by(decide(jobset_request("CREATE", by_name, None, STRANGER))) == "jobset.create-suspended"
+
+
+@pytest.mark.parametrize("suspend", [False, NO_SUSPEND], ids=["running", "suspend-absent"])
+def test_other_jobsets_are_created_running_freely(suspend):
+    for name in ("resnet", "dj-resnet"):
+        assert decide(jobset_request("CREATE", created_jobset(suspend, name=name), None, TRAINER)).allowed
+        assert decide(jobset_request("CREATE", created_jobset(suspend, name=name), None, STRANGER)).allowed
+
+
+def test_a_running_jobset_is_unsuspended_by_an_update_not_a_create():
+    """Trainer unsuspends the JobSet it made suspended once the TrainJob's unsuspend raised A: an update, which
+    this rule leaves alone (who may make it is the owner policy's)."""
+    assert decide(jobset_request("UPDATE", created_jobset(False), created_jobset(True), TRAINER)).allowed
 
 
 # -- Hardening ------------------------------------------------------------------------------------------------
