@@ -23,7 +23,7 @@ from chaos import attacker as attacks
 from chaos import checker, naive, nemesis, records, site
 from chaos import env as environment
 from chaos.traffic import Traffic
-from contract.keys import ADMISSION_CHECK_CONTROLLER
+from contract.keys import ADMISSION_CHECK_CONTROLLER, ADMISSION_CHECK_NAME
 from harness.kube_http import ApiError
 from harness.processes import wait_until
 from harness.sandbox import site as sandbox_site
@@ -60,11 +60,12 @@ class Result:
 
 
 def _dispatch_check(env: environment.Env) -> str:
-    """The AdmissionCheck's name the chart installed (the queues list it)."""
-    for ac in env.admin.list(sandbox_site.KUEUE_V, "AdmissionCheck"):
-        if ac["spec"].get("controllerName") == ADMISSION_CHECK_CONTROLLER:
-            return str(ac["metadata"]["name"])
-    raise RuntimeError("the chart installed no AdmissionCheck of dispatch's")
+    """The AdmissionCheck the chart installed (by its name: other AdmissionChecks of dispatch's controller may
+    exist on a shared cluster)."""
+    ac = env.admin.get(sandbox_site.KUEUE_V, "AdmissionCheck", ADMISSION_CHECK_NAME)
+    if ac["spec"].get("controllerName") != ADMISSION_CHECK_CONTROLLER:
+        raise RuntimeError(f"AdmissionCheck {ADMISSION_CHECK_NAME} is not dispatch's: {ac['spec']}")
+    return ADMISSION_CHECK_NAME
 
 
 def _queues_active(env: environment.Env) -> None:
