@@ -170,7 +170,10 @@ def wait_nodes_ready(env: Env, timeout: float = 180) -> None:
 
     def ready() -> bool:
         for n in [env.system, *env.workers]:
-            node = env.admin.get_or_none("v1", "Node", n.name) or {}
+            try:
+                node = env.admin.get_or_none("v1", "Node", n.name) or {}
+            except OSError:  # the API server restarting
+                return False
             conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
             if conds.get("Ready") != "True":
                 return False

@@ -215,14 +215,14 @@ class Traffic:
                                            {"metadata": {"annotations": {KWOK_COMPLETE_ANNOTATION: "true"}}},
                                            self.namespace)  # fmt: skip
                 self.admin.delete(sandbox_site.TRAINER_V, "TrainJob", other.name, self.namespace)
-            except ApiError:
+            except (ApiError, OSError):
                 pass  # the API server restarting: the job is someone else's, its end does not matter
         if len(self.others) < 2 and self.rng.random() < 0.08:
             name = f"others-{self.rng.getrandbits(32):08x}"
             try:
                 self.admin.create(site.others_job(name, self.namespace, self.rng.choice(site.QUEUES),
                                                   self.others_runtime))  # fmt: skip
-            except ApiError:
+            except (ApiError, OSError):
                 return
             self.others.append(Others(name, now + self.rng.uniform(10, 40)))
             self.counts.others += 1
@@ -282,7 +282,7 @@ class Traffic:
                 await self.poll(agent)
                 await asyncio.sleep(2)
         for other in self.others:
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(ApiError, OSError):
                 self.admin.delete(sandbox_site.TRAINER_V, "TrainJob", other.name, self.namespace)
         self.others.clear()
 
