@@ -71,13 +71,11 @@ class Env:
         stop_everything()
 
     def _detach(self) -> None:
+        # The queues first: Kueue keeps the chart's AdmissionCheck while a ClusterQueue names it, and
+        # `helm uninstall --wait` would wait for it until its timeout.
+        self._delete_cluster_scoped(("ClusterQueue",))
         with contextlib.suppress(Exception):
             on_node.helm_uninstall(self.cp, self.run_dir / "install")
-        for worker in reversed(self.workers):
-            with contextlib.suppress(Exception):
-                worker.stop()
-            with contextlib.suppress(Exception):
-                self.admin.delete("v1", "Node", worker.name)
         # The naive arm leaves trainer pods holding dispatch's finalizer (no agent led to remove it); with the chart
         # gone nothing would, and their namespaces would never go.
         for ns in self.admin.list("v1", "Namespace"):
@@ -88,12 +86,22 @@ class Env:
                     with contextlib.suppress(Exception):
                         self.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
                                                {"metadata": {"finalizers": None}}, ns["metadata"]["name"])  # fmt: skip
+        self._delete_cluster_scoped(tuple(kind for _, kind in CLUSTER_SCOPED))
+        for worker in reversed(self.workers):
+            with contextlib.suppress(Exception):
+                worker.stop()
+            with contextlib.suppress(Exception):
+                self.admin.delete("v1", "Node", worker.name)
+        self.workers = []
+
+    def _delete_cluster_scoped(self, kinds: tuple[str, ...]) -> None:
         for api_version, kind in CLUSTER_SCOPED:
+            if kind not in kinds:
+                continue
             for obj in self.admin.list(api_version, kind):
                 if obj["metadata"]["name"].startswith("chaos-"):
                     with contextlib.suppress(Exception):
                         self.admin.delete(api_version, kind, obj["metadata"]["name"])
-        self.workers = []
 
 
 CLUSTER_SCOPED = (

@@ -20,8 +20,8 @@ from harness.sandbox import on_node
 pytestmark = [pytest.mark.e2e, pytest.mark.node]
 
 SEED = 20
-DISPATCH_SECONDS = 150
-NAIVE_SECONDS = 120
+DISPATCH_SECONDS = 120
+NAIVE_SECONDS = 90
 JOBS = 6
 
 
