@@ -239,7 +239,7 @@ class Traffic:
             await self.hold(agent, self.rng.choice(opened))
         elif roll < 0.35 and held:
             await self.release(agent, self.rng.choice(held))
-        elif roll < 0.36 and live:
+        elif roll < 0.355 and live:
             await self.stop(agent, self.rng.choice(live))
 
     async def run(self, until: float) -> None:
