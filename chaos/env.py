@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract.keys import ADMISSION_CHECK_NAME
 from harness.binaries import locate, locate_node
 from harness.cluster import ControlPlane, start_control_plane
 from harness.kube_http import KubeHttp
@@ -21,6 +22,7 @@ from harness.processes import stop_everything, wait_until
 from harness.real_node import RealNode, start_real_node
 from harness.sandbox import on_node
 from harness.sandbox.install import NAMESPACE, RELEASE
+from harness.sandbox.site import KUEUE_V
 from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import TierB, start_tier_b
 
@@ -31,6 +33,8 @@ WORKER_LABEL = "chaos.dispatch.phpboyscout.uk/worker"
 REPLICAS = 2
 KWOK_NODES = 3
 CHART_VALUES: dict[str, Any] = {"replicas": REPLICAS}
+QUEUES_GONE_S = 120.0
+"""Detaching waits this long for the campaign's queues, and then for the chart's AdmissionCheck, to go."""
 """Over the sandbox's values: two replicas, so a leader's death hands the gate to the other."""
 
 
@@ -71,22 +75,28 @@ class Env:
         stop_everything()
 
     def _detach(self) -> None:
-        # The queues first: Kueue keeps the chart's AdmissionCheck while a ClusterQueue names it, and
-        # `helm uninstall --wait` would wait for it until its timeout.
-        self._delete_cluster_scoped(("ClusterQueue",))
+        # The suite goes on after a campaign, so detaching must leave nothing a later test could trip on. Kueue
+        # keeps a ClusterQueue while it has admitted Workloads, and the chart's AdmissionCheck while a ClusterQueue
+        # names it: a queue left Terminating would pin the check, and with it the next install's uninstall.
+        # So: the namespaces (their Workloads) and the queues go first, while the chart still runs the agent.
+        self._delete_cluster_scoped(("ClusterQueue", "Namespace"))
+        try:
+            wait_until(self._chaos_queues_gone, timeout=QUEUES_GONE_S, interval=1.0, what="the campaign's queues")
+        except TimeoutError:
+            # The naive arm's last Workloads may hold them; the cluster is a test's, and Kueue has nothing to
+            # account for any more.
+            for cq in self._chaos(KUEUE_V, "ClusterQueue"):
+                with contextlib.suppress(Exception):
+                    self.admin.merge_patch(KUEUE_V, "ClusterQueue", cq, {"metadata": {"finalizers": None}})
         with contextlib.suppress(Exception):
             on_node.helm_uninstall(self.cp, self.run_dir / "install")
-        # The naive arm leaves trainer pods holding dispatch's finalizer (no agent led to remove it); with the chart
-        # gone nothing would, and their namespaces would never go.
-        for ns in self.admin.list("v1", "Namespace"):
-            if not ns["metadata"]["name"].startswith("chaos-"):
-                continue
-            for pod in self.admin.list("v1", "Pod", ns["metadata"]["name"]):
-                if pod["metadata"].get("finalizers"):
-                    with contextlib.suppress(Exception):
-                        self.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
-                                               {"metadata": {"finalizers": None}}, ns["metadata"]["name"])  # fmt: skip
         self._delete_cluster_scoped(tuple(kind for _, kind in CLUSTER_SCOPED))
+        with contextlib.suppress(TimeoutError):
+            wait_until(
+                lambda: self.admin.get_or_none(KUEUE_V, "AdmissionCheck", ADMISSION_CHECK_NAME) is None,
+                timeout=QUEUES_GONE_S,
+                what="the chart's AdmissionCheck",
+            )
         for worker in reversed(self.workers):
             with contextlib.suppress(Exception):
                 worker.stop()
@@ -94,18 +104,36 @@ class Env:
                 self.admin.delete("v1", "Node", worker.name)
         self.workers = []
 
+    def _chaos_queues_gone(self) -> bool:
+        # Pods of the naive arm keep dispatch's finalizer (no agent led to remove it), which holds their
+        # Terminating namespaces, and so the Workloads, and so the queues: strip it on every poll.
+        for ns in self._chaos("v1", "Namespace"):
+            for pod in self.admin.list("v1", "Pod", ns):
+                if pod["metadata"].get("finalizers"):
+                    with contextlib.suppress(Exception):
+                        self.admin.merge_patch(
+                            "v1", "Pod", pod["metadata"]["name"], {"metadata": {"finalizers": None}}, ns
+                        )
+        return not self._chaos(KUEUE_V, "ClusterQueue")
+
+    def _chaos(self, api_version: str, kind: str) -> list[str]:
+        return [
+            o["metadata"]["name"]
+            for o in self.admin.list(api_version, kind)
+            if o["metadata"]["name"].startswith("chaos-")
+        ]
+
     def _delete_cluster_scoped(self, kinds: tuple[str, ...]) -> None:
         for api_version, kind in CLUSTER_SCOPED:
             if kind not in kinds:
                 continue
-            for obj in self.admin.list(api_version, kind):
-                if obj["metadata"]["name"].startswith("chaos-"):
-                    with contextlib.suppress(Exception):
-                        self.admin.delete(api_version, kind, obj["metadata"]["name"])
+            for name in self._chaos(api_version, kind):
+                with contextlib.suppress(Exception):
+                    self.admin.delete(api_version, kind, name)
 
 
 CLUSTER_SCOPED = (
-    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+    (KUEUE_V, "ClusterQueue"),
     ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"),
     ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
     ("v1", "Namespace"),

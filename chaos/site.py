@@ -116,25 +116,8 @@ def prepare(cp: ControlPlane, tb: TierB, *, namespace: str, check: str, image: s
     supervisor_role, preflight_role = roles
     cp.ensure_service_account(namespace, "supervisor")
     subject = {"kind": "ServiceAccount", "name": "supervisor", "namespace": namespace}
-    rbac = "rbac.authorization.k8s.io/v1"
-    admin.apply(
-        {
-            "apiVersion": rbac,
-            "kind": "RoleBinding",
-            "metadata": {"name": "supervisor", "namespace": namespace},
-            "subjects": [subject],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": supervisor_role},
-        }
-    )
-    admin.apply(
-        {
-            "apiVersion": rbac,
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"{namespace}-preflight"},
-            "subjects": [subject],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": preflight_role},
-        }
-    )
+    admin.apply(site.binding("RoleBinding", "supervisor", "ClusterRole", supervisor_role, subject, namespace))
+    admin.apply(site.binding("ClusterRoleBinding", f"{namespace}-preflight", "ClusterRole", preflight_role, subject))
     token = run_dir / "supervisor.token"
     token.write_text(cp.service_account_token(namespace, "supervisor", expiration_seconds=TOKEN_SECONDS) + "\n")
     token.chmod(0o600)

@@ -448,15 +448,6 @@ def _active(admin: KubeHttp, kind: str, name: str, namespace: str | None = None)
     return _condition(obj, "Active").get("status") == "True"
 
 
-def _bind(admin: KubeHttp, kind: str, name: str, role_kind: str, role: str, subject: dict[str, str],
-          namespace: str | None = None) -> None:  # fmt: skip
-    meta: dict[str, Any] = {"name": name}
-    if namespace:
-        meta["namespace"] = namespace
-    admin.apply({"apiVersion": RBAC_V, "kind": kind, "metadata": meta, "subjects": [subject],
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role}})  # fmt: skip
-
-
 def prepare(
     cp: ControlPlane, tb: TierB, *, check: str, roles: tuple[str, str], api_url: str, ca_file: Path, work: Path,
     logs: Sequence[Path], resolve: Mapping[str, str] | None = None, real: RealNodeJob | None = None,
@@ -486,8 +477,10 @@ def prepare(
 
     cp.ensure_service_account(NAMESPACE, "supervisor")
     subject = {"kind": "ServiceAccount", "name": "supervisor", "namespace": NAMESPACE}
-    _bind(admin, "RoleBinding", "supervisor", "ClusterRole", supervisor_role, subject, NAMESPACE)
-    _bind(admin, "ClusterRoleBinding", f"{NAMESPACE}-supervisor-preflight", "ClusterRole", preflight_role, subject)
+    admin.apply(site.binding("RoleBinding", "supervisor", "ClusterRole", supervisor_role, subject, NAMESPACE))
+    admin.apply(
+        site.binding("ClusterRoleBinding", f"{NAMESPACE}-supervisor-preflight", "ClusterRole", preflight_role, subject)
+    )
     token_file = work / "supervisor.token"
     token_file.write_text(cp.service_account_token(NAMESPACE, "supervisor", expiration_seconds=TOKEN_SECONDS) + "\n")
     token_file.chmod(0o600)
@@ -496,7 +489,9 @@ def prepare(
     admin.apply({"apiVersion": RBAC_V, "kind": "Role", "metadata": {"name": "edit-trainjobs", "namespace": NAMESPACE},
                  "rules": STRANGER_RULES})  # fmt: skip
     stranger_subject = {"kind": "ServiceAccount", "name": "stranger", "namespace": NAMESPACE}
-    _bind(admin, "RoleBinding", "stranger-edit-trainjobs", "Role", "edit-trainjobs", stranger_subject, NAMESPACE)
+    admin.apply(
+        site.binding("RoleBinding", "stranger-edit-trainjobs", "Role", "edit-trainjobs", stranger_subject, NAMESPACE)
+    )
     stranger = KubeHttp(cp.service_account_credentials(NAMESPACE, "stranger", expiration_seconds=TOKEN_SECONDS))
 
     why = f"Kueue waits for the agent to set AdmissionCheck {check} Active"

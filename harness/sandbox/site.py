@@ -150,3 +150,13 @@ def preemptor(
             "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": cpu, "memory": memory}}},
         },
     }
+
+
+def binding(kind: str, name: str, role_kind: str, role: str, subject: Mapping[str, str],
+            namespace: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """A RoleBinding or ClusterRoleBinding (``kind``) of one subject to a Role or ClusterRole (``role_kind``)."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "subjects": [dict(subject)],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role}}  # fmt: skip
