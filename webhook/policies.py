@@ -15,6 +15,9 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   podSetUpdates carries a pod key that decides identity, and a held Workload is not reactivated.
 * ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls, and a dispatch JobSet is created
   suspended, by everyone (Trainer would otherwise recreate the running JobSet of a TrainJob being deleted, J at 0).
+* ``dispatch-k8s-job-resume``: a dispatch trainer Job is resumed only with A raised in its pod template, or at
+  its first start, by everyone (Kueue suspends the Job of a TrainJob whose Workload is gone, and JobSet resumes
+  it: its rank would run again under the A and J of the execution that just ended).
 * ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``) nor restarts
   the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J.
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
@@ -59,6 +62,7 @@ WORKLOADS: Final = f"{NAME}-workloads"
 JOBSET_POLICY: Final = f"{NAME}-jobsets"
 RUNTIME_COPIES: Final = f"{NAME}-runtime-copies"
 PODS: Final = f"{NAME}-pods"
+JOB_RESUME: Final = f"{NAME}-job-resume"
 
 
 # A failure rule restarting one Job (not the JobSet) that can hit the trainer job: no targets means every
@@ -451,7 +455,16 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         },
     )
     docs = []
-    policies = [reserved, identity, unsuspend, workloads, jobset_policy(), copies, pod_policy(config)]
+    policies = [
+        reserved,
+        identity,
+        unsuspend,
+        workloads,
+        jobset_policy(),
+        job_resume_policy(),
+        copies,
+        pod_policy(config),
+    ]
     for policy in [*(owner_policies(config) if owners_too else []), *policies]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     return docs + record_start_policy(namespace)
@@ -516,6 +529,64 @@ def jobset_policy() -> dict[str, Any]:
         for resource, operation in (("jobsets", "CREATE"), ("jobsets/status", "UPDATE"))
     ]
     return policy
+
+
+JOB_RESUMED_WITH_A_RAISED: Final = (
+    "a dispatch trainer Job is resumed (spec.suspend true -> false) only with A raised in its pod template "
+    f"(annotation {ANNOTATION_ADMISSION}), or at its first start: resumed under the A it ran with, its ranks would "
+    "run again with the identity of an execution that already ran. Kueue suspends the Job of a TrainJob whose "
+    "Workload is not admitted (a TrainJob being deleted, an eviction) and JobSet resumes it; the next execution "
+    "comes with the next admission, which raises A (Hold and Release the TrainJob to readmit it)"
+)
+
+
+def _template_a(obj: str) -> str:
+    return f"{obj}.spec.template.metadata.?annotations[?{_q(ANNOTATION_ADMISSION)}]"
+
+
+def job_resume_policy() -> dict[str, Any]:
+    """On a dispatch trainer Job (its pod template carries A), for everyone: an update that resumes it raises A in
+    its pod template, unless it is the Job's first start (``metadata.generation`` 1: its spec never changed since
+    JobSet created it suspended). JobSet resumes a Job in one update that merges the JobSet's pod template (A
+    included) and sets ``suspend: false`` (jobset v0.11.1 ``resumeJob``), so every legitimate resume after a
+    suspension carries the A of a new admission. Kueue (v0.19.2 ``shouldSuspendChildJob``) also suspends a child
+    Job, or JobSet, whose TrainJob has no admitted Workload, e.g. one being deleted by a foreground delete (Stop);
+    Trainer then resumes the JobSet, since its TrainJob is not suspended, and JobSet resumes the Job: without this
+    rule its rank would start again under the A and J of the execution that just ended."""
+    canonical = _q(_CANONICAL_COUNT)
+    return _policy(
+        JOB_RESUME,
+        [("batch", "v1", "jobs")],
+        ["UPDATE"],
+        {
+            "matchConditions": [
+                {
+                    "name": "dispatch-trainer-jobs",
+                    "expression": f"{_template_a('oldObject')}.hasValue() || {_template_a('object')}.hasValue()",
+                },
+                {
+                    "name": "resumes",
+                    "expression": "oldObject.spec.?suspend.orValue(false) == true && "
+                    "object.spec.?suspend.orValue(false) == false",
+                },
+            ],
+            "variables": [
+                {"name": "oldA", "expression": f"{_template_a('oldObject')}.orValue('')"},
+                {"name": "newA", "expression": f"{_template_a('object')}.orValue('')"},
+            ],
+            "validations": [
+                {
+                    "expression": "oldObject.metadata.?generation.orValue(0) == 1 || ("
+                    f"variables.oldA.matches({canonical}) && variables.newA.matches({canonical}) && "
+                    "int(variables.newA) > int(variables.oldA))",
+                    "messageExpression": f"{_q(JOB_RESUMED_WITH_A_RAISED)} + ': saw A ' + "
+                    "(variables.oldA == '' ? 'absent' : variables.oldA) + ' -> ' + "
+                    "(variables.newA == '' ? 'absent' : variables.newA)",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    )
 
 
 POD_PROTECTED_PREFIXES: Final = (PREFIX, "jobset.sigs.k8s.io/", "batch.kubernetes.io/")

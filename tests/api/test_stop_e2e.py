@@ -30,7 +30,7 @@ from tests.api.requests import fresh_job_id, start_request
 from tests.api.test_e2e import E2E, RUNTIME, TRAINER, eventually, kueue_request, ref, status_or_error
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V
-from webhook.policies import JOBSET_CREATED_SUSPENDED, jobset_policy
+from webhook.policies import JOBSET_CREATED_SUSPENDED, job_resume_policy, jobset_policy
 
 # The tier B fixtures of tests/api/test_e2e.py: dispatch's queue and the readmission controller's process.
 controller = base.controller
@@ -74,11 +74,9 @@ def _enforced(admin: KubeHttp, namespace: str) -> None:
     assert JOBSET_CREATED_SUSPENDED in json.loads(refusal.body)["message"], refusal.body
 
 
-@pytest.fixture
-def jobsets_policy(e2e: E2E) -> Iterator[str]:
-    """dispatch's JobSet policy as the chart renders it (it names no principal), bound to the test's namespace."""
+def _bound(e2e: E2E, policy: dict[str, Any]) -> str:
+    """``policy`` renamed for the test and bound to its namespace alone; its name."""
     admin = e2e.cp.admin
-    policy = jobset_policy()
     name = policy["metadata"]["name"] = f"{policy['metadata']['name']}-{secrets.token_hex(3)}"
     binding = {
         "apiVersion": ADMISSION_REG,
@@ -92,12 +90,23 @@ def jobsets_policy(e2e: E2E) -> Iterator[str]:
     }
     admin.create(policy)
     admin.create(binding)
+    return name
+
+
+def _unbind(e2e: E2E, name: str) -> None:
+    e2e.cp.admin.delete(ADMISSION_REG, "ValidatingAdmissionPolicyBinding", name)
+    e2e.cp.admin.delete(ADMISSION_REG, "ValidatingAdmissionPolicy", name)
+
+
+@pytest.fixture
+def jobsets_policy(e2e: E2E) -> Iterator[str]:
+    """dispatch's JobSet policy as the chart renders it (it names no principal), bound to the test's namespace."""
+    name = _bound(e2e, jobset_policy())
     try:
-        _enforced(admin, e2e.ns)
+        _enforced(e2e.cp.admin, e2e.ns)
         yield name
     finally:
-        admin.delete(ADMISSION_REG, "ValidatingAdmissionPolicyBinding", name)
-        admin.delete(ADMISSION_REG, "ValidatingAdmissionPolicy", name)
+        _unbind(e2e, name)
 
 
 def _denials(admin: KubeHttp, policy: str) -> int:
@@ -206,3 +215,53 @@ async def test_stop_ends_the_execution_for_good(e2e: E2E, jobsets_policy: str, k
         _keep(admin, ns, name, False)
         for recorder in (jobsets, pods):
             recorder.stop()
+
+
+async def test_a_job_suspended_as_kueues_child_is_not_resumed_under_the_same_a(e2e: E2E, jobsets_policy: str):
+    """Kueue (v0.19.2 ``shouldSuspendChildJob``) suspends the JobSet and the Jobs of a TrainJob that has no admitted
+    Workload, as when the TrainJob is being deleted (Stop's foreground delete, while the pods' finalizers hold the
+    garbage collector); Trainer resumes the JobSet (the TrainJob is not suspended) and JobSet resumes the Job, in one
+    update that leaves A as it was. The Job controller then replaces the pod its suspension deleted: the rank ran
+    again under the (A, J) of the execution that had just ended (the campaign, docs/reliability.md). Here Kueue's
+    patch is made by the test, on a running job; the policy ``dispatch-k8s-job-resume`` refuses JobSet's resume, so
+    no pod runs again. Without the policy this test fails: a second pod of (A, J) = (1, 0) appears."""
+    admin, ns = e2e.cp.admin, e2e.ns
+    policy = _bound(e2e, job_resume_policy())
+    request = kueue_request(e2e)
+    name = f"dj-{request.job_id.lower()}-s{request.n}"
+    pods = kit.Recorder(admin, admin.collection_path("v1", "Pod", ns), label_selector=f"{LABEL_JOBSET_NAME}={name}")
+    try:
+        async with e2e.client() as api:
+            started = await api.start(request)
+            await api.open(ref(started))
+
+            async def running() -> None:
+                s = await api.status(ref(started))
+                assert (s.phase, s.a, s.j, [p.phase for p in s.pods]) == ("Running", 1, 0, ["Running"]), s
+
+            await eventually(running, 90, "running after Open")
+            ran = {p["metadata"]["uid"] for p in e2e.pods(name)}
+            jobs = [j for j in admin.list("batch/v1", "Job", ns) if j["metadata"]["name"].startswith(f"{name}-")]
+            assert len(jobs) == 1, [j["metadata"]["name"] for j in jobs]
+            before = _denials(admin, policy)
+
+            # Kueue's patch of a child whose ancestor has no admitted Workload.
+            admin.merge_patch("batch/v1", "Job", jobs[0]["metadata"]["name"], {"spec": {"suspend": True}}, ns)
+
+            # JobSet resumes a suspended Job of a running JobSet at once; the Job controller then makes a pod.
+            await asyncio.sleep(2 * SETTLE)
+            seen = pods.first_seen()
+            runs = [(p["metadata"]["name"], kit.pod_a_j(p)) for p in seen]
+            assert {p["metadata"]["uid"] for p in seen} == ran, f"a pod ran again: {runs}"
+            assert kit.executions(seen) == [(1, 0)], runs
+            job = admin.get("batch/v1", "Job", jobs[0]["metadata"]["name"], ns)
+            assert job["spec"]["suspend"] is True, "the Job was resumed"
+
+            async def refused() -> None:
+                assert _denials(admin, policy) > before, "JobSet's resume of the Job was not refused"
+
+            await eventually(refused, 30, "JobSet's resume under the same A refused by the policy")
+            assert (await api.stop(ref(started))).outcome == "stopping"
+    finally:
+        pods.stop()
+        _unbind(e2e, policy)

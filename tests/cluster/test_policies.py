@@ -12,6 +12,7 @@ import pytest
 
 from contract.admission import raise_admission
 from contract.keys import (
+    ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_JOBSET_UID,
@@ -416,6 +417,66 @@ def test_item_5_a_dispatch_jobset_is_created_suspended_by_everyone(control_plane
     # Not dispatch's: created running as their owners like, "dj-" prefix or not.
     for other in ("resnet", "dj-resnet"):
         assert _created_or_refused(who.stranger, _running_jobset(namespace, other, owner=other), refusal=False) == ""
+
+
+def _trainer_job(namespace: str, name: str, a: str | None, *, suspend: bool) -> dict:
+    annotations = {} if a is None else {ANNOTATION_ADMISSION: a}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"suspend": suspend, "backoffLimit": 0, "template": {
+            "metadata": {"annotations": annotations},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "x"}]}}},
+    }  # fmt: skip
+
+
+def _resumed(http, job: dict, a: str | None) -> str:
+    """Resume ``job`` as JobSet does (one update: the pod template's annotations merged, ``suspend: false``), as a
+    dry run; the refusal's message, or '' when it was admitted."""
+    patch: dict = {"spec": {"suspend": False}}
+    if a is not None:  # None: the template left as it is
+        patch["spec"]["template"] = {"metadata": {"annotations": {ANNOTATION_ADMISSION: a}}}
+    path = http.object_path(job)
+    try:
+        http.request("PATCH", path, patch, content_type=MERGE, query={"dryRun": "All"})
+    except ApiError as err:
+        if err.status != 403:
+            raise
+        return json.loads(err.body)["message"]
+    return ""
+
+
+def _suspended_again(admin, job: dict) -> dict:
+    return admin.request("PATCH", admin.object_path(job), {"spec": {"suspend": True}}, content_type=MERGE)
+
+
+def test_a_dispatch_trainer_job_is_resumed_only_with_a_raised(control_plane, namespace, policies):
+    """Kueue suspends the Job of a TrainJob whose Workload is gone (a TrainJob being deleted), Trainer resumes the
+    JobSet, and JobSet the Job: without the rule its rank ran again under the same A and J. Refused for every
+    principal (shown with the admin: the rule names nobody); the first start, and a resume with the A of a new
+    admission, pass."""
+    admin = control_plane.admin
+    job = admin.create(_trainer_job(namespace, "dj-01arz3ndektsv4rrffq69g5fav-s3-node-0", "1", suspend=True))
+    # The first start (generation 1: created suspended, never changed): whatever A JobSet created it with.
+    assert _resumed(admin, job, "1") == ""
+    admin.request("PATCH", admin.object_path(job), {"spec": {"suspend": False}}, content_type=MERGE)
+    job = _suspended_again(admin, job)  # Kueue's suspension of a child
+    deadline = time.monotonic() + 30
+    while not (message := _resumed(admin, job, "1")):  # the policy loads asynchronously
+        assert time.monotonic() < deadline, "the resume under the same A was not refused within 30 s"
+        time.sleep(0.2)
+    assert "resumed (spec.suspend true -> false) only with A raised" in message, message
+    assert "saw A 1 -> 1" in message, message
+    assert "saw A 1 -> 1" in _resumed(admin, job, None), "A merged unchanged, as JobSet merges it"
+    assert "saw A 1 -> 0" in _resumed(admin, job, "0")
+    assert "saw A 1 -> x" in _resumed(admin, job, "x")
+    # The resume that follows a readmission: the JobSet's template carries the raised A.
+    assert _resumed(admin, job, "2") == ""
+    # A Job whose pods carry no A (another replicated job: no execution identity) resumes as it likes.
+    other = admin.create(_trainer_job(namespace, "dj-01arz3ndektsv4rrffq69g5fav-s3-init-0", None, suspend=False))
+    other = _suspended_again(admin, other)
+    assert _resumed(admin, other, None) == ""
 
 
 def test_item_10_no_runtime_copy_restarts_in_place(who, namespace, policies):
