@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -100,3 +102,17 @@ def document(version: str = "1") -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
     }
+
+
+def render() -> str:
+    """The document as clients/go/openapi.json commits it (what the agent serves, indented)."""
+    return json.dumps(document(), indent=2) + "\n"
+
+
+def main() -> None:
+    """``python -m agent.api.openapi > clients/go/openapi.json``: export the document for the Go client."""
+    sys.stdout.write(render())
+
+
+if __name__ == "__main__":
+    main()

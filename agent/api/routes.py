@@ -168,7 +168,7 @@ ROUTES: Final = (
         StatusResponse,
         (Need("get", TRAINJOBS),),
         False,
-        (404,),
+        (404, 409),
     ),
     Route(
         "list",

@@ -1,0 +1,77 @@
+// Package agent is the Go client of the dispatch-k8s agent's API: the calls a supervisor makes to run
+// dispatch TrainJobs on Kubernetes (docs/api.md in the repository).
+//
+//	c, err := agent.New("https://dispatch-k8s.dispatch-system.svc:8443",
+//		agent.WithCAFile("/var/run/dispatch/ca.crt"),
+//		agent.WithTokenFile("/var/run/secrets/dispatch/token"), // read at every call: it rotates
+//		agent.WithAudience("dispatch-agent"))                   // when the agent sets tokenAudiences
+//	caps, err := c.Preflight(ctx, agent.PreflightRequest{...})
+//	started, err := c.Start(ctx, agent.StartRequest{...})    // record started.Name and started.UID first
+//	opened, err := c.Open(ctx, agent.Ref(started))
+//
+// One method per operation (Preflight, Start, Open, Hold, Release, Stop, Status, Output, List, and
+// Capabilities), each taking a context.Context. The requests and answers are the types of the agent's
+// OpenAPI document, generated from it (clients/go/openapi.json, the document the agent serves at
+// GET /v1/openapi.json).
+//
+// # Errors
+//
+// An error the agent answers is an *Error, matched by errors.Is to the sentinel of its kind: ErrInvalid,
+// ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrRejected, ErrConflict, ErrRateLimited, ErrObserveOnly,
+// ErrUnavailable, ErrInternal (docs/api.md, Errors, says what each means and what to do). The *Error
+// carries the agent's Message, the Field of an invalid request, the Orphans an earlier TrainJob left, and
+// RetryAfter. An agent that could not be reached is ErrUnavailable, and then nothing was sent.
+//
+// A call that was sent and then cut off (the connection closed or reset, a timeout, the context ended)
+// is a *CutOffError matching ErrOutcomeUnknown: it may or may not have taken effect. Re-read (Status, or
+// List by JobID after a Start) before deciding; every operation is safe to repeat (docs/api.md,
+// "Repeating a call"), so calling it again is also correct.
+//
+// # Retries
+//
+// A Client repeats a call by itself, with exponential backoff and jitter (RetryPolicy), only when that is
+// safe whatever the operation:
+//   - the agent answered rate_limited (nothing was read or written), after its Retry-After;
+//   - the agent answered unavailable: every operation is safe to repeat, and the same call completes an
+//     interrupted Start, Hold or Release;
+//   - the connection failed before the request was sent (not when the certificate is refused);
+//   - for the reads (Status, List, Output before its answer, Capabilities), a cut-off or a 5xx that is
+//     not the agent's own answer (a proxy's).
+//
+// Writes (Start, Open, Hold, Release, Stop, Preflight) are never repeated after a cut-off: the caller
+// gets ErrOutcomeUnknown. Conflicts and everything else are the caller's to judge.
+//
+// # Transport
+//
+// TLS is verified against the agent's CA (WithCAFile, WithCA; else the system's roots), TLS 1.2 or
+// later. The bearer token is asked of its TokenSource at every attempt (WithTokenFile re-reads the file,
+// as projected ServiceAccount tokens rotate). WithAudience refuses, before sending, a token not bound to
+// the agent's audience. Each attempt is bounded by WithTimeout (DefaultTimeout); connections are kept
+// alive and the agent's Connection: close (a replica that is stopping) is honoured. WithResolve connects to
+// a name at a given address, as the CLI's --resolve; WithDialContext replaces the dialer.
+//
+// Output is a stream (io.ReadCloser), never buffered whole; with Follow it lasts until the container
+// ends, the context ends, or Close. List is an iterator over the pages (iter.Seq2), passing each
+// continue token back; ListAll concatenates them.
+//
+// # Versions
+//
+// The API is versioned by its path prefix (/v1) and the document's info.version ("1", APIVersion). Within a
+// version the API only grows: new operations, new optional request fields, new answer fields, new error
+// kinds. A breaking change (an operation or field removed or renamed, a field made required or given
+// another type or meaning, an error given another kind or HTTP status) is a new version, /v2, served
+// beside /v1 for as long as the agent's upgrade notes say.
+//
+// This module (github.com/phpboyscout/dispatch-k8s/clients/go) follows semantic versioning of its own Go
+// API: a removed or changed method, option or field of package agent is a new major version of the module
+// (a /v2 suffix on its path). Fields the document adds appear as new struct fields, which is not breaking
+// for keyed struct literals. A field the document turns from required to optional becomes a pointer:
+// that is breaking in Go even where the wire is compatible, so it waits for a major version.
+//
+// How the client tells an old agent: CheckAgent reads the served document and answers ErrUnsupported when
+// the version differs or an operation this client calls is missing; a call to an operation the agent does
+// not serve answers ErrUnsupported (never ErrNotFound, which is about TrainJobs); and an agent that does not
+// know a request field refuses it as ErrInvalid naming the Field, since the agent refuses unknown fields.
+// The client sends only the fields a caller set, so a newer client works with an older agent as long as
+// the caller uses what that agent knows. Answer fields a newer agent adds are ignored by an older client.
+package agent

@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The API's error kinds (docs/api.md, Errors), one sentinel each: test with errors.Is. The *Error
+// behind them carries the agent's message and details.
+var (
+	// ErrInvalid: the request is malformed; Error.Field names what. Nothing was written. Fix the request.
+	ErrInvalid = errors.New("invalid")
+	// ErrUnauthenticated: no token, or the API server did not accept it (for the agent's audience). Also
+	// returned, with nothing sent, when WithAudience is set and the token is not bound to that audience.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrForbidden: the caller lacks the right the message names. Nothing was read or written.
+	ErrForbidden = errors.New("forbidden")
+	// ErrNotFound: the TrainJob (or rank 0's pod) does not exist; from Status also when the name now belongs
+	// to another UID, with Error.Orphans.
+	ErrNotFound = errors.New("not_found")
+	// ErrRejected: the operation must not happen (a fence, Kueue not managing the TrainJob, admission
+	// refused it, a TrainJob that is not dispatch's). Do not retry.
+	ErrRejected = errors.New("rejected")
+	// ErrConflict: the object is not as the request expects (another UID, a name an earlier TrainJob left
+	// objects under, pods of the previous execution that may still run). Re-read (Status) and decide.
+	ErrConflict = errors.New("conflict")
+	// ErrRateLimited: too many failed tokens from this address, or too many followed Output streams.
+	// Nothing was read or written; Error.RetryAfter says when to try again.
+	ErrRateLimited = errors.New("rate_limited")
+	// ErrObserveOnly: the agent cannot prove the gates of the call's mode; Start, Open and Release refuse.
+	// Fix the cluster and run Preflight in that mode.
+	ErrObserveOnly = errors.New("observe_only")
+	// ErrUnavailable: the API server could not be reached or failed, the agent lacks a permission, or the
+	// agent could not be reached (then nothing was sent). Retry.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrInternal: a bug in the agent, or an answer this client cannot read. Report it.
+	ErrInternal = errors.New("internal")
+
+	// ErrUnsupported: the agent does not serve this operation or API version (an older agent); see
+	// Client.CheckAgent. Never ErrNotFound: a missing endpoint says nothing about a TrainJob.
+	ErrUnsupported = errors.New("unsupported by this agent")
+
+	// ErrOutcomeUnknown: the call was sent and then cut off (the connection closed or reset, a timeout, the
+	// context ended) before its answer: it may or may not have taken effect. Re-read (Status, List) before
+	// calling again. Always a *CutOffError.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+)
+
+var kinds = map[string]error{
+	"invalid":         ErrInvalid,
+	"unauthenticated": ErrUnauthenticated,
+	"forbidden":       ErrForbidden,
+	"not_found":       ErrNotFound,
+	"rejected":        ErrRejected,
+	"conflict":        ErrConflict,
+	"rate_limited":    ErrRateLimited,
+	"observe_only":    ErrObserveOnly,
+	"unavailable":     ErrUnavailable,
+	"internal":        ErrInternal,
+}
+
+// Error is the agent's answer to a call that failed (or, with StatusCode 0, a call this client did not
+// or could not send). errors.Is matches it to the sentinel of its Kind.
+type Error struct {
+	Op         string        // the operation: "start", "open", ...
+	Kind       string        // the API's error kind: "invalid", "conflict", ... (a newer agent's kind matches no sentinel)
+	StatusCode int           // the HTTP status; 0 when the agent did not answer
+	Message    string        // the agent's message
+	Field      string        // with invalid: the request field that was wrong
+	Orphans    []string      // with not_found from Status, conflict from Start: what an earlier TrainJob left
+	RetryAfter time.Duration // the agent's Retry-After (rate_limited)
+
+	sentinel error
+	cause    error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent %s: %s: %s", e.Op, e.Kind, e.Message)
+	if e.Field != "" {
+		fmt.Fprintf(&b, " (field %s)", e.Field)
+	}
+	if len(e.Orphans) > 0 {
+		fmt.Fprintf(&b, " (orphans: %s)", strings.Join(e.Orphans, ", "))
+	}
+	return b.String()
+}
+
+// Is reports whether target is the sentinel of the error's kind.
+func (e *Error) Is(target error) bool { return e.sentinel != nil && target == e.sentinel }
+
+// Unwrap returns what made the call fail on this side (a network error), if anything.
+func (e *Error) Unwrap() error { return e.cause }
+
+// CutOffError is a call that was sent but got no (whole) answer. It matches ErrOutcomeUnknown and its
+// cause (io.ErrUnexpectedEOF, context.DeadlineExceeded, ...).
+type CutOffError struct {
+	Op  string
+	Err error
+}
+
+func (e *CutOffError) Error() string {
+	return fmt.Sprintf("agent %s: cut off after it was sent (%v): its outcome is unknown; re-read (Status, List) "+
+		"before calling again", e.Op, e.Err)
+}
+
+func (e *CutOffError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }
+
+// wireError is the API's error body.
+type wireError struct {
+	Error   string    `json:"error"`
+	Message string    `json:"message"`
+	Field   *string   `json:"field"`
+	Orphans *[]string `json:"orphans"`
+}
+
+// noSuchEndpoint starts the agent's answer to a path it does not serve.
+const noSuchEndpoint = "no such endpoint"
+
+// answerError is the *Error for an HTTP answer with status >= 400. ours is false when the body is not the
+// API's error body (a proxy's page, an agent too old to know the path).
+func answerError(op string, status int, header http.Header, body []byte) (e *Error, ours bool) {
+	e = &Error{Op: op, StatusCode: status, RetryAfter: retryAfter(header.Get("Retry-After"), time.Now())}
+	var w wireError
+	if json.Unmarshal(body, &w) == nil && w.Error != "" && w.Message != "" {
+		e.Kind, e.Message, e.sentinel = w.Error, w.Message, kinds[w.Error]
+		if w.Field != nil {
+			e.Field = *w.Field
+		}
+		if w.Orphans != nil {
+			e.Orphans = *w.Orphans
+		}
+		if status == http.StatusNotFound && strings.HasPrefix(w.Message, noSuchEndpoint) {
+			e.sentinel = ErrUnsupported
+		}
+		return e, true
+	}
+	text := strings.TrimSpace(string(body))
+	if len(text) > 500 {
+		text = text[:500] + "…"
+	}
+	e.Message = fmt.Sprintf("HTTP %d without the API's error body: %q", status, text)
+	switch {
+	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
+		e.Kind, e.sentinel = "not_found", ErrUnsupported
+	case status == http.StatusUnauthorized:
+		e.Kind = "unauthenticated"
+	case status == http.StatusForbidden:
+		e.Kind = "forbidden"
+	case status == http.StatusTooManyRequests:
+		e.Kind = "rate_limited"
+	case status >= 500:
+		e.Kind = "unavailable"
+	default:
+		e.Kind = "invalid"
+	}
+	if e.sentinel == nil {
+		e.sentinel = kinds[e.Kind]
+	}
+	return e, false
+}
+
+// retryAfter reads a Retry-After header: seconds, or an HTTP date.
+func retryAfter(value string, now time.Time) time.Duration {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(value); err == nil {
+		if s < 0 {
+			return 0
+		}
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(value); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// unreachable is the error of a call that was not sent: nothing happened on the agent.
+func unreachable(op, server string, cause error) *Error {
+	return &Error{Op: op, Kind: "unavailable", Message: fmt.Sprintf("cannot reach %s: %v (nothing was sent)", server, cause),
+		sentinel: ErrUnavailable, cause: cause}
+}

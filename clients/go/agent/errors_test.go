@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+)
+
+var sentinels = []error{ErrInvalid, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrRejected, ErrConflict,
+	ErrRateLimited, ErrObserveOnly, ErrUnavailable, ErrInternal, ErrUnsupported, ErrOutcomeUnknown}
+
+// docsErrorTable is each error kind of docs/api.md's Errors table, with its HTTP status.
+func docsErrorTable(t *testing.T) map[string]int {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (\\d{3}) \\|").FindAllStringSubmatch(string(raw), -1)
+	table := map[string]int{}
+	for _, row := range rows {
+		var status int
+		for _, c := range row[2] {
+			status = status*10 + int(c-'0')
+		}
+		table[row[1]] = status
+	}
+	if len(table) < 10 {
+		t.Fatalf("docs/api.md's Errors table was not found: %v", table)
+	}
+	return table
+}
+
+func TestEveryErrorCodeOfTheDocsMatchesItsSentinelOnly(t *testing.T) {
+	table := docsErrorTable(t)
+	for kind, status := range table {
+		t.Run(kind, func(t *testing.T) {
+			want, ok := kinds[kind]
+			if !ok {
+				t.Fatalf("docs/api.md's error %q has no sentinel", kind)
+			}
+			f := newFake(t)
+			body := map[string]any{"error": kind, "message": "the agent says " + kind}
+			if kind == "invalid" {
+				body["field"] = "n"
+			}
+			if kind == "not_found" {
+				body["orphans"] = []string{"team-a/jobset/" + ref.Name}
+			}
+			f.handle("/v1/status", func(w http.ResponseWriter, r *http.Request) {
+				if kind == "rate_limited" {
+					w.Header().Set("Retry-After", "7")
+				}
+				answer(w, status, body)
+			})
+			c, _ := client(t, f, clientOpts{opts: []Option{WithRetry(RetryPolicy{})}})
+			_, err := c.Status(context.Background(), ref)
+			for _, s := range sentinels {
+				if got := errors.Is(err, s); got != (s == want) {
+					t.Errorf("errors.Is(%v, %v) = %v", err, s, got)
+				}
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("%T is not an *Error", err)
+			}
+			if e.Kind != kind || e.StatusCode != status || e.Message != "the agent says "+kind || e.Op != "status" {
+				t.Errorf("%+v", e)
+			}
+			if kind == "invalid" && e.Field != "n" {
+				t.Errorf("field %q", e.Field)
+			}
+			if kind == "not_found" && !slices.Equal(e.Orphans, []string{"team-a/jobset/" + ref.Name}) {
+				t.Errorf("orphans %q", e.Orphans)
+			}
+			if kind == "rate_limited" && e.RetryAfter != 7*time.Second {
+				t.Errorf("retry after %s", e.RetryAfter)
+			}
+		})
+	}
+	for kind := range kinds {
+		if _, ok := table[kind]; !ok {
+			t.Errorf("the sentinel of %q has no row in docs/api.md's Errors table", kind)
+		}
+	}
+}
+
+func TestAMissingEndpointIsUnsupportedNeverNotFound(t *testing.T) {
+	f := newFake(t) // serves no route: every call is "no such endpoint"
+	c, _ := client(t, f, clientOpts{})
+	_, err := c.Status(context.Background(), ref)
+	if !errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("%v: want ErrUnsupported, not ErrNotFound", err)
+	}
+}
+
+func TestAnswersThatAreNotTheAPIsMapByTheirStatus(t *testing.T) {
+	cases := []struct {
+		status int
+		want   error
+	}{{502, ErrUnavailable}, {404, ErrUnsupported}, {401, ErrUnauthenticated}, {403, ErrForbidden}, {429, ErrRateLimited}, {400, ErrInvalid}}
+	for _, tc := range cases {
+		f := newFake(t)
+		f.handle("/v1/stop", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte("<html>a proxy's page</html>"))
+		})
+		c, _ := client(t, f, clientOpts{unchecked: true, opts: []Option{WithRetry(RetryPolicy{})}})
+		_, err := c.Stop(context.Background(), ref)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%d: %v, want %v", tc.status, err, tc.want)
+		}
+		if tc.status == 404 && errors.Is(err, ErrNotFound) {
+			t.Errorf("a 404 that is not the agent's says nothing of the TrainJob: %v", err)
+		}
+	}
+}
+
+func TestAnAnswerTheClientCannotReadIsInternal(t *testing.T) {
+	f := newFake(t)
+	f.handle("/v1/stop", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"outcome": 3}`))
+	})
+	c, _ := client(t, f, clientOpts{unchecked: true})
+	if _, err := c.Stop(context.Background(), ref); !errors.Is(err, ErrInternal) {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestRetryAfterIsSecondsOrADate(t *testing.T) {
+	now := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+	for value, want := range map[string]time.Duration{
+		"3": 3 * time.Second, "": 0, "-1": 0, "soon": 0,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+	} {
+		if got := retryAfter(value, now); got != want {
+			t.Errorf("Retry-After %q: %s, want %s", value, got, want)
+		}
+	}
+}
