@@ -50,7 +50,7 @@ from contract.ownership import is_dispatch
 from harness.kube_http import ApiError, KubeHttp
 from webhook.config import DEFAULT_DISPATCH_USERNAME
 from webhook.configurations import NAME, UNSUSPENDS, webhook_configurations
-from webhook.policies import UNSUSPEND
+from webhook.policies import JOB_RESUME, UNSUSPEND
 
 log = logging.getLogger(__name__)
 
@@ -331,9 +331,12 @@ class NaiveGate:
 
 def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
     """Removes what refuses Kueue's unsuspend of a dispatch TrainJob whose A did not rise since its last
-    unsuspend, and nothing else; returns what it removed (empty when already done).
+    unsuspend, and the resume of its Jobs that follows, and nothing else; returns what it removed (empty when
+    already done).
 
-    * the ValidatingAdmissionPolicyBinding ``<fullname>-unsuspend`` (the policy stays, unbound);
+    * the ValidatingAdmissionPolicyBindings ``<fullname>-unsuspend`` and ``<fullname>-job-resume`` (the policies
+      stay, unbound): the second refuses JobSet's resume of a Job under the A it ran with, so it alone would
+      stop the naive controller's readmissions;
     * the webhook's `update.unsuspend`: a matchCondition on the validating webhook of TrainJob updates stops the
       API server sending it unsuspends (every other TrainJob update is still sent to it). Removing the whole
       webhook would be wider than needed.
@@ -342,13 +345,14 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
     write it only when it differs, so an unchanged A passes the identity policy), and every other policy,
     the owner policies among them."""
     removed: list[str] = []
-    binding = UNSUSPEND.replace(NAME, fullname, 1)
-    try:
-        admin.request("DELETE", f"/apis/{ADMISSION_V}/validatingadmissionpolicybindings/{binding}")
-        removed.append(f"ValidatingAdmissionPolicyBinding {binding}")
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
+    for policy in (UNSUSPEND, JOB_RESUME):
+        binding = policy.replace(NAME, fullname, 1)
+        try:
+            admin.request("DELETE", f"/apis/{ADMISSION_V}/validatingadmissionpolicybindings/{binding}")
+            removed.append(f"ValidatingAdmissionPolicyBinding {binding}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
     config = admin.get_or_none(ADMISSION_V, "ValidatingWebhookConfiguration", fullname)
     webhook = trainjob_updates_webhook()
     ops = skip_unsuspends_patch(config, webhook) if config is not None else None
