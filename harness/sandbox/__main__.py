@@ -1,7 +1,8 @@
 """The sandbox: a local cluster with dispatch installed from its chart, and one job run through it.
 
-    python -m harness.sandbox            # run the scenario, then keep the cluster up until Ctrl-C
-    python -m harness.sandbox --no-wait  # run the scenario and stop (exit 0 when it passed, 1 when not)
+    python -m harness.sandbox                    # run the scenario, then keep the cluster up until Ctrl-C
+    python -m harness.sandbox --no-wait          # run the scenario and stop (exit 0 when it passed, 1 when not)
+    python -m harness.sandbox --supervisor go    # the supervisor's part by the Go client's example supervisor
 
 `scripts/sandbox` builds what is missing first. See README.md, "Run the sandbox".
 """
@@ -21,7 +22,7 @@ from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, 
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.processes import stop_everything
 from harness.real_node import RealNode, start_real_node
-from harness.sandbox import install, on_node, scenario, table, trainer
+from harness.sandbox import go_supervisor, install, on_node, scenario, table, trainer
 from harness.sandbox.steps import Progress, StepFailed
 from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import TierB, start_tier_b
@@ -37,6 +38,15 @@ def _parser() -> argparse.ArgumentParser:
         dest="no_wait",
         action="store_true",
         help="stop once the scenario has run: exit 0 if it passed, 1 if not (for CI)",
+    )
+    parser.add_argument(
+        "--supervisor",
+        choices=("python", "go"),
+        default="python",
+        help="who drives the job through the agent's API: python (default), the scenario with the Python client "
+        "(preemption, the gate's hold, a stranger's refused writes); go, the Go client's example supervisor "
+        "(clients/go/examples/supervisor, built here): Preflight, Start, Open, a Hold and Release, Status, Output "
+        "and Stop, with the webhook and the agent as local processes and the job's pods on kwok's nodes",
     )
     return parser
 
@@ -134,6 +144,23 @@ def _on_the_node(out: Progress, cp: ControlPlane, node: RealNode, image: on_node
     return Installed(ADMISSION_CHECK_NAME, api.api_url, api.ca_file, api.resolve, [work / "helm.log", *pod_logs])
 
 
+def _keep_up(out: Progress, cp: ControlPlane, setup: scenario.Setup, env: Path, logs: Path) -> None:
+    out.line("The cluster stays up until Ctrl-C.")
+    out.line(f"  kubeconfig (admin)  {cp.admin_kubeconfig}")
+    out.line(f"  agent API           {setup.api_url}   CA {setup.ca_file}")
+    for host, address in setup.resolve.items():
+        out.line(f"{'':22}{host} is the Service's ClusterIP {address} (--resolve {host}:{address})")
+    out.line(f"  supervisor token    {setup.token_file}")
+    out.line(f"  logs                {logs}")
+    out.line(f"  try the CLI         . {env}")
+
+
+def _until_interrupted(out: Progress) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    out.line()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out = Progress()
@@ -142,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     except MissingBinaryError as exc:
         print(f"sandbox: {exc}\n(scripts/sandbox builds them: it runs {BUILD_SCRIPT} first)", file=sys.stderr)
         return 2
-    image, not_here = on_node.available()
+    in_go = args.supervisor == "go"
+    # The Go example's job runs a placeholder image that no real node has: with it, kwok's nodes run the job.
+    placeholder = (None, "the Go example supervisor's job runs a placeholder image")
+    image, not_here = placeholder if in_go else on_node.available()
 
     run_dir = new_run_dir()
     work = run_dir / "sandbox"
@@ -153,11 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     if image is None:
         out.line(f"  no real node ({not_here}): the webhook and the agent run as local processes,")
         out.line("  and the job's pods on kwok's nodes, which run no containers: its identity is Status's alone")
+    if in_go:
+        out.line("  the supervisor: the Go client's example (clients/go/examples/supervisor), not the scenario")
     out.line()
     cp: ControlPlane | None = None
     node: RealNode | None = None
     network: ServiceNetwork | None = None
     try:
+        if in_go:
+            with out.step("go build", timeout=600, logs=[work / "go-build.log"]) as done:
+                binary, go_version = go_supervisor.build(work, work / "go-build.log")
+                done.detail = f"clients/go/examples/supervisor with {go_version}: {binary}"
+
         with out.step("cluster", timeout=420, logs=[logs]) as done:
             cp = start_control_plane(run_dir)
             tb: TierB = start_tier_b(cp)
@@ -186,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 api_url=installed.api_url, ca_file=installed.ca_file, work=work,
                 logs=[*scenario_logs, work / "status.jsonl"], resolve=installed.resolve,
                 real=scenario.RealNodeJob(node.name, image.ref) if node is not None and image is not None else None,
+                stop_seconds=go_supervisor.STOP_SECONDS if in_go else scenario.STOP_SECONDS,
             )  # fmt: skip
             done.detail = (
                 f"ClusterQueue {setup.local_queue} (AdmissionCheck {installed.check}, room for one job) Active; "
@@ -201,6 +239,30 @@ def main(argv: list[str] | None = None) -> int:
                     f"(python -c: prints DISPATCH_EPOCH and DISPATCH_ATTEMPT, trains {trainer.WORK_SECONDS}s; "
                     f"{trainer.STOP_SECONDS}s to stop on SIGTERM)"
                 )
+
+        if in_go:
+            argv = go_supervisor.command(binary, setup)
+            go_supervisor.kwok_log(tb.container_log)
+            with out.step("supervisor", timeout=600, logs=[work / "supervisor.log", *setup.logs]) as done:
+                out.partial(f"{binary.name} as {setup.namespace}/supervisor, its lines as it prints them:")
+                go_supervisor.run(argv, work / "supervisor.log", out.below, setup.logs)
+                done.detail = "exit 0: every step did what the API says"
+            out.line()
+            out.line(
+                f"The Go example supervisor ran one job through the agent's API as {setup.namespace}/supervisor: "
+                f"{', '.join(go_supervisor.STEPS)}."
+            )
+            out.line(f"Not in this run (the default story's, scripts/sandbox without --supervisor go): "
+                     f"{go_supervisor.NOT_COVERED}.")  # fmt: skip
+            out.line()
+            if args.no_wait:
+                return 0
+            env = _env_file(work / "env.sh", cp, setup)
+            _keep_up(out, cp, setup, env, logs)
+            out.line(f"{'':22}dispatch-agent list --namespace {setup.namespace} -o table")
+            out.line(f"  run it again        (cd {go_supervisor.MODULE} && {shlex.join(argv)})")
+            _until_interrupted(out)
+            return 0
 
         with out.step("scenario", timeout=600, logs=setup.logs) as done:
             names: list[str] = []
@@ -227,18 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         env = _env_file(work / "env.sh", cp, setup)
         ref = result.ref
         assert ref is not None
-        out.line("The cluster stays up until Ctrl-C.")
-        out.line(f"  kubeconfig (admin)  {cp.admin_kubeconfig}")
-        out.line(f"  agent API           {setup.api_url}   CA {setup.ca_file}")
-        for host, address in setup.resolve.items():
-            out.line(f"{'':22}{host} is the Service's ClusterIP {address} (--resolve {host}:{address})")
-        out.line(f"  supervisor token    {setup.token_file}")
-        out.line(f"  try the CLI         . {env}")
+        _keep_up(out, cp, setup, env, logs)
         out.line(f"{'':22}dispatch-agent status --namespace {ref.namespace} --name {ref.name} --uid {ref.uid}")
-        out.line(f"  logs                {logs}")
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        out.line()
+        _until_interrupted(out)
         return 0
     except StepFailed as exc:
         print(f"\nsandbox: step '{exc.step}' failed: {exc.reason}", file=sys.stderr)

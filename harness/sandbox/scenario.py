@@ -451,13 +451,16 @@ def _active(admin: KubeHttp, kind: str, name: str, namespace: str | None = None)
 def prepare(
     cp: ControlPlane, tb: TierB, *, check: str, roles: tuple[str, str], api_url: str, ca_file: Path, work: Path,
     logs: Sequence[Path], resolve: Mapping[str, str] | None = None, real: RealNodeJob | None = None,
+    stop_seconds: str = STOP_SECONDS,
 ) -> Setup:  # fmt: skip
     """What a site does around dispatch: a ClusterQueue gated by dispatch's AdmissionCheck (``check``, the
     chart's) with room for one job, two WorkloadPriorityClasses, a runtime that meets the runtime
     requirements, a namespace with a LocalQueue; a supervisor's ServiceAccount bound to the chart's
     ClusterRoles for supervisors (``roles``: the supervisor's and Preflight's), its token in a file; and a
     stranger with edit rights on TrainJobs and Workloads. With ``real`` the runtime's trainer runs on that real
-    node, in that image. Returns once Kueue shows the queues Active, i.e. once the agent serves the check."""
+    node, in that image. On kwok, a deleted pod of the job is confirmed gone ``stop_seconds`` after its deletion
+    (a duration), as a trainer taking that long to stop. Returns once Kueue shows the queues Active, i.e. once
+    the agent serves the check."""
     admin = cp.admin
     supervisor_role, preflight_role = roles
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -467,7 +470,7 @@ def prepare(
     # Failed at once (harness/tier_b.py), so the hold may not be seen; KWOK_DELETE_DELAY only delays the
     # pod's removal after that.
     if real is None:
-        admin.apply(site.training_runtime(RUNTIME, cpu=JOB_CPU, pod_annotations={site.KWOK_DELETE_DELAY: STOP_SECONDS}))
+        admin.apply(site.training_runtime(RUNTIME, cpu=JOB_CPU, pod_annotations={site.KWOK_DELETE_DELAY: stop_seconds}))
     else:
         admin.apply(real_node_runtime(RUNTIME, real))
     admin.apply(site.priority_class(LOW, 10, "the dispatch job"))

@@ -44,6 +44,7 @@ def _on_alarm(signum: int, frame: object) -> None:
 class Progress:
     out: TextIO = sys.stdout
     _partial: bool = False
+    _below: bool = False
 
     def partial(self, text: str) -> None:
         """More of the current step's line, while it runs."""
@@ -53,8 +54,19 @@ class Progress:
     def line(self, text: str = "") -> None:
         print(text, file=self.out, flush=True)
 
+    def below(self, text: str) -> None:
+        """A line under the current step's, while it runs (a program's output, as it comes); the step's outcome
+        then ends below them too."""
+        if not self._below:
+            self.line()
+        self.line(f"  {'':<{LABEL_WIDTH}} {text}")
+        self._below = True
+
     def _end(self, text: str) -> None:
-        self.line(("  " if self._partial else "") + text)
+        if self._below:
+            self.line(f"  {'':<{LABEL_WIDTH}} {text}")
+        else:
+            self.line(("  " if self._partial else "") + text)
 
     @contextlib.contextmanager
     def step(self, label: str, *, timeout: float, logs: Sequence[Path] = ()) -> Iterator[Outcome]:
@@ -62,7 +74,7 @@ class Progress:
         ``timeout`` seconds at most (an alarm interrupts it); any failure becomes StepFailed naming the
         step and ``logs``. The waits inside a step have their own, shorter bounds and messages."""
         print(f"  {label:<{LABEL_WIDTH}} ", end="", file=self.out, flush=True)
-        self._partial = False
+        self._partial = self._below = False
         outcome = Outcome()
         started = time.monotonic()
         previous = signal.signal(signal.SIGALRM, _on_alarm)

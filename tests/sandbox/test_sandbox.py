@@ -2,7 +2,8 @@
 dispatch from the chart, runs the scenario through the agent's API and exits 0. What it prints must show the
 story: two executions whose identity rose, and a stranger's refused writes. With tier C built (as in CI) the
 job's trainer pods run on the real node and each execution's row shows what its real container printed,
-which must be what Status says; without it the sandbox says the job ran on kwok and the table is Status's."""
+which must be what Status says; without it the sandbox says the job ran on kwok and the table is Status's.
+With `--supervisor go` the Go client's example supervisor drives its own job through the same site instead."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import on_node, trainer
+from harness.sandbox import go_supervisor, on_node, trainer
+from harness.sandbox.steps import LABEL_WIDTH
 from harness.sandbox.table import EXECUTIONS_HEADER, EXECUTIONS_TITLE, EXECUTIONS_TITLE_REAL
 
 pytestmark = pytest.mark.e2e
@@ -63,13 +65,13 @@ def timeline(output: str) -> dict[str, list[str]]:
     return steps
 
 
-@pytest.mark.timeout(TIMEOUT + 30)
-def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
+def sandbox(*args: str) -> tuple[str, str]:
+    """`scripts/sandbox ARGS` run to its end: its stdout, and both streams to show on a failure; it must exit 0."""
     env = dict(os.environ)
     if sys.prefix != sys.base_prefix:  # the virtual environment running these tests
         env["DISPATCH_K8S_VENV"] = sys.prefix
     result = subprocess.run(
-        [str(ROOT / "scripts" / "sandbox"), "--no-wait"],
+        [str(ROOT / "scripts" / "sandbox"), *args],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -78,9 +80,14 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
         timeout=TIMEOUT,
         check=False,
     )
-    output = result.stdout
     shown = f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-    assert result.returncode == 0, f"scripts/sandbox --no-wait exited {result.returncode}\n{shown}"
+    assert result.returncode == 0, f"scripts/sandbox {' '.join(args)} exited {result.returncode}\n{shown}"
+    return result.stdout, shown
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
+    output, shown = sandbox("--no-wait")
 
     # Two executions; the second with a higher A and a strictly higher R, so a higher DISPATCH_EPOCH, and a
     # DISPATCH_ATTEMPT of its own.
@@ -169,4 +176,35 @@ def test_the_sandbox_runs_the_scenario_and_shows_it() -> None:
     assert "ok: dispatch-k8s's owner policy denied a dispatch TrainJob of a stranger" in output, shown
 
     # And it cleaned up: every process of its run stopped, the run folder named.
+    assert re.search(r"^Stopped \d+ processes\. The run folder stays: /\S+$", output, re.M), shown
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_the_go_example_supervisor_drives_the_sandbox() -> None:
+    """`--supervisor go`: the example, built here, runs its job against the site the sandbox prepared (tier B,
+    dispatch as local processes, whatever tier C), its lines streamed under its step, in its order."""
+    output, shown = sandbox("--no-wait", "--supervisor", "go")
+    assert "no real node (the Go example supervisor's job runs a placeholder image)" in output, shown
+    assert re.search(r"^  go build +clients/go/examples/supervisor with go1\.26\S*: /\S+", output, re.M), shown
+    assert "dispatch-agent as system:serviceaccount:dispatch-system:dispatch-k8s (dispatch" in output, shown
+
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  supervisor "))
+    under = " " * (LABEL_WIDTH + 3)
+    streamed = [line.removeprefix(under) for line in lines[start + 1 :] if line.startswith(under)]
+    steps = {line.split()[0]: line.split() for line in streamed if line.split() and line.split()[0][0].isupper()}
+    assert [s for s in steps if s in go_supervisor.STEPS] == list(go_supervisor.STEPS), shown
+    # Status as the example printed it after each step: Gated when started, A rising across Hold and Release.
+    assert steps["Start"][1:3] == ["Gated", "A=0"], shown
+    assert steps["Open"][1:3] == ["Running", "A=1"], shown
+    assert steps["Hold"][1] == "Held", shown
+    assert steps["Release"][1:3] == ["Running", "A=2"], shown
+    assert re.search(
+        r"^\s+execution A=2 J=0 R=2 DISPATCH_EPOCH=\d+ DISPATCH_ATTEMPT=\S+\.2\.0 pods \S+", output, re.M
+    ), shown
+    # Output streamed rank 0's log through the API server from kwok, which serves the line the sandbox wrote.
+    assert f"  | {go_supervisor.KWOK_LOG_LINE}" in streamed, shown
+    assert streamed[-1].startswith("exit 0: every step did what the API says"), shown
+    assert "Not in this run (the default story's, scripts/sandbox without --supervisor go): " in output, shown
+    assert not any(line.split()[:2] == ["step", "phase"] for line in lines if line.strip()), "the scenario ran too"
     assert re.search(r"^Stopped \d+ processes\. The run folder stays: /\S+$", output, re.M), shown
