@@ -499,23 +499,30 @@ def hold_windows(calls: Sequence[Call]) -> list[tuple[float, float, Call]]:
     return windows
 
 
-def a_in_force(calls: Sequence[Call], at: float) -> int | None:
+def a_in_force(calls: Sequence[Call], at: float, *, in_flight: bool = False) -> int | None:
     """A when a Hold or Stop returned at ``at``: as the first successful Status read started after it reported it
     (no admission raises A while a job is held or stopped, so that is still the A of the execution admitted
-    before), else the highest A any Status read reported before; None when no Status ever reported one."""
+    before), else the highest A any Status read reported before; None when no Status ever reported one.
+
+    ``in_flight`` (a Stop): with no read after it, the reads before may predate an admission that landed between
+    the last of them and the Stop (the TrainJob is gone after a Stop, so often no read after it answers): one
+    more A is allowed, the one admission that may have been in flight. The gate raises A by one before each
+    admission, and a second admission needs an eviction and the pods gone in between."""
     reads = [c for c in _ops(calls, "status", "final-status") if c.get("ok") and isinstance(c.get("a"), int)]
     after = [c for c in reads if c["t0"] >= at]
     if after:
         return int(after[0]["a"])
     before = [int(c["a"]) for c in reads if c["t1"] <= at]
-    return max(before) if before else None
+    if not before:
+        return None
+    return max(before) + (1 if in_flight else 0)
 
 
-def admitted_before(life: Life, calls: Sequence[Call], at: float) -> bool:
+def admitted_before(life: Life, calls: Sequence[Call], at: float, *, in_flight: bool = False) -> bool:
     """The life is a process of an execution admitted before ``at`` (its A is not above the A in force then):
     its container came up late, e.g. it was being created when the Hold or Stop landed. An execution starts at
     its admission (an unsuspend, or a JobSet restart); a new one after ``at`` would need a new A."""
-    a = a_in_force(calls, at)
+    a = a_in_force(calls, at, in_flight=in_flight)
     return life.a is not None and a is not None and life.a <= a
 
 
@@ -558,7 +565,7 @@ def starts_after_stop(job: str, lives: Sequence[Life], calls: Sequence[Call],
         for stop in stops:
             reopened = any(stop["t1"] <= o["t0"] < life.start for o in opens)
             if life.start >= stop["t1"] and not reopened:
-                if admitted_before(life, calls, stop["t1"]):
+                if admitted_before(life, calls, stop["t1"], in_flight=True):
                     if notes is not None:
                         notes.append(late_start_note(job, life, stop))
                     break

@@ -308,6 +308,27 @@ def test_a_late_process_of_the_execution_admitted_before_is_a_note_not_a_violati
     assert any("came up at" in n and "not a new execution" in n for n in report.notes), report.notes
 
 
+def test_after_a_stop_no_read_answers_one_admission_may_have_been_in_flight(tmp_path):
+    """The campaign's case: Status read A=0 (queued), the job was admitted (A=1) and its pod created, then Stop
+    returned, and the container came up 0.3 s later; no Status after the Stop answered (the TrainJob was gone).
+    The one admission that may have been in flight is allowed and noted; a second is not."""
+    write_life(tmp_path, "aa", T + 2.8, T + 7, a=1, term=T + 2.9, rc=143)
+    write_calls(tmp_path, call("open", 0), {**status(1), "a": 0}, call("stop", 2, 2.5))
+    report = check_run(tmp_path)
+    assert report.ok, report.violations
+    assert any("came up at" in n for n in report.notes), report.notes
+    write_life(tmp_path, "bb", T + 8, T + 10, a=2)
+    assert the_one(tmp_path, 4).lives == ("bb",)
+
+
+def test_after_a_hold_no_admission_in_flight_is_assumed(tmp_path):
+    """A Hold keeps the TrainJob, so a read after it says which A was in force; without one, the reads before
+    are all there is, and a higher A is a new execution."""
+    write_life(tmp_path, "aa", T + 2.8, T + 7, a=1, term=T + 2.9, rc=143)
+    write_calls(tmp_path, call("open", 0), {**status(1), "a": 0}, call("hold", 2, 2.5))
+    assert the_one(tmp_path, 4).lives == ("aa",)
+
+
 def test_a_late_process_whose_a_is_unknown_is_a_violation(tmp_path):
     write_life(tmp_path, "aa", T + 3, T + 7, a=1, term=T + 3.01, rc=143)
     write_calls(tmp_path, call("open", 0), call("stop", 2, 2.5))  # no Status ever said A
