@@ -122,6 +122,16 @@ def _denials(admin: KubeHttp, policy: str) -> int:
     return int(total)
 
 
+async def _first_execution_running(api: Any, started: Any) -> None:
+    """Once opened, the job runs its first execution: one pod Running, (A, J) = (1, 0)."""
+
+    async def running() -> None:
+        s = await api.status(ref(started))
+        assert (s.phase, s.a, s.j, [p.phase for p in s.pods]) == ("Running", 1, 0, ["Running"]), s
+
+    await eventually(running, 90, "running after Open")
+
+
 def _keep(admin: KubeHttp, namespace: str, name: str, keep: bool) -> None:
     """Add or remove the test's own finalizer on the TrainJob (resourceVersion-preconditioned; again on a conflict:
     Kueue and Trainer write it too)."""
@@ -157,11 +167,7 @@ async def test_stop_ends_the_execution_for_good(e2e: E2E, jobsets_policy: str, k
             assert started.name == name
             await api.open(ref(started))
 
-            async def running() -> None:
-                s = await api.status(ref(started))
-                assert (s.phase, s.a, s.j, [p.phase for p in s.pods]) == ("Running", 1, 0, ["Running"]), s
-
-            await eventually(running, 90, "running after Open")
+            await _first_execution_running(api, started)
             ended = {p["metadata"]["uid"] for p in e2e.pods(name)}
             jobset = admin.get(JOBSET_V, "JobSet", name, ns)
             assert jobset["spec"]["suspend"] is False
@@ -235,11 +241,7 @@ async def test_a_job_suspended_as_kueues_child_is_not_resumed_under_the_same_a(e
             started = await api.start(request)
             await api.open(ref(started))
 
-            async def running() -> None:
-                s = await api.status(ref(started))
-                assert (s.phase, s.a, s.j, [p.phase for p in s.pods]) == ("Running", 1, 0, ["Running"]), s
-
-            await eventually(running, 90, "running after Open")
+            await _first_execution_running(api, started)
             ran = {p["metadata"]["uid"] for p in e2e.pods(name)}
             jobs = [j for j in admin.list("batch/v1", "Job", ns) if j["metadata"]["name"].startswith(f"{name}-")]
             assert len(jobs) == 1, [j["metadata"]["name"] for j in jobs]
