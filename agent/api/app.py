@@ -15,6 +15,7 @@ and only then does the agent read or write anything on the caller's behalf.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -47,6 +48,8 @@ DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 CALLER_GONE: Final = 499
 """The ``code`` counted for a call whose caller went away before its answer (nginx's "client closed request"):
 not an error of the agent's, and no answer is sent. Only a number in the metric and the log."""
+CALLER_POLL: Final = 1.0
+"""Seconds between looks at whether a follower's connection is still open (so a slot frees within this)."""
 STOPPED: Final = 503
 """The ``code`` counted for a call cut off because the agent stopped (its handler cancelled at shutdown)."""
 
@@ -282,8 +285,8 @@ class ApiServer:
             response.enable_chunked_encoding()
             await response.prepare(request)
             try:
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
+                if not await _until_caller_gone(request, _copy(upstream.content.iter_any(), response)):
+                    raise ConnectionResetError("the caller closed the connection")
             except ConnectionResetError:  # the caller went away: nothing left to answer
                 log.info("output of %s for %s: the caller went away", pod, user.username)
                 return response
@@ -293,6 +296,33 @@ class ApiServer:
                 log.warning("output of %s ended early: %s: %s", pod, type(exc).__name__, exc)
             await response.write_eof()
             return response
+
+
+async def _copy(chunks: AsyncIterator[bytes], response: web.StreamResponse) -> None:
+    async for chunk in chunks:
+        await response.write(chunk)
+
+
+async def _until_caller_gone(request: web.Request, copying: Awaitable[None]) -> bool:
+    """Run ``copying`` until it ends (True) or the caller's connection closes first (False, ``copying``
+    cancelled). A followed log may stay quiet for hours, and aiohttp notices a closed connection only on the
+    next write; without this the handler, and the caller's follow-stream slot, would be held until the next
+    log line (maxFollowStreams would lock a supervisor out of a quiet job)."""
+    task = asyncio.ensure_future(copying)
+    try:
+        while not task.done():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return False
+            await asyncio.wait({task}, timeout=CALLER_POLL)
+        task.result()  # the copy's own error, if any, is the caller's to handle
+        return True
+    finally:
+        if not task.done():  # this handler was cancelled (the agent stopping): so is the copy
+            task.cancel()
 
 
 def build_app(kube: Kube, settings: ApiSettings) -> web.Application:

@@ -344,7 +344,8 @@ class FakeKube:
         follow = request.query.get("follow") == "true"
         for chunk in chunks if follow else [b"".join(chunks)]:
             await response.write(chunk)
-            await asyncio.sleep(self.log_delay)
+            if not await _pause(request, self.log_delay):
+                return response  # the reader went away (a kubelet ends the stream so)
         await response.write_eof()
         return response
 
@@ -355,6 +356,16 @@ class FakeKube:
         config.api_key = {"BearerToken": AGENT_TOKEN}
         config.api_key_prefix = {"BearerToken": "Bearer"}
         return config
+
+
+async def _pause(request: web.Request, seconds: float) -> bool:
+    """Sleep ``seconds``, or until the reader's connection closes (False)."""
+    end = asyncio.get_running_loop().time() + seconds
+    while (left := end - asyncio.get_running_loop().time()) > 0:
+        if request.transport is None or request.transport.is_closing():
+            return False
+        await asyncio.sleep(min(left, 0.1))
+    return True
 
 
 @asynccontextmanager

@@ -3,6 +3,8 @@ with which preconditions, and the fences."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent.api.client import AgentError
@@ -611,3 +613,23 @@ async def test_list_names_dispatchs_trainjobs_only_by_name_or_patch(agent: Agent
         with pytest.raises(AgentError) as err:
             await api.list(ListRequest(namespace=NAMESPACE, job_id=job.lower()))
         assert (err.value.kind, err.value.field) == (ErrorKind.INVALID, "jobId")
+
+
+async def test_a_follower_that_closes_frees_its_stream_at_once_on_a_quiet_log(agent: Agent):
+    """The slot maxFollowStreams counts is given back when the caller goes, not at the next log line: a quiet
+    job's log (here: the next line an hour away) must not lock its supervisor out of new follow streams."""
+    async with agent.client() as api:
+        started = await api.start(start_request(NAMESPACE))
+        js = c.jobset(agent.fake, NAMESPACE, started.name, started.uid)
+        c.owned_pod(agent.fake, js, "rank0", j="1")
+        agent.fake.logs[(NAMESPACE, "rank0")] = [b"epoch 1\n", b"epoch 2\n"]
+        agent.fake.log_delay = 3600
+        stream = api.output(OutputRequest(**ref(started).model_dump(), follow=True))
+        assert await anext(stream) == b"epoch 1\n"
+        assert agent.server.follow_streams != {}
+        await stream.aclose()
+        for _ in range(60):
+            if agent.server.follow_streams == {}:
+                break
+            await asyncio.sleep(0.1)
+    assert agent.server.follow_streams == {}, "the closed follower still holds its slot"

@@ -395,8 +395,6 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 			t.Error(err)
 		}
 	}
-	// The agent notices a follower that left when it next writes to it: one more line ends its streams.
-	l.hand(t, "log", map[string]string{"line": newULID() + " done"})
 
 	// Held while running: the pods go; released: A raised again before the next execution.
 	if held, err := c.Hold(ctx, HoldRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Who: "supervisor", Reason: "preempted by the supervisor"}); err != nil || held.Outcome != "held: Workload deactivated" {
