@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -14,10 +15,18 @@ from agent import watch
 from contract.keys import LABEL_JOB_ID
 from contract.objects import dig
 from serving.kube import describe_api_error, read_json
+from webhook.runtime_facts import RuntimeFacts, runtime_facts, uid_of
 
 TRAINER_GROUP: Final = "trainer.kubeflow.org"
 TRAINER_VERSION: Final = "v1alpha1"
 RUNTIMES: Final = "trainingruntimes"
+
+LIST_PAGE: Final = 100
+"""Copies per page of the LIST (agent/watch.py asks for 500, which suits Workloads). A copy carries a whole
+training runtime, ≈ 30 KB of JSON with its managedFields, ten times a Workload; a page's decoded objects,
+once freed, leave the heap fragmented at about their own size (CPython's arenas stay pinned by the few
+objects kept of each copy), so the page size bounds the RSS above what is kept: 500 a page held ≈ 95 MiB of
+a 10,000-copy webhook, 100 holds ≈ 20 (docs/performance.md), for 1,000 requests at 100,000 copies."""
 
 READY_TTL: Final = 5.0
 """Seconds a readiness answer is reused: kubelet probes every replica every few seconds, and a probe should
@@ -48,16 +57,19 @@ Key = tuple[str, str]
 class RuntimeCopies:
     """The runtime copies (TrainingRuntimes labelled with a job id), fed by a watch, in front of a GET.
 
+    What is kept of a copy, and what every answer is, memory's or a GET's, is its ``RuntimeFacts``
+    (webhook/runtime_facts.py): its uid and what the creation rules read of it, not the copy.
+
     ``await copies(namespace, name)`` answers from memory only with a copy the watch has shown and only while
     the watch is open; anything else (a miss, the watch reconnecting or re-listing, the watch not allowed)
     is a fresh GET, and the GET's answer is never put in memory (the watch is the only writer, so an older
     GET can never overwrite a newer event). A negative answer never comes from memory.
 
     Why a remembered copy answers as a fresh read would: a copy's spec never changes after creation (the
-    webhook refuses the edit, docs/webhook.md), and the rules read nothing else of it, so an entry answers
-    exactly as a fresh read of the same object (same uid). An object of the same name recreated is a new uid,
-    whose ADDED replaces the entry; a DELETED removes the entry only if it is the same uid (uid-checked, so
-    events of an old object never remove a newer one).
+    webhook refuses the edit, docs/webhook.md), and the facts are everything the rules read of it, so an
+    entry answers exactly as a fresh read of the same object (same uid). An object of the same name
+    recreated is a new uid, whose ADDED replaces the entry; a DELETED removes the entry only if it is the
+    same uid (uid-checked, so events of an old object never remove a newer one).
 
     What memory cannot know: a copy deleted (or replaced) so recently that the watch has not delivered the
     event yet (milliseconds on loopback). A TrainJob created in that window is allowed on the copy as it was
@@ -73,17 +85,18 @@ class RuntimeCopies:
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._fallback = fallback
+        """The GET (RuntimeReader): its whole object is reduced to the same facts as a watched copy's."""
         self._count = count or (lambda source: None)
         """Told "memory" or "api" on each lookup (the webhook's metrics)."""
-        self._copies: dict[Key, Mapping[str, Any]] = {}
-        self._listing: dict[Key, Mapping[str, Any]] | None = None
+        self._copies: dict[Key, RuntimeFacts] = {}
+        self._listing: dict[Key, RuntimeFacts] | None = None
         self.live = False
         """A watch stream is open and the last LIST is complete: memory is as current as the watch."""
         self.synced = asyncio.Event()
         self.hits = 0
         self.misses = 0
 
-    async def __call__(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def __call__(self, namespace: str, name: str) -> RuntimeFacts | None:
         if self.live:
             found = self._copies.get((namespace, name))
             if found is not None:
@@ -92,7 +105,8 @@ class RuntimeCopies:
                 return found
         self.misses += 1
         self._count("api")
-        return await self._fallback(namespace, name)
+        found = await self._fallback(namespace, name)
+        return None if found is None else runtime_facts(found)
 
     async def run(self) -> None:
         """List and watch the copies until cancelled (agent/watch.py: backoff, resume, re-list on 410)."""
@@ -105,6 +119,7 @@ class RuntimeCopies:
         await watch.run(RUNTIMES, self, call, self, self.synced, on_live=self._on_live)  # type: ignore[arg-type]
 
     async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> dict[str, Any]:
+        kwargs["limit"] = min(kwargs.get("limit") or LIST_PAGE, LIST_PAGE)
         return await read_json(call(**kwargs, _preload_content=False, _request_timeout=10))  # type: ignore[no-any-return]
 
     def _on_live(self, live: bool) -> None:
@@ -119,7 +134,7 @@ class RuntimeCopies:
     def page(self, items: list[Mapping[str, Any]]) -> None:
         assert self._listing is not None
         for obj in items:
-            self._listing[_key(obj)] = _kept(obj)
+            self._listing[_key(obj)] = runtime_facts(obj)
 
     def end(self) -> None:
         assert self._listing is not None
@@ -129,23 +144,15 @@ class RuntimeCopies:
         key = _key(obj)
         if kind == "DELETED":
             held = self._copies.get(key)
-            if held is not None and dig(held, "metadata", "uid") == dig(obj, "metadata", "uid"):
+            if held is not None and held.uid == uid_of(obj):
                 del self._copies[key]
         else:
-            self._copies[key] = _kept(obj)
+            self._copies[key] = runtime_facts(obj)
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
-    return str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name"))
-
-
-def _kept(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What the rules read of a copy (its spec) and what identifies it; the rest is not kept."""
-    meta = obj.get("metadata") or {}
-    return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
-        "spec": obj.get("spec"),
-    }
+    # A namespace holds many copies: one string for all of them.
+    return sys.intern(str(dig(obj, "metadata", "namespace"))), str(dig(obj, "metadata", "name"))
 
 
 class LookupReadiness:

@@ -11,7 +11,10 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from webhook.runtime_facts import RuntimeFacts
 
 REVIEW_KIND: Final = "AdmissionReview"
 REVIEW_API_VERSIONS: Final = ("admission.k8s.io/v1",)
@@ -143,8 +146,9 @@ def response(request: Request, verdict: Verdict) -> dict[str, Any]:
 class Lookups:
     """The one lookup a rule may need, supplied by the shell: the runtime copy a TrainJob refers to.
 
-    ``runtime`` maps (namespace, name) to the TrainingRuntime as read, or None when it does not exist.
-    The server fills it before deciding so that the rules stay pure.
+    ``runtimes`` maps (namespace, name) to the TrainingRuntime as read, or to its facts (what the webhook
+    keeps of it, webhook/runtime_facts.py), or None when it does not exist. The server fills it before
+    deciding so that the rules stay pure.
     """
 
-    runtimes: dict[tuple[str, str], Mapping[str, Any] | None] = field(default_factory=dict)
+    runtimes: dict[tuple[str, str], Mapping[str, Any] | RuntimeFacts | None] = field(default_factory=dict)

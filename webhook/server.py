@@ -31,6 +31,7 @@ from webhook.config import Config
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
 from webhook.review import Lookups, Request, Verdict, parse_review, response
+from webhook.runtime_facts import RuntimeFacts
 
 MAX_BODY: Final = 6 * 1024 * 1024
 """Bytes. The API server's own request limit is 3 MiB of object, and a review carries object and
@@ -42,8 +43,9 @@ LOOKUP_TIMEOUT: Final = 3.0
 SHUTDOWN_TIMEOUT: Final = 10.0
 """Seconds in-flight reviews get to finish after SIGTERM; the API server's own timeout is 5 at most."""
 
-RuntimeLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
-"""(namespace, name) -> the TrainingRuntime, or None when it does not exist; raises when it cannot tell."""
+RuntimeLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | RuntimeFacts | None]]
+"""(namespace, name) -> the TrainingRuntime or its facts (webhook/runtime_facts.py), or None when it does not
+exist; raises when it cannot tell."""
 ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,9 @@ from contract.names import TrainJobName, parse_name
 from contract.objects import annotations, dig, labels
 from contract.ownership import is_kueue_mode, runtime_patches
 from contract.prologue import SPEC_PROLOGUE
-from contract.runtime_patch import trainer_replicated_job
-from contract.runtime_requirements import runtime_problems
 from contract.trainer import escape_expansion, prefixes_from_env, trainer_command, trainer_env
 from contract.trainjob import comment
+from webhook.runtime_facts import RuntimeFacts, facts_or_none
 
 SPEC_PROLOGUE_WARNING = (
     "this TrainJob runs the spec's original prologue, which the site allows: in some shells it can run "
@@ -103,12 +102,16 @@ def _env_problems(env: object, name: TrainJobName) -> tuple[list[Problem], int |
 
 def creation_problems(
     trainjob: Mapping[str, Any],
-    runtime: Mapping[str, Any] | None,
+    runtime_copy: Mapping[str, Any] | RuntimeFacts | None,
     *,
     allow_spec_prologue: bool,
     allow_rank_restart: bool,
 ) -> tuple[list[Problem], list[str]]:
-    """Everything that keeps a dispatch TrainJob written by dispatch from the canonical form, and warnings."""
+    """Everything that keeps a dispatch TrainJob written by dispatch from the canonical form, and warnings.
+
+    ``runtime_copy`` is the TrainingRuntime it refers to as read, or its facts (webhook/runtime_facts.py,
+    what the webhook keeps): the rules read nothing of it but those, and answer the same on either."""
+    runtime = facts_or_none(runtime_copy)
     try:
         name = parse_name(dig(trainjob, "metadata", "name"))
     except ContractError as exc:
@@ -200,14 +203,14 @@ def creation_problems(
             )
         )
     else:
-        problems += runtime_problems(dig(runtime, "spec") or {}, allow_rank_restart=allow_rank_restart)
+        problems += runtime.problems(allow_rank_restart=allow_rank_restart)
     return problems, warnings
 
 
 def _patch_problems(
     trainjob: Mapping[str, Any],
     entry: Mapping[str, Any],
-    runtime: Mapping[str, Any] | None,
+    runtime: RuntimeFacts | None,
     name: TrainJobName,
 ) -> list[Problem]:
     problems = []
@@ -229,9 +232,8 @@ def _patch_problems(
             )
         )
     if runtime is not None:
-        try:
-            trainer = trainer_replicated_job(dig(runtime, "spec"))["name"]
-        except ContractError:
+        trainer = runtime.trainer_job()
+        if trainer is None:
             return problems  # runtime_problems reports it
         if jobs[0].get("name") != trainer:
             problems.append(
