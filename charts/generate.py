@@ -29,7 +29,7 @@ import yaml
 
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from webhook.config import Config, Owners, Principals
-from webhook.configurations import NAME, TIMEOUT_SECONDS, webhook_configurations
+from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
 from webhook.owners import DISPATCH, KUEUE
 from webhook.policies import admission_policies
 
@@ -201,27 +201,56 @@ def _rbac_api() -> str:
     return HEADER + comment + "{{- if .Values.api.enabled }}\n" + _strip_component(_dump(docs)) + "{{- end }}\n"
 
 
-MIRRORED_FAILURE = "{{ if .Values.admissionPolicies.enabled }}Ignore{{ else }}Fail{{ end }}"
-"""The failurePolicy of the webhooks whose rules the policies enforce too: Ignore when the chart renders them."""
 MAP_CAPABILITY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+MAP_RENDERED = f'and .Values.admissionPolicies.enabled (.Capabilities.APIVersions.Has "{MAP_CAPABILITY}")'
+"""Helm: the chart renders the MutatingAdmissionPolicy (mutating-admission-policies.yaml's condition)."""
+ONLY_WITHOUT = {
+    # The writes the policies judge in-process: sent to the webhook only when the chart renders no policies.
+    MIRRORED: "not .Values.admissionPolicies.enabled",
+    # The record of A: only where the MutatingAdmissionPolicy does not write it.
+    RECORD_START: f"not ({MAP_RENDERED})",
+}
+RECORD_START_FAILURE = "{{ if .Values.admissionPolicies.enabled }}Ignore{{ else }}Fail{{ end }}"
+"""With the policies (and no MutatingAdmissionPolicy) the webhook's record fails open onto the unsuspend policy,
+which refuses an unsuspend without the record: the same outcome, with the policy's message."""
+
+
+def _conditional_webhooks(text: str) -> str:
+    """Each webhook of ``text`` (a list item ``- name: <route>.<resource>...``) whose route ONLY_WITHOUT names,
+    wrapped in its Helm condition."""
+    out: list[str] = []
+    condition = None
+    for line in text.splitlines():
+        item = line.startswith("- name: ")
+        if condition is not None and (item or not line.startswith("  ")):
+            out.append("{{- end }}")
+            condition = None
+        if item:
+            condition = ONLY_WITHOUT.get(line.removeprefix("- name: ").split(".", 1)[0])
+            if condition is not None:
+                out.append(f"{{{{- if {condition} }}}}")
+        out.append(line)
+    if condition is not None:
+        out.append("{{- end }}")
+    return "\n".join(out) + "\n"
 
 
 def rendered() -> dict[Path, str]:
-    configurations = webhook_configurations(
-        namespace=NAMESPACE, service=SERVICE, port=443, updates_failure_policy="Ignore"
-    )
-    mirrored = sum(w["failurePolicy"] == "Ignore" for d in configurations for w in d["webhooks"])
+    # Every route, as without the policies; the chart's conditions leave out what the policies judge.
+    configurations = webhook_configurations(namespace=NAMESPACE, service=SERVICE, port=443)
     for doc in configurations:
         doc["metadata"]["name"] = FULLNAME
         for hook in doc["webhooks"]:
             if hook["timeoutSeconds"] != TIMEOUT_SECONDS:
                 raise ValueError(f"{hook['name']}: timeoutSeconds is not the generators' {TIMEOUT_SECONDS}")
             hook["timeoutSeconds"] = TIMEOUT
+            if hook["name"].startswith(RECORD_START + "."):
+                hook["failurePolicy"] = RECORD_START_FAILURE
     webhooks = _strip_component(_dump(configurations)).replace(f"'{TIMEOUT}'", TIMEOUT)
     webhooks = webhooks.replace(TIMEOUT, "{{ .Values.webhook.timeoutSeconds }}")
-    if webhooks.count("failurePolicy: Ignore\n") != mirrored:
-        raise ValueError("expected one failurePolicy: Ignore per webhook the policies mirror")
-    webhooks = webhooks.replace("failurePolicy: Ignore\n", f"failurePolicy: '{MIRRORED_FAILURE}'\n")
+    if webhooks.count(f"failurePolicy: '{RECORD_START_FAILURE}'\n") != 1:
+        raise ValueError("expected one record-start webhook")
+    webhooks = _conditional_webhooks(webhooks)
     labels = "  labels:\n    " + LABELS + "\n"
     if webhooks.count(labels) != len(configurations):
         raise ValueError("expected one labels block per webhook configuration")
@@ -236,7 +265,7 @@ def rendered() -> dict[Path, str]:
         TEMPLATES / "mutating-admission-policies.yaml": HEADER
         + "# Only where the API server serves MutatingAdmissionPolicy (v1.36 and later); elsewhere the webhook\n"
         + "# records A at an unsuspend (record-start), and with neither the unsuspend policy fails closed.\n"
-        + f'{{{{- if and .Values.admissionPolicies.enabled (.Capabilities.APIVersions.Has "{MAP_CAPABILITY}") }}}}\n'
+        + f"{{{{- if {MAP_RENDERED} }}}}\n"
         + mutating
         + "{{- end }}\n",
         TEMPLATES / "rbac-api.yaml": _rbac_api(),

@@ -3,7 +3,8 @@
 Only objects that are, or claim to be, dispatch's are sent (``matchConditions``): an unrelated TrainJob
 never reaches the webhook and never waits on it, even when the webhook is down. Validation fails closed
 for dispatch's objects; kube-system and dispatch's own namespace are excluded so that the webhook can
-never lock out the components that would fix it.
+never lock out the components that would fix it. Where the admission policies are installed, the writes they
+judge are not sent at all (``policies``): only the creates no policy can judge.
 """
 
 from __future__ import annotations
@@ -189,6 +190,12 @@ def _split(
     return creates, [(r, ops) for r, ops in others if ops]
 
 
+MIRRORED: Final = "validate-mirrored"
+"""The validating webhooks of writes the admission policies judge too: rendered only without the policies."""
+RECORD_START: Final = "record-start"
+"""The mutating webhook recording A at an unsuspend: rendered only where no MutatingAdmissionPolicy records it."""
+
+
 def webhook_configurations(
     *,
     namespace: str,
@@ -198,7 +205,8 @@ def webhook_configurations(
     ca_bundle: bytes | None = None,
     name: str = NAME,
     timeout_seconds: int = TIMEOUT_SECONDS,
-    updates_failure_policy: str = "Fail",
+    policies: bool = False,
+    mutating_policy: bool = False,
 ) -> list[dict[str, Any]]:
     """The ValidatingWebhookConfiguration and MutatingWebhookConfiguration.
 
@@ -206,14 +214,17 @@ def webhook_configurations(
     sandbox and the tests, with the server on loopback). ``ca_bundle`` is left out of what the chart
     renders: the certificate controller injects it, so a ``helm upgrade`` never blanks it.
 
-    The creates of TrainJobs and runtime copies always fail closed (``validate.*``): their rules read another
-    object, which no policy can. Every other write (``validate-mirrored.*``, ``record-start.*``) fails by
-    ``updates_failure_policy``: ``Ignore`` where the admission policies enforce the same rules in-process (the
-    chart with admissionPolicies.enabled), so that an outage of the webhook stops no execution; ``Fail`` where
-    they do not.
+    The creates of TrainJobs and runtime copies (``validate.*``) and the closing of a TrainJob created open
+    (``mutate.trainjobs``) are always sent, failing closed: their rules read another object, which no policy
+    can. ``policies``: the admission policies (webhook/policies.py) are installed, and judge every other routed
+    write in-process, so the webhook is not called for those at all (``validate-mirrored.*`` is left out: a
+    call the API server may skip when it fails adds no guarantee, only its latency). ``mutating_policy``: the
+    MutatingAdmissionPolicy records A at an unsuspend too, so ``record-start.trainjobs`` is left out; without
+    it, the webhook records A, failing open onto the unsuspend policy, which then refuses the unrecorded
+    unsuspend. Without the policies every route is sent and fails closed.
     """
-    if updates_failure_policy not in ("Fail", "Ignore"):
-        raise ValueError(f"failurePolicy must be Fail or Ignore, not {updates_failure_policy!r}")
+    if mutating_policy and not policies:
+        raise ValueError("the MutatingAdmissionPolicy is rendered only with the admission policies")
     client = {"namespace": namespace, "service": service, "port": port, "url": url, "ca_bundle": ca_bundle}
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "webhook"}
     if not 1 <= timeout_seconds <= 30:
@@ -223,27 +234,13 @@ def webhook_configurations(
         creates, others = _split(r, VALIDATED[r])
         if creates:
             validating.append(_webhook("validate", g, v, r, creates, timeout_seconds, **client))
-        if others:
-            validating.append(
-                _webhook(
-                    "validate",
-                    g,
-                    v,
-                    r,
-                    others,
-                    timeout_seconds,
-                    name="validate-mirrored",
-                    failure_policy=updates_failure_policy,
-                    **client,
-                )
-            )
+        if others and not policies:
+            validating.append(_webhook("validate", g, v, r, others, timeout_seconds, name=MIRRORED, **client))
     trainjobs = RESOURCES[0]
     unsuspends = {"name": "creates-or-unsuspends", "expression": UNSUSPENDS}
     # Nothing to mutate in a TrainJob created closed (as Start creates them): the API server then does not
     # call the webhook for it at all (one HTTPS round trip less per create; docs/performance.md).
     created_open = {"name": "created-open", "expression": opened()}
-    # The record of A at an unsuspend: the MutatingAdmissionPolicy dispatch-k8s-record-start writes it in-process
-    # too (webhook/policies.py); the webhook's is for API servers without it.
     mutating = [
         {
             **_webhook(
@@ -251,20 +248,25 @@ def webhook_configurations(
             ),
             "reinvocationPolicy": "Never",
         },
-        {
-            **_webhook(
-                "mutate",
-                *trainjobs,
-                [("trainjobs", ["UPDATE"])],
-                timeout_seconds,
-                also=(unsuspends,),
-                name="record-start",
-                failure_policy=updates_failure_policy,
-                **client,
-            ),
-            "reinvocationPolicy": "Never",
-        },
     ]
+    if not mutating_policy:
+        # The record of A at an unsuspend, where the MutatingAdmissionPolicy dispatch-k8s-record-start does not
+        # write it in-process (an API server older than v1.36, or no policies).
+        mutating.append(
+            {
+                **_webhook(
+                    "mutate",
+                    *trainjobs,
+                    [("trainjobs", ["UPDATE"])],
+                    timeout_seconds,
+                    also=(unsuspends,),
+                    name=RECORD_START,
+                    failure_policy="Ignore" if policies else "Fail",
+                    **client,
+                ),
+                "reinvocationPolicy": "Never",
+            }
+        )
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",

@@ -5,9 +5,9 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   dispatch.phpboyscout.uk/ on TrainJobs, TrainingRuntimes and Workloads, nor move dispatch's gate on a
   TrainJob (the record of A at an unsuspend is left to the next two).
 * ``dispatch-k8s-identity``: on TrainJobs, for everyone, A in dispatch's runtime patch and the admission
-  floor never fall and are never removed, only dispatch raises them and only to max(A, floor) + 1, the
-  recorded JobSet UID never changes, the queue never changes, the record of A changes only in an
-  unsuspend, and no other runtime-patch entry sets a pod key that decides identity.
+  floor never fall and are never removed, only dispatch raises them and only to max(A, floor) + 1, dispatch's
+  entry changes in nothing but A, the recorded JobSet UID never changes, the queue never changes, the record
+  of A changes only in an unsuspend, and no other runtime-patch entry sets a pod key that decides identity.
 * ``dispatch-k8s-unsuspend``: the choke point, every unsuspend of a dispatch TrainJob: opened, no gate, no
   hold, A above the A recorded at the previous unsuspend, and recorded in this write (the mutating webhook
   records it; with the webhook gone the unsuspend fails closed).
@@ -19,7 +19,7 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   its first start, by everyone (Kueue suspends the Job of a TrainJob whose Workload is gone, and JobSet resumes
   it: its rank would run again under the A and J of the execution that just ended).
 * ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``) nor restarts
-  the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J.
+  the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J; and its spec never changes.
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
   change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
@@ -157,6 +157,32 @@ def _clean_entry(p: str) -> str:
     )
 
 
+def _dispatch_entries(obj: str) -> str:
+    return f"{obj}.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+
+
+def _same_but_a(old: str, new: str) -> str:
+    """CEL: runtime-patch entries ``old`` and ``new`` are equal but for A on the pods and the ``time`` Trainer stamps
+    (``update.runtime-patch``). Field by field, as the TrainJob CRD's runtime-patch schema (Trainer v2.2.1) has them:
+    the JobSet's metadata; each replicated job, by name, its Job metadata, its pod spec and pod metadata, the pod
+    annotations but A."""
+    jobs = ".?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([])"
+    pod = "?template.?spec.?template"
+    same_pod_metadata = " && ".join(
+        f"o.{pod}.?metadata.?{f} == j.{pod}.?metadata.?{f}" for f in ("labels", "finalizers", "name", "namespace")
+    )
+    a = _q(ANNOTATION_ADMISSION)
+    oa, ja = (f"{x}.{pod}.?metadata.?annotations.orValue({{}})" for x in ("o", "j"))
+    return (
+        f"{old}.?trainingRuntimeSpec.?template.?metadata == {new}.?trainingRuntimeSpec.?template.?metadata && "
+        f"size({new}{jobs}) == size({old}{jobs}) && {new}{jobs}.all(j, "
+        f"{new}{jobs}.exists_one(k, k.?name.orValue('') == j.?name.orValue('')) && {old}{jobs}.exists(o, "
+        f"o.?name.orValue('') == j.?name.orValue('') && o.?template.?metadata == j.?template.?metadata && "
+        f"o.{pod}.?spec == j.{pod}.?spec && {same_pod_metadata} && "
+        f"{ja}.all(k, k == {a} || (k in {oa} && {oa}[k] == {ja}[k])) && {oa}.all(k, k == {a} || k in {ja})))"
+    )
+
+
 def _int(count: str) -> str:
     return f"({count} == '' ? 0 : int({count}))"
 
@@ -275,6 +301,8 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                 {"name": "oldStarted", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
                 {"name": "newStarted", "expression": _annotation("object", ANNOTATION_ADMISSION_STARTED)},
                 {"name": "unsuspends", "expression": UNSUSPENDS},
+                {"name": "oldEntries", "expression": _dispatch_entries("oldObject")},
+                {"name": "newEntries", "expression": _dispatch_entries("object")},
             ],
             "validations": [
                 {
@@ -306,6 +334,15 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "messageExpression": "'only dispatch raises A and the admission floor, together, to max(A, floor)"
                     " + 1: saw A ' + variables.oldA + ' -> ' + variables.newA + ', floor ' + variables.oldFloor"
                     " + ' -> ' + variables.newFloor",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "size(variables.newEntries) == size(variables.oldEntries) && "
+                    "(size(variables.newEntries) != 1 || "
+                    + _same_but_a("variables.oldEntries[0]", "variables.newEntries[0]")
+                    + ")",
+                    "message": "dispatch's runtime-patch entry is written at creation, never added, removed or "
+                    "rewritten after: only A changes in it",
                     "reason": "Forbidden",
                 },
                 {
@@ -443,6 +480,14 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "'InPlaceRestart'",
                     "message": "a dispatch runtime never restarts in place (InPlaceRestart keeps A and J), even "
                     "with allowRankRestart",
+                    "reason": "Forbidden",
+                },
+                {
+                    # runtime-copy.immutable: the rules read the copy's spec at the TrainJob's create, and Trainer
+                    # reads it at every reconcile.
+                    "expression": f"request.operation != 'UPDATE' || "
+                    f"!oldObject.metadata.name.matches({_q(owners.NAME_PATTERN)}) || object.spec == oldObject.spec",
+                    "message": "a runtime copy's spec never changes after creation",
                     "reason": "Forbidden",
                 },
                 {

@@ -211,6 +211,10 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: watch JobSet pods", ("watch", "", "pods", {})),
         ("agent: watch Nodes", ("list", "", "nodes", {})),
         ("agent: watch Nodes", ("watch", "", "nodes", {})),
+        ("agent: watch TrainJobs (agent/caches.py)", ("list", TRAINER, "trainjobs", {})),
+        ("agent: watch TrainJobs (agent/caches.py)", ("watch", TRAINER, "trainjobs", {})),
+        ("agent: watch JobSets (agent/caches.py)", ("list", JOBSET, "jobsets", {})),
+        ("agent: watch JobSets (agent/caches.py)", ("watch", JOBSET, "jobsets", {})),
         # agent/kube.py: one reconcile pass.
         ("agent: get_workload", ("get", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
         ("agent: get_trainjob", ("get", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
@@ -229,6 +233,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
             ("patch", KUEUE, "admissionchecks", {"name": "dispatch-admission", "subresource": "status"}),
         ),
         ("agent: create_event", ("create", "", "events", {"ns": TEAM})),
+        ("agent: patch an Event (agent/events.py: its count)", ("patch", "", "events", {"ns": TEAM, "name": "e"})),
         # agent/leader.py: leader election.
         ("agent: get_lease", ("get", COORDINATION, "leases", {"ns": lease_ns, "name": lease_name})),
         ("agent: replace_lease", ("update", COORDINATION, "leases", {"ns": lease_ns, "name": lease_name})),

@@ -213,8 +213,9 @@ def test_the_webhook_configurations_are_the_generators_and_reach_the_webhook_thr
         port=443,
         name=name_,
         timeout_seconds=timeout,
-        # The routes the policies mirror fail open onto them when the chart renders them.
-        updates_failure_policy="Ignore" if policies else "Fail",
+        # With the policies, the writes they judge are not sent to the webhook (helm template serves no
+        # MutatingAdmissionPolicy here, so the webhook records A: record-start stays, failing open).
+        policies=policies,
     )
     got = [r.one("ValidatingWebhookConfiguration"), r.one("MutatingWebhookConfiguration")]
     assert [without_labels(d) for d in got] == [without_labels(d) for d in expected]
@@ -274,6 +275,61 @@ def test_the_mutating_admission_policy_where_the_api_server_serves_it():
         extra=["--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"],
     )
     assert not off.of("MutatingAdmissionPolicy")
+
+
+MAP_SERVED = ["--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"]
+
+
+def _routes(r: Rendered) -> dict[str, list[tuple[str, str, tuple[str, ...]]]]:
+    """Each rendered webhook's name: (resource, failurePolicy, operations) of each of its rules."""
+    return {
+        hook["name"].split(".", 1)[0] + "." + hook["name"].split(".")[1]: [
+            (resource, hook["failurePolicy"], tuple(rule["operations"]))
+            for rule in hook["rules"]
+            for resource in rule["resources"]
+        ]
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        for hook in r.one(kind)["webhooks"]
+    }
+
+
+@pytest.mark.parametrize("served", [True, False], ids=["MutatingAdmissionPolicy served", "not served"])
+def test_with_the_policies_the_webhook_is_sent_no_write_they_judge(served):
+    """The chart with the policies (the default): the webhook is sent only the creates no policy can judge and the
+    closing of a TrainJob created open; on an API server serving MutatingAdmissionPolicy not one update (the MAP
+    records A), elsewhere only the unsuspend, whose record fails open onto the unsuspend policy."""
+    r = template(extra=MAP_SERVED if served else [])
+    expected = {
+        "validate.trainjobs": [("trainjobs", "Fail", ("CREATE",))],
+        "validate.trainingruntimes": [("trainingruntimes", "Fail", ("CREATE",))],
+        "mutate.trainjobs": [("trainjobs", "Fail", ("CREATE",))],
+    }
+    if not served:
+        expected["record-start.trainjobs"] = [("trainjobs", "Ignore", ("UPDATE",))]
+    assert _routes(r) == expected
+    assert [p["metadata"]["name"] for p in r.of("MutatingAdmissionPolicy")] == (
+        ["dispatch-k8s-record-start"] if served else []
+    )
+    assert r.of("ValidatingAdmissionPolicy"), "the policies judge what the webhook is not sent"
+
+
+def test_without_the_policies_every_route_is_sent_and_fails_closed():
+    r = template({"admissionPolicies": {"enabled": False}}, extra=MAP_SERVED)
+    routes = _routes(r)
+    assert set(routes) == {
+        "validate.trainjobs",
+        "validate-mirrored.trainjobs",
+        "validate.trainingruntimes",
+        "validate-mirrored.trainingruntimes",
+        "validate-mirrored.workloads",
+        "validate-mirrored.jobsets",
+        "mutate.trainjobs",
+        "record-start.trainjobs",
+    }
+    assert {policy for rules in routes.values() for _, policy, _ in rules} == {"Fail"}
+    assert ("workloads/status", "Fail", ("UPDATE",)) in routes["validate-mirrored.workloads"]
+    assert not r.of("ValidatingAdmissionPolicy")
+    assert not r.of("MutatingAdmissionPolicy")
 
 
 def test_extra_principals_reach_the_webhook_config_and_the_policies(tmp_path):

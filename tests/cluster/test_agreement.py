@@ -32,7 +32,8 @@ from contract.keys import (
     LABEL_QUEUE_NAME,
 )
 from contract.trainjob import build_trainjob
-from harness.kube_http import ApiError, KubeHttp
+from harness.kube_http import ApiError
+from tests.cluster import chart_admission
 from tests.cluster.principals import Principals, principals
 from tests.cluster.test_record_start import set_a
 from tests.unit.fixtures import runtime, submission
@@ -45,7 +46,7 @@ from webhook.policies import admission_policies
 from webhook.review import Lookups, User
 
 pytestmark = pytest.mark.cluster
-KUEUE_SA = "kueue"
+KUEUE_SA = chart_admission.KUEUE_SA
 
 
 @pytest.fixture
@@ -56,15 +57,7 @@ def who(control_plane, namespace) -> Principals:
 @pytest.fixture
 def actors(control_plane, namespace, who) -> dict[str, tuple[Any, User]]:
     """dispatch and Kueue: each a client of the API server and the User the webhook sees."""
-    control_plane.ensure_service_account(namespace, KUEUE_SA)
-    kueue_name = f"system:serviceaccount:{namespace}:{KUEUE_SA}"
-    control_plane.admin.create({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": f"kueue-{secrets.token_hex(3)}", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": KUEUE_SA, "namespace": namespace}],
-    })  # fmt: skip
-    kueue = KubeHttp(control_plane.service_account_credentials(namespace, KUEUE_SA))
+    kueue, kueue_name = chart_admission.kueue(control_plane, namespace, [namespace])
     return {"dispatch": (who.dispatch, User(who.dispatch_username)), "kueue": (kueue, User(kueue_name))}
 
 

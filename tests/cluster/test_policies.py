@@ -274,6 +274,48 @@ def test_item_2_other_entries_carry_only_what_kueues_does(who, namespace, polici
     assert "not the trainer container, its volumes or dispatch's keys" in err
 
 
+ENTRY_PATH = "/spec/runtimePatches/0"
+POD_PATH = ENTRY_PATH + "/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template"
+
+
+SECOND_JOB = {
+    "name": "extra",
+    "template": {"spec": {"template": {"metadata": {"annotations": {"dispatch.phpboyscout.uk/admission": "5"}}}}},
+}
+REWRITES = {
+    "a pod label": ("replace", POD_PATH + "/metadata/labels/dispatch.phpboyscout.uk~1submission", "9"),
+    "a pod annotation": ("add", POD_PATH + "/metadata/annotations/example.com~1note", "x"),
+    "the pod spec": ("add", POD_PATH + "/spec", {"nodeSelector": {"zone": "a"}}),
+    "a second job": ("add", ENTRY_PATH + "/trainingRuntimeSpec/template/spec/replicatedJobs/-", SECOND_JOB),
+}
+"""Rewrites of dispatch's entry other than A. (A second entry of dispatch's manager the CRD refuses itself.)"""
+
+
+@pytest.mark.parametrize("rewrite", list(REWRITES))
+def test_dispatchs_entry_changes_only_in_a_even_for_dispatch(who, namespace, policies, rewrite):
+    """update.runtime-patch, in-process: the webhook is not sent the TrainJob's updates where the policies run."""
+    tj = create(who, namespace)
+    test = [{"op": "test", "path": ENTRY_PATH + "/manager", "value": "dispatch.phpboyscout.uk/adapter"}]
+    op, path, value = REWRITES[rewrite]
+    err = denied(who.dispatch, tj, [*test, {"op": op, "path": path, "value": value}], content_type=JSON_PATCH)
+    assert "dispatch's runtime-patch entry is written at creation" in err or "never falls" in err, err
+    raised = json_patch(who.dispatch, tj, raise_admission(tj).patch)  # A itself changes
+    # Another manager's entry leaves dispatch's as it was.
+    kueue = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"zone": "a"}}}}}}]}}}}  # fmt: skip
+    json_patch(who.stranger, raised, [{"op": "add", "path": "/spec/runtimePatches/-", "value": kueue}])
+
+
+def test_a_runtime_copys_spec_never_changes_even_for_dispatch(who, namespace, policies):
+    """runtime-copy.immutable, in-process; its metadata may change (Start's owner reference, Trainer's finalizer)."""
+    sub = submission(namespace=namespace)
+    copy_ = who.dispatch.create(build_runtime_copy(sub, runtime()))
+    err = denied(who.dispatch, copy_, {"spec": {"template": {"metadata": {"labels": {"example.com/x": "y"}}}}})
+    assert "a runtime copy's spec never changes after creation" in err
+    merge_patch(who.dispatch, copy_, {"metadata": {"finalizers": ["example.com/in-use"]}})
+    merge_patch(who.dispatch, copy_, {"metadata": {"finalizers": None}})
+
+
 def _opened(who: Principals, tj: dict, *, mark: bool = True) -> dict:
     """Open in Kueue mode (the gate removed, with the opened mark unless ``mark`` is false), then the raise."""
     notes: dict = {ANNOTATION_ADMISSION_GATED_BY: None}

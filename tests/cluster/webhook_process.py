@@ -63,11 +63,17 @@ def wait_ready(process: ManagedProcess, port: int, ca_pem: bytes) -> None:
 
 
 def start_webhook(
-    cp: ControlPlane, namespace: str, dispatch_username: str, workdir: Path, config: dict[str, Any] | None = None
+    cp: ControlPlane,
+    namespace: str,
+    dispatch_username: str,
+    workdir: Path,
+    config: dict[str, Any] | None = None,
+    **configuration: bool,
 ) -> WebhookProcess:
     """Run ``python -m webhook serve`` on loopback under its own ServiceAccount (which may only read and
     watch TrainingRuntimes, its one lookup) and register it for ``namespace`` alone. ``config``: the webhook's
-    config file, instead of one naming ``dispatch_username`` as dispatch."""
+    config file, instead of one naming ``dispatch_username`` as dispatch. ``configuration``: ``policies`` and
+    ``mutating_policy`` of webhook_configurations (the chart's, with the policies): every route without."""
     ca_pem = serving_files(workdir, "dispatch-webhook")
     (workdir / "config.yaml").write_text(yaml.safe_dump(config or {"dispatch": {"usernames": [dispatch_username]}}))
     role = f"webhook-lookup-{secrets.token_hex(3)}"
@@ -95,7 +101,7 @@ def start_webhook(
             "--tls-cert-file", workdir / "tls.crt", "--tls-private-key-file", workdir / "tls.key",
             "--config", workdir / "config.yaml", "--kubeconfig", kubeconfig]  # fmt: skip
     process = cp.supervisor.start(f"dispatch-webhook-{namespace}", argv)
-    return register(cp, namespace, process, port, ca_pem, "dispatch-k8s")
+    return register(cp, namespace, process, port, ca_pem, "dispatch-k8s", **configuration)
 
 
 def serving_files(workdir: Path, name: str) -> bytes:
@@ -110,16 +116,23 @@ def serving_files(workdir: Path, name: str) -> bytes:
 
 
 def register(
-    cp: ControlPlane, namespace: str, process: ManagedProcess, port: int, ca_pem: bytes, name: str
+    cp: ControlPlane,
+    namespace: str,
+    process: ManagedProcess,
+    port: int,
+    ca_pem: bytes,
+    name: str,
+    **configuration: bool,
 ) -> WebhookProcess:
     """Once the webhook at ``port`` is ready, dispatch's webhook configurations (named ``name``-<suffix>)
-    pointing at it, for ``namespace`` alone."""
+    pointing at it, for ``namespace`` alone; ``configuration`` as start_webhook's."""
     wait_ready(process, port, ca_pem)
     docs = webhook_configurations(
         namespace="dispatch-system",
         url=f"https://127.0.0.1:{port}",
         ca_bundle=ca_pem,
         name=f"{name}-{secrets.token_hex(3)}",
+        **configuration,
     )
     for doc in docs:
         for hook in doc["webhooks"]:
@@ -147,3 +160,17 @@ def wait_enforced(http: Any, namespace: str) -> None:
         http.delete(canary["apiVersion"], canary["kind"], canary["metadata"]["name"], namespace)
         time.sleep(0.2)
     raise AssertionError("the webhook was not called within 30 s")
+
+
+def reviews(hook: WebhookProcess, endpoint: str = "") -> float:
+    """How many reviews the webhook has answered (``dispatch_webhook_reviews_total``), at ``endpoint``
+    (validate, mutate) or at all."""
+    context = ssl.create_default_context(cadata=hook.ca_pem.decode())
+    with urllib.request.urlopen(f"https://127.0.0.1:{hook.port}/metrics", context=context, timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    label = f'endpoint="{endpoint}"' if endpoint else ""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("dispatch_webhook_reviews_total{") and label in line
+    )

@@ -303,7 +303,7 @@ def test_with_the_webhook_down_a_preemption_and_readmission_still_work(gate: Gat
     selector = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
     # Nothing listens on this port: every call of the API server to the webhook fails.
     down = webhook_configurations(namespace="dispatch-system", url=f"https://127.0.0.1:{free_port()}",
-                                  ca_bundle=b"unused", name=f"down-{suffix}", updates_failure_policy="Ignore")  # fmt: skip
+                                  ca_bundle=b"unused", name=f"down-{suffix}", policies=True, mutating_policy=True)  # fmt: skip
     for doc in down:
         for hook in doc["webhooks"]:
             hook["namespaceSelector"] = selector
