@@ -2,7 +2,9 @@
 
 Watch-driven, not polling, and stateless where it matters: the in-memory index (which TrainJob a Workload
 belongs to, which Workloads are due, which are held on which Nodes) only decides *what to enqueue*; every
-decision re-reads the Workload and what it needs (agent/reconcile.py).
+decision reads the Workload and what it needs anew (agent/reconcile.py), the Workload, TrainJob and JobSet
+from the watches' stores (agent/caches.py: safe because each write acting on them is preconditioned on the
+resourceVersion read), the pods by a consistent LIST.
 
 * Workloads (all namespaces): a Workload whose check of ours is due (Pending, quota reserved, not evicted,
   finished or deactivated) is enqueued on each change.
@@ -11,6 +13,9 @@ decision re-reads the Workload and what it needs (agent/reconcile.py).
 * Pods with a ``jobset.sigs.k8s.io/jobset-name`` label: a change enqueues its TrainJob's Workload if that
   is due, so a check held on a pod that may still run is looked at again when the pod changes or goes.
 * Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion).
+* TrainJobs and JobSets (agent/caches.py): kept in memory for the passes' reads; a change enqueues the
+  TrainJob's Workload if due, so an Open, a Hold or a Release that changes only the TrainJob wakes the gate.
+  The Workload watch keeps the full Workload too, only while a check of ours is due on it.
 
 The watches run on every replica, leader or not: a standby's index and queue are warm when it takes over,
 so it starts on every due Workload at once (the queue de-duplicates), and readiness means the same thing on
@@ -31,8 +36,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import watch
 from agent.admissioncheck import AdmissionCheckCache, active_patch
+from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.config import AgentConfig
-from agent.constants import ADMISSION_CHECKS, WORKLOADS
+from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
 from agent.gate import Action
 from agent.kube import Kube
 from agent.leader import LeaderElector
@@ -48,6 +54,10 @@ from serving.kube import describe_api_error
 log = logging.getLogger(__name__)
 
 WATCHED = (ADMISSION_CHECKS, WORKLOADS, "pods", "nodes")
+"""The watches readiness waits for."""
+CACHED = (TRAINJOBS, JOBSETS)
+"""The watches that only spare a pass its GETs: not waited for (with a ServiceAccount that may not list
+them, they never list, and every read is a GET)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +147,11 @@ class Controller:
         """Removes dispatch's pod finalizer once a pod's processes are proven gone (agent/podfinalizer.py)."""
         self.checks = AdmissionCheckCache()
         kube.checks = self.checks
-        self.synced = {name: asyncio.Event() for name in WATCHED}
+        self.reads = Reads(kube)
+        """The passes' reads of Workloads, TrainJobs and JobSets, from the stores the watches below feed."""
+        self.reads.count = self.metrics.reads.inc
+        kube.reads = self.reads
+        self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
             namespace=config.lease_namespace,
@@ -159,17 +173,21 @@ class Controller:
         checks = _Handler(self._checks_page, self._check_event, self._checks_listed.clear, self._checks_end)
         self._handlers: dict[str, watch.Handler] = {
             ADMISSION_CHECKS: checks,
-            WORKLOADS: _Handler(self._workloads_page, self._workload_event, self._listed.clear, self._workloads_end),
+            WORKLOADS: _Handler(self._workloads_page, self._workload_event, self._workloads_begin, self._workloads_end),
             "pods": _Handler(self._pods_page, self._pod_event, self.releaser.list_begin, self.releaser.list_end),
             "nodes": _Handler(lambda _: None, self._node_event, on_end=self._nodes_end),
+            TRAINJOBS: StoreHandler(self.reads.trainjobs, keep_trainjob, self._enqueue_for_trainjob),
+            JOBSETS: StoreHandler(self.reads.jobsets, keep_jobset, self._enqueue_for_trainjob),
         }
+        self._live = {WORKLOADS: self.reads.workloads.on_live, TRAINJOBS: self.reads.trainjobs.on_live,
+                      JOBSETS: self.reads.jobsets.on_live}  # fmt: skip
 
     # -- running ----------------------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
         """Every watch has listed once: the controller knows the cluster and can serve."""
-        return all(e.is_set() for e in self.synced.values())
+        return all(self.synced[name].is_set() for name in WATCHED)
 
     @property
     def leading(self) -> bool:
@@ -187,10 +205,11 @@ class Controller:
                     self._handlers[name],
                     self.synced[name],
                     on_restart=lambda why, n=name: self.metrics.watch_restarts.inc(n, why),
+                    on_live=self._live.get(name),
                 ),
                 name=f"watch-{name}",
             )
-            for name in WATCHED
+            for name in (*WATCHED, *CACHED)
         ]
         self._broken = asyncio.get_running_loop().create_future()
         election = asyncio.create_task(self.elector.run(), name="leader-election")
@@ -240,7 +259,7 @@ class Controller:
 
     async def _lead(self) -> None:
         """While leading: once every watch has listed, the workers and the Active condition."""
-        await asyncio.gather(*(e.wait() for e in self.synced.values()))
+        await asyncio.gather(*(self.synced[name].wait() for name in WATCHED))
         log.info("serving the readmission gate with %d worker(s)", self.config.workers)
         async with asyncio.TaskGroup() as group:
             group.create_task(self._keep_active(), name="active-condition")
@@ -344,6 +363,8 @@ class Controller:
     def _checks_changed(self) -> None:
         self._active_dirty.set()
         for key in self.index.due_keys(self.checks.ours()):
+            # Held as "not due" under the old check names, perhaps: that pass reads it afresh.
+            self.reads.workloads.discard((key.namespace, key.name))
             self.queue.add(key)
 
     def _workloads_page(self, items: list[Mapping[str, Any]]) -> None:
@@ -351,21 +372,30 @@ class Controller:
             self._listed.add(key_of(wl))
             self._workload_event("ADDED", wl)
 
+    def _workloads_begin(self) -> None:
+        self._listed.clear()
+        self.reads.workloads.begin()
+
     def _workloads_end(self) -> None:
         for key in set(self.index.hints) - self._listed:
             self._workload_event("DELETED", {"metadata": {"namespace": key.namespace, "name": key.name}})
         self._listed.clear()
+        self.reads.workloads.end()  # and what the LIST did not hand over is dropped from memory
 
     def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
         key = key_of(wl)
         if kind == "DELETED":
             self.index.remove(key)
+            self.reads.workloads.delete(wl)
             self._unhold(key)
             return
         self.index.put(key, hint_of(wl))
         if self.index.due(key, self.checks.ours()):
+            # Kept whole only while a check of ours is due: the pass about to run reads it from memory.
+            self.reads.workloads.put(wl)
             self.queue.add(key)
         else:
+            self.reads.workloads.mark(wl)  # its uid only, if held: a pass woken meanwhile needs no GET
             self._unhold(key)  # no longer Pending-and-reserved: not held any more
 
     def _unhold(self, key: WorkloadKey) -> None:
@@ -384,6 +414,12 @@ class Controller:
     def _enqueue_for_pod(self, pod: Mapping[str, Any]) -> None:
         jobset = labels(pod).get(LABEL_JOBSET_NAME)
         key = self.index.by_trainjob.get((str(dig(pod, "metadata", "namespace")), str(jobset)))
+        if key is not None and self.index.due(key, self.checks.ours()):
+            self.queue.add(key)
+
+    def _enqueue_for_trainjob(self, obj: Mapping[str, Any]) -> None:
+        """A TrainJob, or a JobSet (named after its TrainJob), changed: its Workload, if due."""
+        key = self.index.by_trainjob.get((str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name"))))
         if key is not None and self.index.due(key, self.checks.ours()):
             self.queue.add(key)
 

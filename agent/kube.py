@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.caches import Reads
 from agent.constants import (
     ADMISSION_CHECKS,
     JOBSET_GROUP,
@@ -72,8 +73,11 @@ class Kube:
         self.coordination = client.CoordinationV1Api(api)
         self.timeout = request_timeout
         self.checks: CheckNames | None = None
-        self.events = EventRecorder(self.create_event, instance)
+        self.events = EventRecorder(self.create_event, instance, self.patch_event)
         self.pod_lists = SharedPodLists(self._list_pods)
+        self.reads = Reads(self)
+        """A pass's reads of the Workload, TrainJob and JobSet: the watch caches when the controller feeds
+        them (agent/caches.py), else GETs."""
 
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self.timeout}
@@ -203,6 +207,14 @@ class Kube:
             self.core.create_namespaced_event(namespace, body, field_manager=FIELD_MANAGER, **self._opts())
         )
 
+    async def patch_event(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> Obj:
+        """A JSON Patch of one of our Events (its count), preconditioned by ``ops``' own tests."""
+        return await read_json(
+            self.core.patch_namespaced_event(
+                name, namespace, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH, **self._opts()
+            )
+        )
+
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         return await read_json(
             self.coordination.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, **self._opts())
@@ -219,11 +231,12 @@ class Kube:
     # -- what the watches list and watch -----------------------------------------------------------
 
     def list_functions(self) -> dict[str, Callable[..., Awaitable[Any]]]:
-        """kubernetes_asyncio list calls, one per watched collection (all namespaces)."""
+        """kubernetes_asyncio list calls, one per watched collection (all namespaces): those the controller
+        enqueues from, and the TrainJobs and JobSets a pass reads from memory (agent/caches.py)."""
 
-        def custom(plural: str) -> Callable[..., Awaitable[Any]]:
+        def of(group: str, version: str, plural: str) -> Callable[..., Awaitable[Any]]:
             def call(**kwargs: Any) -> Awaitable[Any]:
-                return self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, **kwargs)
+                return self.custom.list_cluster_custom_object(group, version, plural, **kwargs)
 
             return call
 
@@ -232,10 +245,12 @@ class Kube:
             return self.core.list_pod_for_all_namespaces(label_selector=LABEL_JOBSET_NAME, **kwargs)
 
         return {
-            ADMISSION_CHECKS: custom(ADMISSION_CHECKS),
-            WORKLOADS: custom(WORKLOADS),
+            ADMISSION_CHECKS: of(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS),
+            WORKLOADS: of(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS),
             "pods": pods,
             "nodes": self.core.list_node,
+            TRAINJOBS: of(TRAINER_GROUP, TRAINER_VERSION, TRAINJOBS),
+            JOBSETS: of(JOBSET_GROUP, JOBSET_VERSION, JOBSETS),
         }
 
     async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Obj:

@@ -54,6 +54,12 @@ class AgentMetrics:
         self.watch_restarts = Counter(
             r, "dispatch_agent_watch_restarts_total", "Watches started again, by resource and why.", ("resource", "why")
         )
+        self.reads = Counter(
+            r,
+            "dispatch_agent_reads_total",
+            "A pass's reads of Workloads, TrainJobs and JobSets, by where they were answered from.",
+            ("resource", "source"),
+        )
         self.queue_depth = Gauge(r, "dispatch_agent_queue_depth", "Workload keys waiting for a worker.")
         self.held_checks = prometheus_client.Gauge(
             "dispatch_agent_held_checks",

@@ -1,11 +1,16 @@
 """One pass of the readmission gate over one Workload: the order of operations, which is the safety argument.
 
-a. ONE fresh GET of the Workload. Every write below that approves an admission is preconditioned on this
-   read's resourceVersion, and the Workload is never read again in this pass.
-b. Fresh reads of what the decision needs: the owning TrainJob, its pods, the Nodes they name, its JobSet.
+a. ONE read of the Workload: from the agent's watch cache when it is live and holds it, else a GET
+   (agent/caches.py). Every write below that approves an admission is preconditioned on this read's
+   resourceVersion, and the Workload is never read again in this pass.
+b. What the decision needs: the owning TrainJob and its JobSet (watch caches, else GETs); its pods, by a
+   consistent LIST issued after the pass began (agent/podlists.py); the Jobs those pods name and the Nodes
+   they run on, by fresh GETs.
 c. The decision (agent/gate.py, pure).
 d. The writes, in this order: the raise of A in the TrainJob (preconditioned on the TrainJob as read);
    only if it landed, the check's state in the Workload (preconditioned on the Workload as read in a).
+   Each landed write's response goes into the cache when newer, so a next pass does not read our own
+   pre-write copy.
 e. Reports: an Event when a held check's message changed, and each foreign reason once per TrainJob.
 
 Why this is safe with a slow, stalled or duplicated controller (the spec's "a slow or stalled controller is
@@ -16,7 +21,15 @@ the raise happened. A stale Ready fails with 409 and the next pass decides afres
 skipping a number is harmless; R only has to increase). Writing Ready against a *later* read would break
 this: it would prove nothing about when the raise happened.
 
-Nothing here keeps state between passes; the controller's caches only decide what to enqueue.
+Why a cached read is as safe as a GET: a copy the watch showed is a read taken earlier still, and the two
+preconditions hold against any earlier read. A stale Workload fails the Ready write (409); a stale TrainJob
+(a hold or a raise since) fails the raise (409), and no Ready is written without the raise. The pods, which
+no precondition protects, are LISTed after the pass began, so after the cached Workload's version was
+written: the LIST sees every pod that existed then. The JobSet only decides whether a counted pod is proven
+ours or unproven (agent/podowners.py: both are counted). Jobs and Nodes are fresh GETs: a stale Node could
+still show an out-of-service taint since removed, which would release a pod wrongly.
+
+Nothing here keeps state between passes; the controller's caches decide what to enqueue and spare GETs.
 """
 
 from __future__ import annotations
@@ -112,7 +125,7 @@ def due_checks(workload: Mapping[str, Any], ours: frozenset[str]) -> list[str]:
 async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hooks | None = None) -> Outcome:
     hooks = hooks or Hooks()
     # a. The one read of the Workload.
-    workload = await kube.get_workload(key.namespace, key.name)
+    workload = await kube.reads.workload(key.namespace, key.name)
     if workload is None:
         return Outcome(None, "the Workload is gone")
     ours = await kube.our_checks()
@@ -124,7 +137,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     if hooks.after_read is not None:
         await hooks.after_read(workload)
 
-    # b. Fresh reads of what the decision needs.
+    # b. What the decision needs: the TrainJob and JobSet (caches), the pods (a LIST after the pass began).
     trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(kube, workload, settings)
 
     # c. The decision.
@@ -144,7 +157,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     if d.trainjob_patch is not None:
         assert trainjob is not None  # decide() patches only a TrainJob it was given
         try:
-            await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
+            raised = await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
         except ApiException as exc:
             # 409: the TrainJob changed since it was read; 422: a different object of that name, or Trainer
             # refused (it was unsuspended meanwhile). Never write Ready without the raise: decide again.
@@ -158,13 +171,15 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
                 foreign_reported=reported,
                 **base,
             )
+        kube.reads.wrote_trainjob(raised)
         if hooks.after_raise is not None:
             await hooks.after_raise(trainjob)
 
     wrote = False
     if d.check_write is not None:
         try:
-            await kube.apply_workload_status(keep_our_entries(d.check_write, workload, ours))
+            written = await kube.apply_workload_status(keep_our_entries(d.check_write, workload, ours))
+            kube.reads.wrote_workload(written)
             wrote = True
         except ApiException as exc:
             # 409: the Workload changed since step a (Kueue's eviction above all). The approval of this read
@@ -241,7 +256,8 @@ async def _look(
     frozenset[str],
 ]:
     """The owning TrainJob, and for a dispatch TrainJob its JobSet, its pods (and the labelled pods that are
-    provably not its own), and those of its pods that may still run.
+    provably not its own), and those of its pods that may still run. The Jobs and Nodes are fresh GETs: a
+    stale Node could show an out-of-service taint that was removed, which would release a pod wrongly.
 
     A TrainJob that is not dispatch's is approved whatever its pods do, so nothing more is read for it."""
     namespace = dig(workload, "metadata", "namespace")
@@ -249,13 +265,13 @@ async def _look(
     if owner is None:
         return None, None, [], (), [], frozenset()
     name, uid = owner
-    trainjob = await kube.get_trainjob(namespace, name)
+    trainjob = await kube.reads.trainjob(namespace, name, uid)
     if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
         return trainjob, None, [], (), [], frozenset()
     # The TrainJob is suspended while its check is Pending, so every pod of its JobSet belongs to a
     # previous execution.
     labelled = await kube.list_pods(namespace, name)
-    jobset = await kube.get_jobset(namespace, name)
+    jobset = await kube.reads.jobset(namespace, name)
     # Only the pods the ownership chain does not prove someone else's are waited on (agent/podowners.py).
     job_names = podowners.job_names(labelled)
     jobs = await asyncio.gather(*(kube.get_job(namespace, j) for j in job_names))

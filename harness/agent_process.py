@@ -27,12 +27,12 @@ CLUSTER_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["admissionchecks"], "verbs": ["list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status", "admissionchecks/status"], "verbs": ["patch"]},
-    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get", "patch"]},
-    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
@@ -72,13 +72,16 @@ class AgentProcess:
         return total
 
 
-def grant(cp: ControlPlane, namespace: str) -> Path:
-    """A ServiceAccount with the agent's RBAC, the Lease rights only in ``namespace``; its kubeconfig."""
+def grant(cp: ControlPlane, namespace: str, rules: list[dict[str, Any]] | None = None) -> Path:
+    """A ServiceAccount with the agent's RBAC (``rules``, by default ``CLUSTER_RULES``), the Lease rights only
+    in ``namespace``; its kubeconfig."""
     name = f"dispatch-agent-{namespace}"
     cp.ensure_service_account(namespace, "dispatch-agent")
     subject = [{"kind": "ServiceAccount", "name": "dispatch-agent", "namespace": namespace}]
     rbac = "rbac.authorization.k8s.io/v1"
-    cp.admin.create({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name}, "rules": CLUSTER_RULES})
+    cp.admin.create(
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules or CLUSTER_RULES}
+    )
     cp.admin.create({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name},
                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
                      "subjects": subject})  # fmt: skip

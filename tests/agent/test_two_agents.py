@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.constants import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS
-from harness.agent_process import LEASE, AgentProcess, grant, start_agent
+from harness.agent_process import CLUSTER_RULES, LEADER, LEASE, AgentProcess, grant, start_agent
 from harness.cluster import ControlPlane
 from tests.agent import kueue_double as kueue
 
@@ -98,6 +98,8 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready again")
         assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (2, 2)
         assert raised(standby, wl, 2)
+        # The standby's watches were warm: it read the TrainJob from memory, not by a GET.
+        assert standby.metric("dispatch_agent_reads_total", 'resource="trainjobs",source="cache"') >= 1
 
         # A clean stop releases the Lease: a new standby takes over within a retry period or two.
         successor = start(cp, namespace, kubeconfig, "agent-c", tmp_path)
@@ -110,3 +112,40 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
     finally:
         for agent in agents.values():
             agent.process.stop()
+
+
+def test_without_list_and_watch_on_trainjobs_and_jobsets_every_read_is_a_get(control_plane, namespace, tmp_path):
+    """The RBAC of earlier releases (get only): those two watches are refused, their stores never go live, and
+    the gate works as before, each TrainJob and JobSet read a GET."""
+    cp = control_plane
+    old = [
+        {**r, "verbs": [v for v in r["verbs"] if v not in ("list", "watch")]}
+        if r["resources"] in (["trainjobs"], ["jobsets"])
+        else r
+        for r in CLUSTER_RULES
+    ]
+    assert old != CLUSTER_RULES
+    agent = start_agent(
+        cp,
+        kubeconfig=grant(cp, namespace, old),
+        name=f"dispatch-agent-{namespace}-old-rbac",
+        config={"leaseNamespace": namespace, "leaseName": LEASE},
+        workdir=tmp_path,
+        until=LEADER,
+    )
+    try:
+        check = kueue.create_admission_check(cp)
+        tj = kueue.create_dispatch_trainjob(cp, namespace)
+        wl = kueue.reserve(cp, kueue.create_workload(cp, tj, [check]))
+        wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready")
+        kueue.readmit_cycle(cp, wl)
+        wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready again")
+        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (2, 2)
+        reads = "dispatch_agent_reads_total"
+        for resource in ("trainjobs", "jobsets"):
+            assert agent.metric(reads, f'resource="{resource}",source="api"') >= 2, resource
+            assert agent.metric(reads, f'resource="{resource}",source="cache"') == 0, resource
+            assert agent.metric("dispatch_agent_watch_restarts_total", f'resource="{resource}"') >= 1
+        assert agent.metric(reads, 'resource="workloads",source="cache"') >= 1  # that watch is allowed
+    finally:
+        agent.process.stop()
