@@ -167,6 +167,8 @@ class ControlPlane:
     admin: KubeHttp
     admin_kubeconfig: Path
     timings: dict[str, float] = field(default_factory=dict)
+    audit_log: Path | None = None
+    """The API server's audit log (JSON lines), when started with ``audit_users``."""
 
     @property
     def api_url(self) -> str:
@@ -358,8 +360,25 @@ def _apiserver_argv(binary: Path, run_dir: Path, p: PkiFiles, api_port: int, etc
     ]
 
 
-def start_control_plane(run_dir: Path, artifacts: Artifacts | None = None, *, timeout: float = 90) -> ControlPlane:
-    """Starts etcd and kube-apiserver, installs the CRDs; returns once everything is ready."""
+def _audit_policy(users: Sequence[str]) -> dict[str, Any]:
+    """Metadata (verb, resource, URI, user, response code) of every request by ``users``, nothing of anyone
+    else's; one event per request (RequestReceived omitted: only ResponseStarted for a watch, and
+    ResponseComplete)."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "users": list(users)}, {"level": "None"}],
+    }
+
+
+def start_control_plane(
+    run_dir: Path, artifacts: Artifacts | None = None, *, timeout: float = 90, audit_users: Sequence[str] = ()
+) -> ControlPlane:
+    """Starts etcd and kube-apiserver, installs the CRDs; returns once everything is ready.
+
+    ``audit_users`` (opt-in, for benchmarks that count a client's requests on the server's side): the API
+    server writes an audit log of those users' requests alone to ``ControlPlane.audit_log``."""
     artifacts = artifacts or locate()
     binaries = artifacts.require(TIER_A_BINARIES)
     started = time.monotonic()
@@ -371,7 +390,16 @@ def start_control_plane(run_dir: Path, artifacts: Artifacts | None = None, *, ti
 
         etcd_port, etcd_peer_port, api_port = free_port(), free_port(), free_port()
         supervisor.start("etcd", _etcd_argv(binaries["etcd"], run_dir / "etcd-data", etcd_port, etcd_peer_port))
-        supervisor.start("kube-apiserver", _apiserver_argv(binaries["kube-apiserver"], run_dir, p, api_port, etcd_port))
+        apiserver = _apiserver_argv(binaries["kube-apiserver"], run_dir, p, api_port, etcd_port)
+        audit_log = run_dir / "audit.log" if audit_users else None
+        if audit_log is not None:
+            policy = run_dir / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump(_audit_policy(audit_users)))
+            # Blocking mode: no event is dropped under load (a request's event is written as it ends, so a
+            # reader waits a moment past the last answer). No rotation within a run (maxsize in MB).
+            apiserver += [f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}",
+                          "--audit-log-mode=blocking", "--audit-log-maxsize=10000"]  # fmt: skip
+        supervisor.start("kube-apiserver", apiserver)
 
         creds = Credentials(
             server=f"https://{LOOPBACK}:{api_port}",
@@ -390,6 +418,7 @@ def start_control_plane(run_dir: Path, artifacts: Artifacts | None = None, *, ti
             admin=admin,
             admin_kubeconfig=write_kubeconfig(run_dir / "kubeconfigs" / "admin.kubeconfig", creds, ADMIN_USER),
             timings=timings,
+            audit_log=audit_log,
         )
 
         def ready() -> bool:

@@ -1,0 +1,640 @@
+"""The anchor: N jobs preempted and re-admitted, with dispatch's check and with no check, on tier B.
+
+    .venv/bin/python -m benchmarks.anchor_bench [--jobs 1000] [--rounds 2]
+    (from the repository root; needs tier B and helm built: controlplane/build.sh)
+
+One tier B control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, and the real Kueue,
+JobSet and Trainer), with dispatch installed as the sandbox installs it (harness/sandbox/install.py): the
+chart rendered by `helm template` and applied but for its pods, the webhook and the agent as local processes
+configured from the chart's ConfigMaps and signed in as the chart's ServiceAccounts, the webhook
+configurations and admission policies as rendered. Two arms side by side, each in a namespace of its own:
+
+* **dispatch**: ``--jobs`` dispatch TrainJobs, created as Start creates them (the runtime copy, then the
+  TrainJob, closed) and opened as Open opens them (tests/e2e/kit.py), in a ClusterQueue whose admissions
+  wait for dispatch's AdmissionCheck (the chart's);
+* **baseline**: as many plain TrainJobs of the same shape (the same runtime's pod template and requests), in
+  a second ClusterQueue with no admission check.
+
+Each ClusterQueue holds exactly its arm's jobs (quota = jobs x one trainer's requests) and preempts lower
+priorities within itself. One round of an arm: a high-priority Workload asking for the whole quota (the
+blocker) is created; once every TrainJob of the arm is suspended (evicted by Kueue) the blocker is deleted,
+and the window runs from that delete to every job running again: its TrainJob unsuspended and a new trainer
+pod Running (for dispatch, A raised and the pod carrying the new A). Over the window: the wall time, and
+the CPU (utime + stime, /proc/<pid>/stat) of kube-apiserver, etcd, dispatch's agent and every other process
+of the cluster; when each job passed each step of its readmission (quota reserved, check Ready, admitted,
+unsuspended, pod created, bound, Running), as the benchmark's watches saw it; and the API server's /metrics
+counters (requests by verb and resource, calls to each admission webhook) before and after. The arms
+alternate (dispatch, baseline, dispatch, baseline for ``--rounds 2``) so that load drifts show. Nothing here
+is a test: nothing in tests/ times it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ulid import ULID
+
+from agent.operations import plan_open
+from benchmarks.agent_bench import process_cpu
+from contract.admission import admission_count
+from contract.keys import (
+    ANNOTATION_ADMISSION,
+    FIELD_MANAGER,
+    LABEL_JOBSET_NAME,
+    LABEL_PRIORITY_CLASS,
+    LABEL_QUEUE_NAME,
+)
+from contract.trainjob import Submission
+from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.kube_http import ApiError, KubeHttp
+from harness.processes import ManagedProcess, stop_everything, wait_until
+from harness.sandbox import install, site
+from harness.tier_b import TierB, kwok_node, node_ready, start_tier_b
+from tests.e2e.kit import create_as_start
+
+KUEUE_V, TRAINER_V = site.KUEUE_V, site.TRAINER_V
+RUNTIME = "anchor-train"
+LOW, HIGH = "anchor-low", "anchor-high"
+QUEUE = "anchor"
+"""The LocalQueue's name in each arm's namespace."""
+CPU_MILLI, MEMORY_MI = 100, 128
+"""One trainer's requests; each ClusterQueue's quota is exactly its arm's jobs times this."""
+NODE_PODS = 500
+"""Pods per extra kwok node: tier B's three nodes hold 110 each, too few for two arms of 1,000."""
+WORKERS = 16
+"""Concurrent setup requests (creating and opening the jobs); setup is not measured."""
+IMAGE = "registry.invalid/dispatch-anchor/train:1"
+JSON_PATCH = "application/json-patch+json"
+
+
+# -- watching -----------------------------------------------------------------------------------------------
+
+
+class Latest:
+    """The current state of every object of one collection: LIST, then WATCH from its resourceVersion in a
+    thread (resumed after a timeout; a 410 re-LISTs). One long-lived connection, so watching adds next to
+    nothing to the API server's load in a window, unlike polling LISTs would."""
+
+    def __init__(self, admin: KubeHttp, path: str) -> None:
+        self._admin, self._path = admin, path
+        self._lock = threading.Lock()
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.on_event: Callable[[str, dict[str, Any], float], None] | None = None
+        """Called from the watch's thread with each event's type, object and arrival (time.monotonic())."""
+        self._rv = self._relist()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name=f"watch {path}", daemon=True).start()
+
+    def _relist(self) -> str:
+        listed = self._admin.request("GET", self._path)
+        with self._lock:
+            self.objects = {o["metadata"]["uid"]: o for o in listed["items"]}
+        return str(listed["metadata"]["resourceVersion"])
+
+    def _run(self) -> None:
+        creds = self._admin.credentials
+        headers = {"Accept": "application/json"}
+        if creds.token:
+            headers["Authorization"] = f"Bearer {creds.token}"
+        while not self._stop.is_set():
+            query = {"watch": "1", "resourceVersion": self._rv, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
+            url = f"{creds.server}{self._path}?{urllib.parse.urlencode(query)}"
+            try:
+                request = urllib.request.Request(url, headers=headers)
+                with urllib.request.urlopen(request, context=creds.ssl_context(), timeout=30) as r:
+                    for line in r:
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            self._rv = self._relist()  # 410 Gone: the history is compacted
+                            break
+                        self._rv = obj["metadata"]["resourceVersion"]
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        with self._lock:
+                            if event["type"] == "DELETED":
+                                self.objects.pop(obj["metadata"]["uid"], None)
+                            else:
+                                self.objects[obj["metadata"]["uid"]] = obj
+                        hook = self.on_event
+                        if hook is not None:
+                            hook(event["type"], obj, time.monotonic())
+                        if self._stop.is_set():
+                            return
+            except (TimeoutError, OSError, urllib.error.URLError, ValueError):
+                continue
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.objects.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+# -- the arms -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Arm:
+    name: str
+    namespace: str
+    cluster_queue: str
+    dispatch: bool
+    trainjobs: Latest
+    pods: Latest
+    workloads: Latest
+
+
+def _a(obj: dict[str, Any]) -> int | None:
+    try:
+        return admission_count(obj)
+    except ValueError:  # a TrainJob not (yet) in dispatch's shape has no A
+        return None
+
+
+def _pod_a(pod: dict[str, Any]) -> int | None:
+    value = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ADMISSION)
+    return int(value) if value is not None else None
+
+
+def running_jobs(arm: Arm, old_pods: set[str], before: dict[str, int | None]) -> set[str]:
+    """The arm's TrainJobs running again: unsuspended, with a trainer pod Running (not being deleted) that is not
+    one of ``old_pods``; for dispatch, A above ``before`` (its value at the preemption) and the pod carrying it."""
+    live: dict[str, list[dict[str, Any]]] = {}
+    for pod in arm.pods.snapshot():
+        meta = pod["metadata"]
+        if (
+            pod["status"].get("phase") == "Running"
+            and not meta.get("deletionTimestamp")
+            and meta["uid"] not in old_pods
+        ):
+            live.setdefault((meta.get("labels") or {}).get(LABEL_JOBSET_NAME, ""), []).append(pod)
+    done = set()
+    for tj in arm.trainjobs.snapshot():
+        name = tj["metadata"]["name"]
+        if tj["spec"].get("suspend") is True or name not in live:
+            continue
+        if arm.dispatch:
+            a, was = _a(tj), before.get(name)
+            if a is None or (was is not None and a <= was) or any(_pod_a(p) != a for p in live[name]):
+                continue
+        done.add(name)
+    return done
+
+
+def suspended_jobs(arm: Arm) -> int:
+    return sum(1 for tj in arm.trainjobs.snapshot() if tj["spec"].get("suspend") is True)
+
+
+class Timeline:
+    """When each job passed each step of its readmission, as the watches saw it, in seconds after the blocker's
+    delete: where the window's time goes."""
+
+    STEPS = ("quota reserved", "check Ready", "Workload admitted", "TrainJob unsuspended", "new pod created",
+             "new pod bound", "new pod Running", "old pod ended", "old pod gone")  # fmt: skip
+
+    def __init__(self, t0: float, old_pods: set[str], check: str | None) -> None:
+        self.t0, self.old, self.check = t0, old_pods, check
+        self.first: dict[str, dict[str, float]] = {step: {} for step in self.STEPS}
+
+    def _mark(self, step: str, job: str, now: float) -> None:
+        self.first[step].setdefault(job, now - self.t0)
+
+    def workload(self, _: str, wl: dict[str, Any], now: float) -> None:
+        owners = wl["metadata"].get("ownerReferences") or []
+        if not owners:
+            return
+        job, status = owners[0]["name"], wl.get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        if conditions.get("QuotaReserved") == "True":
+            self._mark("quota reserved", job, now)
+        if conditions.get("Admitted") == "True":
+            self._mark("Workload admitted", job, now)
+        checks = status.get("admissionChecks") or []
+        if any(c["name"] == self.check and c["state"] == "Ready" for c in checks):
+            self._mark("check Ready", job, now)
+
+    def trainjob(self, kind: str, tj: dict[str, Any], now: float) -> None:
+        if kind != "DELETED" and tj["spec"].get("suspend") is False:
+            self._mark("TrainJob unsuspended", tj["metadata"]["name"], now)
+
+    def pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
+        meta = pod["metadata"]
+        job = (meta.get("labels") or {}).get(LABEL_JOBSET_NAME, "")
+        if meta["uid"] in self.old:
+            if kind == "DELETED":
+                self._mark("old pod gone", job, now)
+            if pod["status"].get("phase") in ("Failed", "Succeeded") or kind == "DELETED":
+                self._mark("old pod ended", job, now)
+            return
+        self._mark("new pod created", job, now)
+        if pod["spec"].get("nodeName"):
+            self._mark("new pod bound", job, now)
+        if pod["status"].get("phase") == "Running":
+            self._mark("new pod Running", job, now)
+
+    def rows(self) -> list[tuple[str, int, float, float]]:
+        """(step, jobs seen passing it in the window, p50, last) of each step."""
+        out = []
+        for step in self.STEPS:
+            times = sorted(self.first[step].values())
+            if times:
+                out.append((step, len(times), pct(times, 0.5), times[-1]))
+        return out
+
+
+# -- setup --------------------------------------------------------------------------------------------------
+
+
+def big_node(name: str) -> dict[str, Any]:
+    node = kwok_node(name)
+    capacity = {"cpu": "1000", "memory": "4Ti", "pods": str(NODE_PODS)}
+    node["status"]["allocatable"] = dict(capacity)
+    node["status"]["capacity"] = dict(capacity)
+    return node
+
+
+def quota(jobs: int) -> dict[str, str]:
+    return {"cpu": f"{jobs * CPU_MILLI}m", "memory": f"{jobs * MEMORY_MI}Mi"}
+
+
+def plain_cluster_queue(name: str, flavor: str, jobs: int) -> dict[str, Any]:
+    """The baseline's ClusterQueue: the dispatch arm's (harness/sandbox/site.py) without the admission check."""
+    queue = site.gated_cluster_queue(name, check="-", flavor=flavor, quota=quota(jobs))
+    del queue["spec"]["admissionChecksStrategy"]
+    return queue
+
+
+def parallel(items: Iterable[Any], fn: Callable[[Any], Any], workers: int = WORKERS) -> list[Any]:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def open_job(admin: KubeHttp, tj: dict[str, Any]) -> None:
+    """Open as the supervisor API does it (tests/e2e/test_readmission_gate.py open_trainjob): remove dispatch's
+    gate in a patch preconditioned on what was read; read again after a conflict."""
+    meta = tj["metadata"]
+    for _ in range(20):
+        fresh = admin.get(TRAINER_V, "TrainJob", meta["name"], meta["namespace"])
+        plan = plan_open(fresh)
+        if not plan.patch:
+            return
+        try:
+            admin.request("PATCH", admin.object_path(fresh), plan.patch, query={"fieldManager": FIELD_MANAGER},
+                          content_type=JSON_PATCH)  # fmt: skip
+            return
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        time.sleep(0.2)
+    raise RuntimeError(f"Open of {meta['name']} kept conflicting")
+
+
+def create_dispatch_jobs(admin: KubeHttp, namespace: str, runtime: dict[str, Any], n: int) -> None:
+    def one(_: int) -> dict[str, Any]:
+        sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=namespace, image=IMAGE,
+                         command=["python", "train.py"], queue=QUEUE, priority_class=LOW)  # fmt: skip
+        return create_as_start(admin, sub, runtime)
+
+    created = parallel(range(n), one)
+    parallel(created, lambda tj: open_job(admin, tj))
+
+
+def create_plain_jobs(admin: KubeHttp, namespace: str, n: int) -> None:
+    def one(i: int) -> None:
+        admin.create({
+            "apiVersion": TRAINER_V,
+            "kind": "TrainJob",
+            "metadata": {"name": f"plain-{i:05d}", "namespace": namespace,
+                         "labels": {LABEL_QUEUE_NAME: QUEUE, LABEL_PRIORITY_CLASS: LOW}},
+            "spec": {"runtimeRef": {"name": RUNTIME}},
+        })  # fmt: skip
+
+    parallel(range(n), one)
+
+
+def blocker(arm: Arm, jobs: int, label: str) -> dict[str, Any]:
+    """A Workload of nobody's job at high priority asking for the arm's whole quota: Kueue preempts every job of
+    the arm to reserve it (dispatch's agent approves it at once in the gated queue: no TrainJob controls it)."""
+    requests = quota(jobs)
+    return {
+        "apiVersion": KUEUE_V,
+        "kind": "Workload",
+        "metadata": {"name": f"blocker-{label}", "namespace": arm.namespace},
+        "spec": {
+            "queueName": QUEUE,
+            "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": HIGH},
+            "priority": 1000,
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": IMAGE, "resources": {"requests": requests}}]}}}],
+        },
+    }  # fmt: skip
+
+
+def wait_for(probe: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> float:
+    started = time.monotonic()
+    while not probe():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(interval)
+    return time.monotonic() - started
+
+
+# -- what the API server served -----------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def served(admin: KubeHttp) -> Counter[str]:
+    """Counters from the API server's /metrics, by what they count: requests by verb, resource and subresource,
+    calls to each admission webhook, and seconds spent in each ValidatingAdmissionPolicy (their difference over
+    a window says which requests and which admission steps the window's CPU went to)."""
+    out: Counter[str] = Counter()
+    for line in str(admin.request("GET", "/metrics")).splitlines():
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        name, labels = m.group(1), dict(_LABEL.findall(m.group(2)))
+        value = float(m.group(3))
+        if name == "apiserver_request_total":
+            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            code = labels.get("code", "")
+            refused = f" ({code})" if code and not code.startswith("2") else ""
+            out[f"request {labels.get('verb', '')} {resource}{refused}"] += value
+        elif name == "apiserver_admission_webhook_admission_duration_seconds_count":
+            out[f"webhook call {labels.get('name', '')}"] += value
+        elif name == "apiserver_validating_admission_policy_check_duration_seconds_sum":
+            out[f"policy seconds {labels.get('policy', '')}"] += value
+    return out
+
+
+# -- one round ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    arm: str
+    index: int
+    evicted_after: float = 0.0
+    """Blocker created → every TrainJob of the arm suspended."""
+    old_pods_left: int = 0
+    """Pods of the preempted executions still listed at the blocker's delete."""
+    seconds: float = 0.0
+    """The blocker's delete → every job running again."""
+    per_job: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    started_utc: str = ""
+    steps: list[tuple[str, int, float, float]] = field(default_factory=list)
+    served: Counter[str] = field(default_factory=Counter)
+
+
+def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
+    out = {}
+    for name, process in processes.items():
+        try:
+            out[name] = process_cpu(process.pid)
+        except OSError:
+            out[name] = math.nan
+    return out
+
+
+def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[str, ManagedProcess],
+              timeout: float, check: str) -> Round:  # fmt: skip
+    r = Round(arm.name, index, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"))
+    block = blocker(arm, jobs, f"{arm.name}-{index}")
+    t = time.monotonic()
+    admin.create(block)
+    r.evicted_after = wait_for(lambda: suspended_jobs(arm) == jobs, timeout, f"{arm.name}: all {jobs} suspended")
+    old = {p["metadata"]["uid"] for p in arm.pods.snapshot()}
+    r.old_pods_left = len(old)
+    before = {tj["metadata"]["name"]: _a(tj) for tj in arm.trainjobs.snapshot()}
+    served0 = served(admin)
+    cpu0 = cpu_of(processes)
+    t = time.monotonic()
+    timeline = Timeline(t, old, check)
+    arm.workloads.on_event, arm.trainjobs.on_event, arm.pods.on_event = (
+        timeline.workload, timeline.trainjob, timeline.pod)  # fmt: skip
+    admin.delete(KUEUE_V, "Workload", block["metadata"]["name"], arm.namespace)
+    seen: dict[str, float] = {}
+    while len(seen) < jobs:
+        now = time.monotonic()
+        for name in running_jobs(arm, old, before) - seen.keys():
+            seen[name] = now - t
+        if now - t > timeout:
+            raise TimeoutError(f"{arm.name}: {len(seen)} of {jobs} running again after {timeout:.0f}s")
+        time.sleep(0.25)
+    r.seconds = max(seen.values())
+    cpu1 = cpu_of(processes)
+    r.per_job = sorted(seen.values())
+    r.cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
+    r.served = served(admin) - served0
+    time.sleep(2)  # the watches' last events of the window
+    arm.workloads.on_event = arm.trainjobs.on_event = arm.pods.on_event = None
+    r.steps = timeline.rows()
+    return r
+
+
+def settle(arm: Arm, jobs: int, timeout: float) -> float:
+    """Until the preempted executions' pods are gone (deleted by their Jobs, confirmed by kwok), so that one
+    round's tail does not run into the next round's window."""
+    pods = arm.pods
+    return wait_for(lambda: len(pods.snapshot()) == jobs, timeout, f"{arm.name}: old pods gone", interval=0.5)
+
+
+# -- reporting ----------------------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
+    print(f"\n== {jobs} jobs per arm: the blocker's delete -> all {jobs} running again ==")
+    head = f"{'round':<12}{'start':>9}{'evicted in':>12}{'old pods':>10}{'all running':>13}{'p50 job':>9}"
+    cols = ["kube-apiserver", "etcd", "dispatch-agent"]
+    print(head + "".join(f"{c + ' CPU':>20}" for c in cols))
+    for r in rounds:
+        line = (f"{r.arm + ' ' + str(r.index):<12}{r.started_utc:>9}{r.evicted_after:>11.1f}s{r.old_pods_left:>10}"
+                f"{r.seconds:>12.1f}s{pct(r.per_job, 0.5):>8.1f}s")  # fmt: skip
+        print(line + "".join(f"{r.cpu.get(c, math.nan):>19.2f}s" for c in cols))
+    print("\nwhere the time goes: seconds after the blocker's delete at which the jobs passed each step (p50 / last)")
+    print(f"{'step':<24}" + "".join(f"{r.arm + ' ' + str(r.index):>20}" for r in rounds))
+    for step in Timeline.STEPS:
+        cells = []
+        for r in rounds:
+            row = next((x for x in r.steps if x[0] == step), None)
+            cells.append(f"{row[2]:.1f} / {row[3]:.1f} ({row[1]})" if row else "-")
+        print(f"{step:<24}" + "".join(f"{c:>20}" for c in cells))
+    others = sorted({k for r in rounds for k in r.cpu} - set(cols))
+    print("\nCPU seconds of every process in each window (idle rate per 10 s measured before the rounds):")
+    print(f"{'process':<28}" + "".join(f"{r.arm + ' ' + str(r.index):>13}" for r in rounds) + f"{'idle/10s':>10}")
+    for name in [*cols, *others]:
+        print(f"{name:<28}" + "".join(f"{r.cpu.get(name, math.nan):>13.2f}" for r in rounds)
+              + f"{idle.get(name, math.nan):>10.2f}")  # fmt: skip
+    print("\nwhat the API server served in each window (the 25 largest; requests, webhook calls, policy seconds):")
+    total: Counter[str] = Counter()
+    for r in rounds:
+        total.update(r.served)
+    print(f"{'':<52}" + "".join(f"{r.arm + ' ' + str(r.index):>13}" for r in rounds))
+    for key in ("requests, all", *(k for k, _ in total.most_common(25))):
+        values = [sum(v for k, v in r.served.items() if k.startswith("request ")) if key == "requests, all"
+                  else r.served.get(key, 0) for r in rounds]  # fmt: skip
+        print(f"{key[:52]:<52}" + "".join(f"{v:>13.1f}" if "seconds" in key else f"{v:>13.0f}" for v in values))
+    d = [r for r in rounds if r.arm == "dispatch"]
+    b = [r for r in rounds if r.arm == "baseline"]
+    if not d or not b:
+        return
+    print("\nratios dispatch / baseline (goal <= 1.5x):")
+    for i, (x, y) in enumerate(zip(d, b, strict=False), 1):
+        api, etcd = (x.cpu[k] / y.cpu[k] for k in ("kube-apiserver", "etcd"))
+        print(f"  pair {i}: time {x.seconds / y.seconds:.2f}x   API server CPU {api:.2f}x   etcd CPU {etcd:.2f}x")
+    md, mb = (statistics.median(r.seconds for r in xs) for xs in (d, b))
+    ad, ab = (statistics.median(r.cpu["kube-apiserver"] for r in xs) for xs in (d, b))
+    print(
+        f"  medians: time {md:.1f} / {mb:.1f} s = {md / mb:.2f}x; API server CPU {ad:.2f} / {ab:.2f} s = {ad / ab:.2f}x"
+    )
+
+
+# -- main ---------------------------------------------------------------------------------------------------
+
+
+def install_dispatch(cp: ControlPlane, work: Path) -> tuple[str, KubeHttp, ManagedProcess, ManagedProcess]:
+    """dispatch as the sandbox installs it without a real node; returns its AdmissionCheck's name, a client signed
+    in as dispatch (the agent's ServiceAccount, as Start and Open run in the agent), and the agent's and the
+    webhook's processes."""
+    rendered, _ = install.install(cp, work)
+    certs = install.generate_certs(work)
+    sa, kubeconfig = install.service_account_kubeconfig(cp, rendered)
+    dispatch = KubeHttp(cp.service_account_credentials(install.NAMESPACE, sa, expiration_seconds=install.TOKEN_SECONDS))
+    _, webhook_kubeconfig = install.webhook_kubeconfig(cp, rendered, work)
+    webhook, url = install.start_webhook(cp, work, certs, webhook_kubeconfig)
+    install.apply_webhook_configurations(cp, rendered, url, certs)
+    agent, _, _ = install.start_agent(cp, work, certs, kubeconfig)
+    return rendered.of("AdmissionCheck")[0]["metadata"]["name"], dispatch, agent, webhook
+
+
+def setup(
+    tb: TierB, jobs: int, grace: int, work: Path, timeout: float
+) -> tuple[list[Arm], dict[str, ManagedProcess], str]:
+    cp, admin = tb.control_plane, tb.admin
+    extra = math.ceil((2 * jobs + 10) / NODE_PODS)
+    for i in range(extra):
+        admin.create(big_node(f"anchor-node-{i}"))
+    wait_until(lambda: all(node_ready(admin, f"anchor-node-{i}") for i in range(extra)), 60, what="anchor nodes Ready")
+    t = time.monotonic()
+    check, dispatch, agent, webhook = install_dispatch(cp, work)
+    print(f"dispatch installed (chart rendered, webhook and agent as local processes) in {time.monotonic() - t:.1f}s;"
+          f" AdmissionCheck {check}")  # fmt: skip
+
+    runtime = site.training_runtime(RUNTIME, cpu=f"{CPU_MILLI}m", memory=f"{MEMORY_MI}Mi", image=IMAGE)
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["terminationGracePeriodSeconds"] = grace
+    admin.apply(runtime)
+    admin.apply(site.priority_class(LOW, 10, "the jobs of both arms"))
+    admin.apply(site.priority_class(HIGH, 1000, "the blocker"))
+    flavor = tb.resource_flavor
+    admin.apply(site.gated_cluster_queue("anchor-dispatch", check=check, flavor=flavor, quota=quota(jobs)))
+    admin.apply(plain_cluster_queue("anchor-baseline", flavor, jobs))
+    arms = []
+    for name in ("dispatch", "baseline"):
+        namespace = cluster_queue = f"anchor-{name}"
+        admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        admin.apply(site.local_queue(namespace, QUEUE, cluster_queue))
+        wait_until(lambda ns=namespace: _active(admin, "LocalQueue", QUEUE, ns), 60, what="LocalQueue Active")
+        trainjobs = Latest(admin, admin.collection_path(TRAINER_V, "TrainJob", namespace))
+        pods = Latest(admin, admin.collection_path("v1", "Pod", namespace))
+        workloads = Latest(admin, admin.collection_path(KUEUE_V, "Workload", namespace))
+        arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", trainjobs, pods, workloads))
+
+    runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME)
+    t = time.monotonic()
+    create_dispatch_jobs(dispatch, arms[0].namespace, runtime, jobs)
+    create_plain_jobs(admin, arms[1].namespace, jobs)
+    print(f"{jobs} dispatch jobs created and opened, {jobs} plain TrainJobs created in {time.monotonic() - t:.1f}s")
+    for arm in arms:
+        took = wait_for(lambda arm=arm: len(running_jobs(arm, set(), {})) == jobs, timeout, f"{arm.name}: all running",
+                        interval=1)  # fmt: skip
+        print(f"{arm.name}: all {jobs} running {took:.1f}s later")
+    processes = {p.name: p for p in cp.supervisor.processes if p.alive()}
+    processes["dispatch-agent"], processes["dispatch-webhook"] = agent, webhook
+    return arms, processes, check
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _active(admin: KubeHttp, kind: str, name: str, namespace: str | None = None) -> bool:
+    obj = admin.get(KUEUE_V, kind, name, namespace)
+    return any(c["type"] == "Active" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.anchor_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs per arm (default 1000)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per arm, alternating (default 2)")
+    parser.add_argument("--grace-seconds", type=int, default=2,
+                        help="trainer pods' termination grace period (kwok ends a deleted pod within it)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
+    args = parser.parse_args(argv)
+    print(f"anchor_bench --jobs {args.jobs} --rounds {args.rounds}: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, "
+          f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load {load()}")  # fmt: skip
+    run_dir = new_run_dir()
+    work = run_dir / "anchor"
+    work.mkdir(parents=True)
+    cp: ControlPlane | None = None
+    try:
+        t = time.monotonic()
+        cp = start_control_plane(run_dir)
+        tb = start_tier_b(cp)
+        print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
+        arms, processes, check = setup(tb, args.jobs, args.grace_seconds, work, args.timeout)
+        time.sleep(5)
+        idle0 = cpu_of(processes)
+        time.sleep(10)
+        idle = {k: v - idle0[k] for k, v in cpu_of(processes).items()}
+        rounds: list[Round] = []
+        for index in range(1, args.rounds + 1):
+            for arm in arms:
+                r = run_round(tb.admin, arm, args.jobs, index, processes, args.timeout, check)
+                rounds.append(r)
+                print(f"{arm.name} {index}: all {args.jobs} suspended {r.evicted_after:.1f}s after the blocker, "
+                      f"{r.old_pods_left} old pods listed at its delete; all running again {r.seconds:.1f}s after "
+                      f"it; API server {r.cpu['kube-apiserver']:.2f} s CPU, etcd {r.cpu['etcd']:.2f} s, agent "
+                      f"{r.cpu['dispatch-agent']:.2f} s; load {load()}",
+                      flush=True)  # fmt: skip
+                settle(arm, args.jobs, args.timeout)
+                time.sleep(5)
+        report(rounds, args.jobs, idle)
+        print(f"\nend {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, load {load()}")
+        return 0
+    finally:
+        if cp is not None:
+            cp.stop()
+        stop_everything()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
