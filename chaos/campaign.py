@@ -30,6 +30,8 @@ from harness.sandbox import site as sandbox_site
 from harness.sandbox.install import RELEASE
 
 ARMS = ("dispatch", "naive")
+SETTLE_QUIET = 20.0
+"""Seconds with no job's phase changing after which the final Statuses are read (the campaign's default)."""
 
 
 @dataclass
@@ -89,17 +91,23 @@ def _preemptions(env: environment.Env, namespace: str) -> int:
     return sum(e.get("count") or 1 for e in events if e.get("reason") == "Preempted")
 
 
-def _save_events(env: environment.Env, dir_: Path) -> None:
-    try:
-        events = env.admin.request("GET", "/api/v1/events").get("items", [])
-    except (ApiError, OSError) as exc:
-        events = [{"error": str(exc)}]
+def _save_events(env: environment.Env, dir_: Path, namespace: str) -> None:
+    """The Events of the arm's namespace (its Workloads, JobSets, Jobs and pods), of dispatch's (its pods) and of
+    `default` (the nodes'). Not the whole cluster's: on the test suite's cluster those are every earlier test's
+    too, tens of MB that took about 15 s per arm to read and write."""
+    events: list[Any] = []
+    for ns in dict.fromkeys((namespace, env.release_namespace, "default")):
+        try:
+            events.extend(env.admin.list("v1", "Event", ns))
+        except (ApiError, OSError) as exc:
+            events.append({"error": f"{ns}: {exc}"})
     (dir_ / "events.json").write_text(json.dumps(events, indent=1))
 
 
 def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs: int, menu: list[str] | None = None,
-            log: Any = print) -> Result:  # fmt: skip
-    """One arm of a campaign on ``env``; its records and report go to ``env.run_dir / arm``."""
+            log: Any = print, quiet: float = SETTLE_QUIET) -> Result:  # fmt: skip
+    """One arm of a campaign on ``env``; its records and report go to ``env.run_dir / arm``. After the traffic,
+    the final Statuses are read once no job's phase has changed for ``quiet`` seconds."""
     dir_ = env.run_dir / arm
     dir_.mkdir(parents=True, exist_ok=True)
     namespace = f"chaos-{arm}"
@@ -148,9 +156,9 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
         nem.heal_all()
     log(f"  {arm}: faults healed; settling")
     environment.wait_nodes_ready(env)
-    asyncio.run(traffic.settle())
+    asyncio.run(traffic.settle(quiet=quiet))
     preemptions = _preemptions(env, namespace)
-    _save_events(env, dir_)
+    _save_events(env, dir_, namespace)
     asyncio.run(traffic.wind_down())
     meta["ended"] = time.time()
     (dir_ / "campaign.json").write_text(json.dumps(meta, indent=1))

@@ -46,7 +46,14 @@ CHECK = "dispatch-admission-api-e2e"
 (the ClusterQueue below keeps its check from being deleted: Kueue's finalizer)."""
 CLUSTER_QUEUE = "dispatch-e2e-cq"
 QUEUE = "dispatch-queue"
-SETTINGS = ApiSettings(workloadTimeout=30)
+PROBE_SECONDS = 3.0
+"""Preflight's watch of its probe here (the default is 10 s). kwok starts a pod at once, so a probe that leaks
+shows in 3 s, as tests/api/test_cluster.py's leaking gate shows in 2; the Lease is still watched until it
+changes or its duration passes. Each Preflight of these tests waited 10 s for nothing more."""
+WORKLOAD_SECONDS = 10.0
+"""timeouts.workload here (the chart's default is 30 s): Kueue makes a TrainJob's Workload within a second or two
+on this cluster, and the two tests of a Start refused for want of one waited the whole timeout."""
+SETTINGS = ApiSettings(workloadTimeout=WORKLOAD_SECONDS, probeSeconds=PROBE_SECONDS)
 
 
 def e2e_runtime(cp: ControlPlane) -> dict[str, Any]:
@@ -419,7 +426,7 @@ async def test_preflight_healthy_then_failing_without_the_controller_or_our_chec
 
         e2e.controller.stop()
         try:
-            await asyncio.sleep(17)  # the Lease's duration (15 s) and a little
+            # No wait first: Preflight judges the Lease by watching it (released, or unchanged for its duration).
             dead = await api.preflight(preflight(e2e))
             assert dead.observe_only
             assert "the readmission controller is dead" in dead.observe_only_reason

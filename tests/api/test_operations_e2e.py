@@ -503,7 +503,7 @@ async def test_the_verdict_is_shared_by_every_replica(e2e: E2E, tmp_path):
     from agent.api.settings import ApiSettings
     from tests.api.cluster import running_agent
 
-    here = {"leaseNamespace": e2e.ns}
+    here = {"leaseNamespace": e2e.ns, "probeSeconds": base.PROBE_SECONDS}
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     plain = PreflightRequest.model_validate({"namespace": e2e.ns, "runtime": {"name": RUNTIME}})
@@ -613,7 +613,7 @@ async def test_a_lease_renewed_in_the_future_but_not_any_more_is_dead(e2e: E2E, 
         {"namespace": e2e.ns, "runtime": {"name": RUNTIME}, "kueue": {"localQueue": QUEUE}}
     )
     async with (
-        running_agent(e2e.cp, tmp_path, ApiSettings(leaseNamespace=e2e.ns)) as agent,
+        running_agent(e2e.cp, tmp_path, ApiSettings(leaseNamespace=e2e.ns, probeSeconds=base.PROBE_SECONDS)) as agent,
         agent.client(e2e.who.tokens["supervisor"]) as api,
     ):
         caps = await api.preflight(req)
