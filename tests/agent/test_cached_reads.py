@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.caches import Store, keep_jobset, keep_trainjob
+from agent.caches import keep_jobset, keep_trainjob
 from agent.config import AgentConfig
 from agent.gate import Action
 from agent.kube import Kube
@@ -23,6 +23,7 @@ from contract.objects import pointer
 from tests.agent import kueue_double as kueue
 from tests.agent.running import RunningController
 from tests.cluster.principals import json_patch
+from tests.unit.test_agent_caches import live
 
 pytestmark = pytest.mark.cluster
 async_test = pytest.mark.asyncio(loop_scope="function")
@@ -32,15 +33,6 @@ SETTINGS = AgentConfig()
 
 def key(wl: dict[str, Any]) -> WorkloadKey:
     return WorkloadKey(wl["metadata"]["namespace"], wl["metadata"]["name"])
-
-
-def live(store: Store, *items: dict[str, Any], keep=None) -> None:
-    """The store as a watch that is behind leaves it: exactly ``items`` listed, its stream open."""
-    store.begin()
-    for item in items:
-        (keep or (lambda s, o: s.put(o)))(store, item)
-    store.end()
-    store.on_live(True)
 
 
 def cached(api_client, *, workload=None, trainjob=None) -> Kube:
