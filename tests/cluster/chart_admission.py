@@ -87,3 +87,20 @@ def wait_recorded(http: KubeHttp, tj: dict[str, Any], timeout: float = 30) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"the chart's policies did not admit an unsuspend within {timeout:.0f} s")
         time.sleep(0.2)
+
+
+def wait_refused(http: KubeHttp, tj: dict[str, Any], reason: str, timeout: float = 30) -> None:
+    """The validating and mutating policies load apart, each on its own refresh: dry-run unsuspends of ``tj``
+    until the unsuspend policy refuses them with ``reason`` (so a test's real unsuspend meets it loaded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            unsuspend(http, tj, dry_run=True)
+        except ApiError as err:
+            if err.status == 403 and reason in err.body:
+                return
+            if err.status != 403:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the unsuspend policy did not refuse ({reason!r}) within {timeout:.0f} s")
+        time.sleep(0.2)

@@ -14,7 +14,14 @@ from contract.keys import ANNOTATION_ADMISSION_STARTED
 from contract.objects import annotations
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError, KubeHttp
-from tests.cluster.chart_admission import chart_policies, kueue, opened_and_raised, unsuspend, wait_recorded
+from tests.cluster.chart_admission import (
+    chart_policies,
+    kueue,
+    opened_and_raised,
+    unsuspend,
+    wait_recorded,
+    wait_refused,
+)
 from tests.cluster.principals import Principals, json_patch, merge_patch, principals
 from tests.cluster.webhook_process import WebhookProcess, reviews, start_webhook, wait_enforced
 from tests.unit.fixtures import runtime, submission
@@ -56,6 +63,7 @@ def test_kueues_unsuspend_makes_no_call_to_the_webhook(namespace, chart):
     running = unsuspend(kueue_http, tj)
     assert annotations(running)[ANNOTATION_ADMISSION_STARTED] == "1", "recorded in-process"
     evicted = merge_patch(kueue_http, running, {"spec": {"suspend": True}})
+    wait_refused(kueue_http, evicted, "is not above 1")  # the validating policies may load after the mutating one
     with pytest.raises(ApiError) as refused:  # re-admitted without a raise: the policies still judge
         unsuspend(kueue_http, evicted)
     assert refused.value.status == 403
