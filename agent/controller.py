@@ -15,6 +15,7 @@ resourceVersion read), the pods by a consistent LIST.
 * Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion).
 * TrainJobs and JobSets (agent/caches.py): kept in memory for the passes' reads; a change enqueues the
   TrainJob's Workload if due, so an Open, a Hold or a Release that changes only the TrainJob wakes the gate.
+  A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/jobsetrecord.py).
   The Workload watch keeps the full Workload too, only while a check of ours is due on it.
 
 The watches run on every replica, leader or not: a standby's index and queue are warm when it takes over,
@@ -40,6 +41,7 @@ from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.config import AgentConfig
 from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
 from agent.gate import Action
+from agent.jobsetrecord import JobSetRecorder
 from agent.kube import Kube
 from agent.leader import LeaderElector
 from agent.metrics import AgentMetrics
@@ -151,6 +153,8 @@ class Controller:
         """The passes' reads of Workloads, TrainJobs and JobSets, from the stores the watches below feed."""
         self.reads.count = self.metrics.reads.inc
         kube.reads = self.reads
+        self.recorder = JobSetRecorder(kube, self.reads)
+        """Records each TrainJob's JobSet UID when its JobSet is first seen (agent/jobsetrecord.py)."""
         self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
@@ -177,7 +181,7 @@ class Controller:
             "pods": _Handler(self._pods_page, self._pod_event, self.releaser.list_begin, self.releaser.list_end),
             "nodes": _Handler(lambda _: None, self._node_event, on_end=self._nodes_end),
             TRAINJOBS: StoreHandler(self.reads.trainjobs, keep_trainjob, self._enqueue_for_trainjob),
-            JOBSETS: StoreHandler(self.reads.jobsets, keep_jobset, self._enqueue_for_trainjob),
+            JOBSETS: StoreHandler(self.reads.jobsets, keep_jobset, self._jobset_changed),
         }
         self._live = {WORKLOADS: self.reads.workloads.on_live, TRAINJOBS: self.reads.trainjobs.on_live,
                       JOBSETS: self.reads.jobsets.on_live}  # fmt: skip
@@ -228,6 +232,7 @@ class Controller:
             await asyncio.gather(election, return_exceptions=True)
             await self._stop_leading()
             self.queue.shutdown()
+            self.recorder.shutdown()
             await self.elector.release()
             for task in [*tasks, stopping]:
                 task.cancel()
@@ -264,6 +269,7 @@ class Controller:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._keep_active(), name="active-condition")
             group.create_task(self.releaser.run(), name="pod-finalizers")
+            group.create_task(self.recorder.run(), name="jobset-uid-records")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
 
@@ -422,6 +428,10 @@ class Controller:
         key = self.index.by_trainjob.get((str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name"))))
         if key is not None and self.index.due(key, self.checks.ours()):
             self.queue.add(key)
+
+    def _jobset_changed(self, jobset: Mapping[str, Any]) -> None:
+        self._enqueue_for_trainjob(jobset)
+        self.recorder.jobset_changed(jobset)
 
     def _nodes_end(self) -> None:
         self.releaser.all_nodes_changed()

@@ -7,12 +7,16 @@ deactivated):
 1. the owner is not a TrainJob, or the TrainJob is not dispatch's -> the check is set Ready at once, so a
    shared ClusterQueue is not held up;
 2. a pod of a previous execution may still run -> the check stays Pending, naming each pod and why;
-3. otherwise A is raised in the TrainJob (one JSON Patch preconditioned on its uid and resourceVersion)
-   and then the check is set Ready with a write preconditioned on the Workload as read.
+3. otherwise the check is set Ready with a write preconditioned on the Workload as read.
 
-The Ready write is preconditioned on the read made *before* the pod check and the raise: if Kueue evicts
-and resets the check in between, the write fails with a conflict, and no admission is ever approved
-without a raise that followed its eviction.
+A is not raised here: the write that starts the execution raises it (Kueue's unsuspend, through dispatch's
+MutatingAdmissionPolicy or mutating webhook: contract/admission.py ``unsuspend_ops``), so the raise and the
+start it numbers are one write, and the unsuspend policy refuses any start whose A is not above the last.
+The gate only checks that the next execution can be numbered, and holds, saying why, when it cannot.
+
+The Ready write is preconditioned on the read made *before* the pod check: if Kueue evicts and resets the
+check in between, the write fails with a conflict, and no admission is ever approved on a look at the pods
+that came before its eviction.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from agent.nodeloss import Assessment
 from agent.podowners import ForeignPod
 from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import raise_admission
+from contract.admission import admission_started, preconditions, start_count
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons, jobset_uid_ops
 from contract.gates import is_opened_by_dispatch
@@ -47,8 +51,8 @@ class Action(Enum):
     """Not dispatch's: set the check Ready."""
     HOLD = "hold"
     """Dispatch's, and it may not start yet: keep the check Pending with the reason."""
-    RAISE = "raise"
-    """Dispatch's and clear: raise A in the TrainJob, then set the check Ready."""
+    ADMIT = "admit"
+    """Dispatch's and clear: set the check Ready (the unsuspend that follows raises A)."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,11 @@ class Decision:
     action: Action
     message: str
     trainjob_patch: list[dict[str, Any]] | None = None
-    """JSON Patch for the TrainJob (the raise of A, and the JobSet UID the first time it is seen)."""
+    """JSON Patch for the TrainJob: the JobSet UID, the first time it is seen."""
     check_write: dict[str, Any] | None = None
     """Server-side apply body for workloads/status; None when nothing needs writing."""
     new_a: int | None = None
+    """The A the approved execution will start with."""
     foreign: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -130,19 +135,19 @@ def decide(
     if blockers:
         return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
     try:
-        raised = raise_admission(trainjob)
+        a, raises = start_count(trainjob, admission_started(trainjob))
     except ContractError as exc:
-        return _set(Action.HOLD, workload, check, PENDING, f"cannot raise A: {exc}", now, foreign)
+        return _set(Action.HOLD, workload, check, PENDING, f"cannot number the next execution: {exc}", now, foreign)
     # The JobSet's UID, the first time it is seen, and only the TrainJob's own (an orphan of an earlier
     # TrainJob of this name is not the JobSet J counts for; recorded, it would never be corrected).
-    patch = [*raised.patch, *jobset_uid_ops(trainjob, jobset)]
-    message = f"admission count A raised to {raised.a}"
+    record = jobset_uid_ops(trainjob, jobset)
+    message = f"the next execution starts with A {a}" + (", raised in the write that admits it" if raises else "")
     return Decision(
-        Action.RAISE,
+        Action.ADMIT,
         message,
-        trainjob_patch=patch,
+        trainjob_patch=[*preconditions(trainjob), *record] if record else None,
         check_write=check_state_apply(workload, check, READY, message, now),
-        new_a=raised.a,
+        new_a=a,
         foreign=foreign,
     )
 

@@ -7,27 +7,32 @@ b. What the decision needs: the owning TrainJob and its JobSet (watch caches, el
    consistent LIST issued after the pass began (agent/podlists.py); the Jobs those pods name and the Nodes
    they run on, by fresh GETs.
 c. The decision (agent/gate.py, pure).
-d. The writes, in this order: the raise of A in the TrainJob (preconditioned on the TrainJob as read);
-   only if it landed, the check's state in the Workload (preconditioned on the Workload as read in a).
+d. The writes, in this order: the JobSet UID record in the TrainJob, the first time and only if no one made
+   it yet (preconditioned on the TrainJob as read); only then the check's state in the Workload
+   (preconditioned on the Workload as read in a). A itself is raised by the write that starts the execution,
+   not here.
    Each landed write's response goes into the cache when newer, so a next pass does not read our own
    pre-write copy.
 e. Reports: an Event when a held check's message changed, and each foreign reason once per TrainJob.
 
 Why this is safe with a slow, stalled or duplicated controller (the spec's "a slow or stalled controller is
 safe"): Kueue resets the check to Pending on every eviction, in a write that changes the Workload's
-resourceVersion. A Ready write preconditioned on a read from before the raise can therefore land only if
-nothing evicted the Workload between that read and the write, i.e. only in the admission cycle in which
-the raise happened. A stale Ready fails with 409 and the next pass decides afresh (and raises again: A
-skipping a number is harmless; R only has to increase). Writing Ready against a *later* read would break
-this: it would prove nothing about when the raise happened.
+resourceVersion. A Ready write preconditioned on a read from before the look at the pods can therefore land
+only if nothing evicted the Workload between that read and the write, i.e. only in the admission cycle in
+which the pods were looked at. A stale Ready fails with 409 and the next pass decides afresh. Writing Ready
+against a *later* read would break this: it would prove nothing about when the pods were looked at.
 
-Why a cached read is as safe as a GET: a copy the watch showed is a read taken earlier still, and the two
-preconditions hold against any earlier read. A stale Workload fails the Ready write (409); a stale TrainJob
-(a hold or a raise since) fails the raise (409), and no Ready is written without the raise. The pods, which
-no precondition protects, are LISTed after the pass began, so after the cached Workload's version was
-written: the LIST sees every pod that existed then. The JobSet only decides whether a counted pod is proven
-ours or unproven (agent/podowners.py: both are counted). Jobs and Nodes are fresh GETs: a stale Node could
-still show an out-of-service taint since removed, which would release a pod wrongly.
+Why a cached read is as safe as a GET: a copy the watch showed is a read taken earlier still. A stale
+Workload fails the Ready write (409). A stale TrainJob can only be one from before a Hold (a copy from before
+Open or a Release is held, the safe way): it fails the JobSet UID record (409) when one is made, and otherwise
+may approve, which starts nothing: the unsuspend that would follow is refused while the hold is in force (the
+unsuspend policy and the webhook: the choke point), Hold's next write deactivates the Workload (Kueue's
+eviction resets the check), and the A the execution starts with is the API server's, from the object as
+stored, never the copy's. The pods, which no precondition protects, are LISTed after the pass began, so
+after the cached Workload's version was written: the LIST sees every pod that existed then. The JobSet only
+decides whether a counted pod is proven ours or unproven (agent/podowners.py: both are counted). Jobs and
+Nodes are fresh GETs: a stale Node could still show an out-of-service taint since removed, which would
+release a pod wrongly.
 
 Nothing here keeps state between passes; the controller's caches decide what to enqueue and spare GETs.
 """
@@ -84,8 +89,8 @@ class Hooks:
 
     after_read: Hook | None = None
     """Called with the Workload as read in step a, before anything else is read or written."""
-    after_raise: Hook | None = None
-    """Called with the TrainJob as the raise left it, before the check is written."""
+    after_record: Hook | None = None
+    """Called with the TrainJob as read, once the JobSet UID record landed, before the check is written."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,7 @@ class Outcome:
     conflict: str | None = None
     """"trainjob" or "workload": which preconditioned write was refused because the object changed."""
     new_a: int | None = None
-    """A as raised in the TrainJob (also when the Ready write then failed)."""
+    """The A the approved execution starts with (also when the Ready write then failed)."""
     ready: bool = False
     """The check was set Ready by this pass."""
     held_nodes: frozenset[str] | None = None
@@ -153,27 +158,27 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     )
     base = {"check": check, "quota_reserved_at": reserved_at}
 
-    # d. The writes: the raise, and only if it landed, the check.
+    # d. The writes: the JobSet UID record when first seen, and only if it landed, the check.
     if d.trainjob_patch is not None:
         assert trainjob is not None  # decide() patches only a TrainJob it was given
         try:
-            raised = await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
+            recorded = await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
         except ApiException as exc:
-            # 409: the TrainJob changed since it was read; 422: a different object of that name, or Trainer
-            # refused (it was unsuspended meanwhile). Never write Ready without the raise: decide again.
+            # 409: the TrainJob changed since it was read; 422: a different object of that name. Decide again
+            # on a fresh read.
             reported = await _report_foreign(kube, trainjob, d)
-            _log_decision(key, trainjob, check, d, "raise refused", describe_api_error(exc))
+            _log_decision(key, trainjob, check, d, "record refused", describe_api_error(exc))
             return Outcome(
                 d.action,
-                f"the raise was refused: {describe_api_error(exc)}",
+                f"the JobSet UID record was refused: {describe_api_error(exc)}",
                 requeue=True,
                 conflict="trainjob" if exc.status in (409, 422) else None,
                 foreign_reported=reported,
                 **base,
             )
-        kube.reads.wrote_trainjob(raised)
-        if hooks.after_raise is not None:
-            await hooks.after_raise(trainjob)
+        kube.reads.wrote_trainjob(recorded)
+        if hooks.after_record is not None:
+            await hooks.after_record(trainjob)
 
     wrote = False
     if d.check_write is not None:
@@ -183,7 +188,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
             wrote = True
         except ApiException as exc:
             # 409: the Workload changed since step a (Kueue's eviction above all). The approval of this read
-            # must not land; the next pass reads afresh and raises again.
+            # must not land; the next pass reads afresh and looks at the pods again.
             reported = await _report_foreign(kube, trainjob, d)
             _log_decision(key, trainjob, check, d, "check write refused", describe_api_error(exc))
             return Outcome(
@@ -195,7 +200,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
                 foreign_reported=reported,
                 **base,
             )
-    ready = wrote and d.action in (Action.APPROVE, Action.RAISE)
+    ready = wrote and d.action in (Action.APPROVE, Action.ADMIT)
     _log_decision(key, trainjob, check, d, "written" if wrote else "unchanged", d.message)
 
     # e. Reports, about the TrainJob that owns the Workload (not another object that took its name).
@@ -211,7 +216,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         new_a=d.new_a,
         ready=ready,
         held_nodes=nodes if d.action is Action.HOLD and blockers else None,
-        # Another check of ours is due as well: it gets its own pass (its own raise and its own Ready, each
+        # Another check of ours is due as well: it gets its own pass (its own look and its own Ready, each
         # preconditioned on that pass's read). Not after a hold: the same pods hold every check.
         more=ready and len(due) > 1,
         foreign_reported=reported,

@@ -7,26 +7,32 @@
 The agent runs as its own process (``python -m agent serve``, admin credentials, default settings but
 ``--workers``). This process writes Workload status as Kueue does (server-side apply on workloads/status by
 the field manager ``kueue-admission``, strict on resourceVersion; tests/agent/kueue_double.py) and watches
-the Workloads. Measured:
+the Workloads. The jobs have no JobSet and no pods, so the gate never holds and has no JobSet UID to record:
+a pass of the agent reads the Workload and the TrainJob from its watches, LISTs the pods (a consistent LIST)
+and writes the check Ready. A is not the agent's to raise: dispatch's MutatingAdmissionPolicy
+``record-start`` (installed here for the benchmark's namespace) raises it in Kueue's unsuspend. Measured:
 
 1. **one Workload, sequential**: ``--cycles`` admission cycles of one dispatch TrainJob's Workload. Each cycle
-   is Kueue's eviction (Evicted, checks reset to Pending), the release of the quota, and the reservation;
-   the time is from the reserving status write (its response: the write is committed) to this process's
-   watch seeing our check Ready. The agent raises A in the TrainJob in between, every cycle.
+   is Kueue's eviction (Evicted, checks reset to Pending), its suspend of the TrainJob, the release of the
+   quota, the reservation and, once the check is Ready, Kueue's unsuspend; the time is from the reserving
+   status write (its response: the write is committed) to this process's watch seeing our check Ready. Each
+   unsuspend must start the execution with A one above the last (the policy raised it).
 2. **the same calls made by a minimal script**: the same cycles on a second Workload whose check has another
-   controllerName (the agent ignores it), with this process doing what one pass of the agent does, in
-   sequence and nothing else: GET Workload, GET TrainJob, LIST pods, GET JobSet, JSON Patch TrainJob
-   (the raise), apply workloads/status (Ready). Timed the same way, so the ratio is the agent's overhead
-   (its watch, work queue, decision and logging).
-3. **a burst**: ``--burst`` dispatch Workloads, admitted once (A = 1), evicted and released, then all
-   reserved again at once (as fast as 32 concurrent writers can); each one's reserved-to-Ready and the total.
+   controllerName (the agent ignores it), with this process making the API calls one pass of the agent
+   makes, in sequence and nothing else: LIST pods, apply workloads/status (Ready) preconditioned on the
+   Workload as the reservation left it. Timed the same way, so the ratio is the agent's overhead (its
+   watches, work queue, decision and logging).
+3. **a burst**: ``--burst`` dispatch Workloads, admitted once, evicted and released, then all reserved again
+   at once (as fast as 32 concurrent writers can); each one's reserved-to-Ready and the total. The burst's
+   jobs are not started (no unsuspend): what is timed is the gate alone.
 4. **memory**: the agent's RSS (VmRSS; VmHWM is the peak) idle, after the burst, with ``--total`` Workloads in
    the cluster (the rest are other jobs' Workloads, pending, with no check of ours: what the watch caches
    cost), and a fresh agent started with all of them there (its initial LIST).
 5. **the burst's floor**: with no agent running any more, the same two bursts on ``--burst`` other Workloads
-   (check ``bench-raw``), served by benchmarks/gate_floor.py: the gate's calls alone, through the agent's
-   own client layer, with as many workers. Its time to clear the burst and its CPU per readmission are the
-   floor the agent's are compared with (skipped with ``--memory-only``).
+   (check ``bench-raw``), served by benchmarks/gate_floor.py: the gate's calls alone (a LIST of pods and
+   the Ready, the Workload from a watch), through the agent's own client layer, with as many workers. Its
+   time to clear the burst and its CPU per readmission are the floor the agent's are compared with
+   (skipped with ``--memory-only``).
 
 Every loop is bounded in count and time; everything is on loopback.
 """
@@ -59,7 +65,7 @@ from ulid import ULID
 
 from agent.constants import DEFAULT_WORKERS
 from benchmarks.gate_floor import ready_status
-from contract.admission import admission_count, raise_admission
+from contract.admission import admission_count, admission_started
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
     ANNOTATION_ADMISSION_GATED_BY,
@@ -75,22 +81,24 @@ from harness.agent_process import LEADER, AgentProcess
 from harness.agent_process import start_agent as start_process
 from harness.async_client import api_client
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
-from harness.kube_http import KubeHttp
+from harness.kube_http import ApiError, KubeHttp
 from serving.kube import read_json
 from tests.agent.kueue_double import status_body as kueue_status
 from tests.unit.fixtures import runtime, submission
+from webhook.policies import record_start_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+TRAINER_V = "trainer.kubeflow.org/v1alpha1"
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 KUEUE_MANAGER = "kueue-admission"
 RAW_CONTROLLER = "bench.invalid/raw"
 APPLY = "application/apply-patch+yaml"
-JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 CONCURRENCY = 32
 WARMUP = 5
-"""Cycles of the sequential runs not counted (connections, caches, the first raise)."""
+"""Cycles of the sequential runs not counted (connections, caches, the first admission and start)."""
 WAIT = 60.0
 """Seconds any single Ready may take before the run is declared broken."""
 
@@ -141,11 +149,12 @@ class Api:
             )
         )
 
-    async def patch_trainjob(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> dict:
+    async def set_suspend(self, namespace: str, name: str, suspend: bool) -> dict:
+        """Kueue's stop (``True``, at an eviction) or start (``False``, once admitted) of a TrainJob."""
         return await read_json(
             self.custom.patch_namespaced_custom_object(
-                *TRAINER, namespace, "trainjobs", name, ops,
-                field_manager=FIELD_MANAGER, _content_type=JSON_PATCH, _preload_content=False,
+                *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": suspend}},
+                field_manager=KUEUE_MANAGER, _content_type=MERGE_PATCH, _preload_content=False,
             )
         )  # fmt: skip
 
@@ -319,9 +328,9 @@ class Agent(AgentProcess):
         raise KeyError(key)
 
     def pass_metric(self) -> tuple[float, float]:
-        """(count, sum of seconds) of the agent's passes that raised A and set Ready."""
+        """(count, sum of seconds) of the agent's passes that admitted a dispatch job (set Ready)."""
         name = "dispatch_agent_reconcile_duration_seconds"
-        return self.metric(f"{name}_count", 'result="raise"'), self.metric(f"{name}_sum", 'result="raise"')
+        return self.metric(f"{name}_count", 'result="admit"'), self.metric(f"{name}_sum", 'result="admit"')
 
     def cpu_seconds(self) -> float:
         return process_cpu(self.process.pid)
@@ -347,13 +356,57 @@ async def bounded(items: list[Any], fn: Callable[[Any], Awaitable[Any]], limit: 
     return await asyncio.gather(*(one(i) for i in items))
 
 
-async def evict_and_release(api: Api, wl: dict[str, Any]) -> dict[str, Any]:
-    """Kueue's eviction (Evicted, every check not Pending reset to Pending) and the release of the quota."""
+async def evict_and_release(api: Api, wl: dict[str, Any], stop: Job | None = None) -> dict[str, Any]:
+    """Kueue's eviction (Evicted, every check not Pending reset to Pending) and the release of the quota; with
+    ``stop`` (a job Kueue started), its job reconciler's suspend of the TrainJob in between, as Kueue does."""
     checks = {n: ("Pending", m if s == "Pending" else f"Reset to Pending after eviction. Previously: {s}")
               for n, (s, m, _) in checks_of(wl).items()}  # fmt: skip
     wl = await api.apply_status(kueue_status(wl, checks, reserved=True, evicted=True), KUEUE_MANAGER)
+    if stop is not None:
+        meta = stop.trainjob["metadata"]
+        stop.trainjob = await api.set_suspend(meta["namespace"], meta["name"], True)
     current = {n: (s, m) for n, (s, m, _) in checks_of(wl).items()}
     return await api.apply_status(kueue_status(wl, current, reserved=False, evicted=True), KUEUE_MANAGER)
+
+
+async def start(api: Api, job: Job) -> int:
+    """Kueue's start of an admitted job: the unsuspend of its TrainJob, in which dispatch's admission (here the
+    MutatingAdmissionPolicy ``record-start``, ``install_record_start``) raises A and records the start. The A
+    the execution started with."""
+    meta = job.trainjob["metadata"]
+    job.trainjob = await api.set_suspend(meta["namespace"], meta["name"], False)
+    a, started = admission_count(job.trainjob), admission_started(job.trainjob)
+    assert a is not None, f"{meta['name']}: started with no A"
+    assert started == a, f"{meta['name']}: started with A {a}, recorded {started}"
+    return a
+
+
+def install_record_start(cp: ControlPlane, namespace: str) -> None:
+    """Dispatch's MutatingAdmissionPolicy ``record-start`` (webhook/policies.py), bound to ``namespace``: tier A
+    has no admission of dispatch's, and without it Kueue's unsuspend would start an execution without raising
+    A. Returns once it records an unsuspend (a dry run on a TrainJob of its own; the API server applies the
+    policy only once it has loaded the TrainJob CRD's schema, and answers 503 until then)."""
+    docs = record_start_policy("dispatch-system")
+    docs[1]["spec"]["matchResources"] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    }
+    for doc in docs:
+        cp.admin.create(doc)
+    probe = cp.admin.create(build_trainjob(submission(namespace=namespace, job_id=str(ULID()), n=1), runtime()["spec"]))
+    unsuspended = {**probe, "spec": {**probe["spec"], "suspend": False}}
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            stored = cp.admin.request("PUT", cp.admin.object_path(probe), unsuspended, query={"dryRun": "All"})
+            if admission_started(stored) is not None:
+                break
+        except ApiError as err:
+            if err.status != 503:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError("the MutatingAdmissionPolicy record-start was not in force within 30 s")
+        time.sleep(0.2)
+    cp.admin.delete(TRAINER_V, "TrainJob", probe["metadata"]["name"], namespace)
 
 
 async def reserve(api: Api, wl: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -365,15 +418,18 @@ async def reserve(api: Api, wl: dict[str, Any]) -> tuple[dict[str, Any], float]:
 async def sequential(api: Api, watch: ReadyWatch, job: Job, cycles: int, budget: float,
                      pass_: Callable[[Job, dict[str, Any]], Awaitable[None]] | None = None) -> list[float]:  # fmt: skip
     """``cycles`` admission cycles of one Workload; reserved-to-Ready of each. With ``pass_``, this process
-    plays the check's controller (the minimal script); without, the agent does."""
+    plays the check's controller (the minimal script); without, the agent does. After each Ready this process
+    starts the job as Kueue does (``start``: the unsuspend raises A) and stops it at the next eviction, outside
+    the time measured; each execution must start with A one above the last."""
     deadline = time.monotonic() + budget
     wl, out = job.workload, []
+    last = admission_started(job.trainjob) or 0
     for i in range(cycles):
         if time.monotonic() > deadline:
             print(f"  (stopped after {i} cycles: the {budget:.0f}s budget is spent)")
             break
         if i:
-            wl = await evict_and_release(api, watch.latest.get(job.name, wl))
+            wl = await evict_and_release(api, watch.latest.get(job.name, wl), stop=job)
         watch.arm(job.name, wl["metadata"]["resourceVersion"])
         wl, reserved = await reserve(api, wl)
         if pass_ is not None:
@@ -382,6 +438,9 @@ async def sequential(api: Api, watch: ReadyWatch, job: Job, cycles: int, budget:
         out.append(ready[job.name] - reserved)
         # Kueue's next write needs the Ready write's resourceVersion: the watch has that version now.
         wl = watch.latest[job.name]
+        a = await start(api, job)
+        assert a == last + 1, f"execution {i + 1} started with A {a} after A {last}"
+        last = a
     return out
 
 
@@ -395,11 +454,14 @@ class CallTimes:
 
 
 def minimal_pass(api: Api, check: str, times: CallTimes) -> Callable[[Job, dict[str, Any]], Awaitable[None]]:
-    """What one pass of the agent does for a dispatch Workload with no pods, as plain calls in sequence."""
+    """The API calls one pass of the agent makes for a dispatch Workload with no pods, as plain calls in
+    sequence: the consistent LIST of pods and the Ready, preconditioned on the Workload as the reservation
+    left it (the agent reads the Workload, the TrainJob and the JobSet from its watches). No TrainJob write:
+    A is raised by the unsuspend that follows, and a job with no JobSet has no UID to record."""
 
-    async def run(job: Job, _: dict[str, Any]) -> None:
+    async def run(job: Job, wl: dict[str, Any]) -> None:
         namespace, tj_name = job.trainjob["metadata"]["namespace"], job.trainjob["metadata"]["name"]
-        start = time.perf_counter()
+        begun = time.perf_counter()
 
         async def timed(name: str, call: Awaitable[Any]) -> Any:
             t = time.perf_counter()
@@ -407,13 +469,9 @@ def minimal_pass(api: Api, check: str, times: CallTimes) -> Callable[[Job, dict[
             times.add(name, time.perf_counter() - t)
             return result
 
-        wl = await timed("GET Workload", api.get(KUEUE, "workloads", namespace, job.name))
-        tj = await timed("GET TrainJob", api.get(TRAINER, "trainjobs", namespace, tj_name))
         await timed("LIST pods", api.list_pods(namespace, tj_name))
-        await timed("GET JobSet (404)", api.get(JOBSET, "jobsets", namespace, tj_name))
-        await timed("JSON Patch TrainJob", api.patch_trainjob(namespace, tj_name, raise_admission(tj).patch))
         await timed("apply Workload status", api.apply_status(ready_status(wl, check), FIELD_MANAGER))
-        times.sequence.append(time.perf_counter() - start)
+        times.sequence.append(time.perf_counter() - begun)
         # Not part of the pass, for comparison: the same LIST served from the watch cache as it stands
         # (resourceVersion=0), which the gate cannot use: it may miss a pod created just before.
         await timed("(LIST pods, resourceVersion=0: not used)", api.list_pods(namespace, tj_name, any_version=True))
@@ -504,8 +562,8 @@ async def admissions(
     r.agent_cpu_per_admission = (agent.cpu_seconds() - cpu) / len(r.agent)
     count2, total2 = agent.pass_metric()
     r.passes, r.pass_mean = int(count2 - count), (total2 - total) / max(count2 - count, 1)
-    a = raise_count(await api.get(TRAINER, "trainjobs", ns, job.trainjob["metadata"]["name"]))
-    assert a == len(r.agent), f"A is {a} after {len(r.agent)} admissions"
+    a = stored_a(await api.get(TRAINER, "trainjobs", ns, job.trainjob["metadata"]["name"]))
+    assert a == len(r.agent), f"A is {a} after {len(r.agent)} executions"
     print(f"one Workload, agent:          {ms(r.agent[WARMUP:])}")
 
     # 2. The same calls, made by a minimal script.
@@ -523,6 +581,7 @@ async def run(args: argparse.Namespace) -> Results:
     r = Results()
     with start_control_plane(new_run_dir()) as cp:
         ns = cp.create_namespace("bench")
+        install_record_start(cp, ns)
         ours = "dispatch-admission"
         for name, controller in ((ours, ADMISSION_CHECK_CONTROLLER), ("bench-raw", RAW_CONTROLLER)):
             cp.admin.create(
@@ -677,7 +736,8 @@ def report(args: argparse.Namespace, r: Results, seconds: float) -> None:
         print(f"{k:<{width}}  {v}")
 
 
-def raise_count(trainjob: Mapping[str, Any] | None) -> int:
+def stored_a(trainjob: Mapping[str, Any] | None) -> int:
+    """A as the TrainJob holds it: the A its last execution started with (0 before the first)."""
     assert trainjob is not None
     return admission_count(trainjob) or 0
 

@@ -6,21 +6,29 @@
 Tier A with the API server's audit log on for one user alone: the agent, signed in with a client certificate
 of its own (user ``dispatch-bench-agent``, in ``system:masters`` so that RBAC is not what is measured), as
 its own process with default settings but ``--workers``. This process plays Kueue with
-benchmarks/agent_bench.py's setup (its writes are an admin's, not logged), and bounds each phase by the
-wall clock; a request belongs to the phase in which the API server received it. Phases:
+benchmarks/agent_bench.py's setup (its writes are an admin's, not logged), with dispatch's
+MutatingAdmissionPolicy ``record-start`` installed for the namespace (the unsuspend raises A), and plays
+Trainer's one part that matters here: at a job's first start it creates the TrainJob's JobSet (owned by the
+TrainJob, no Jobs, no pods), which the agent's JobSet watch sees and records the JobSet's UID on the
+TrainJob (agent/jobsetrecord.py). It bounds each phase by the wall clock; a request belongs to the phase in
+which the API server received it. Phases:
 
-1. **sequential**: ``--cycles`` readmissions of one dispatch Workload, one at a time (Kueue's eviction, the
-   release of the quota, the reservation; the agent raises A and sets Ready), after its first admission.
-2. **burst**: ``--burst`` dispatch Workloads, admitted once (not counted), then evicted and released
-   (counted as "release") and then all reserved again at once (counted as "reserve").
+1. **sequential**: ``--cycles`` readmissions of one dispatch Workload, one at a time, after its first
+   admission and start (not counted). Each cycle is Kueue's eviction, its suspend of the TrainJob, the
+   release of the quota, the reservation (the agent sets Ready), and Kueue's unsuspend (A raised in it).
+2. **burst**: ``--burst`` dispatch Workloads, admitted once (not counted), then started: unsuspended and
+   their JobSets created (counted as "first start": the agent's UID records), then evicted, suspended and
+   released (counted as "release") and then all reserved again at once (counted as "reserve"). The burst's
+   readmissions are not started again (nothing follows their Ready).
 
-Each phase ends 3 s after its last Ready, so the agent's answers to it are in; the agent's background
-requests (its Lease renewals, its watches restarting) fall in every phase and are listed apart by resource.
-Per readmission = the phase's requests / its readmissions. Printed beside the goal: no GET, two writes (the
-TrainJob's raise, the Workload's status), at most one consistent LIST shared by concurrent passes, and
-Events that do not grow with the burst (the Events created or patched, and the Event objects of
-``dispatch-admission`` in the namespace with the sum of their counts). Passes are the agent's own count
-(``dispatch_agent_reconcile_duration_seconds_count``, every result).
+Each phase ends 3 s after its last Ready (or record), so the agent's answers to it are in; the agent's
+background requests (its Lease renewals, its watches restarting) fall in every phase and are listed apart by
+resource. Per readmission = the phase's requests / its readmissions (for "first start", its jobs). Printed
+beside the goal: no GET, one write per readmission (the Workload's status: Ready; the JobSet UID was
+recorded while the first execution ran, one TrainJob write per job, outside any readmission), at most one
+consistent LIST shared by concurrent passes, and Events that do not grow with the burst (the Events created
+or patched, and the Event objects of ``dispatch-admission`` in the namespace with the sum of their counts).
+Passes are the agent's own count (``dispatch_agent_reconcile_duration_seconds_count``, every result).
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from typing import Any
 
 from agent.constants import DEFAULT_WORKERS, EVENT_COMPONENT
 from benchmarks.agent_bench import (
+    JOBSET,
+    TRAINER_V,
     WAIT,
     Agent,
     Api,
@@ -49,8 +59,12 @@ from benchmarks.agent_bench import (
     bounded,
     create_dispatch_job,
     evict_and_release,
+    install_record_start,
     reserve,
+    start,
 )
+from contract.admission import admission_count
+from contract.keys import ANNOTATION_JOBSET_UID
 from harness.agent_process import LEADER
 from harness.agent_process import start_agent as start_process
 from harness.async_client import api_client
@@ -153,9 +167,9 @@ class Bench:
     def __init__(self, cp: ControlPlane, agent: Agent, api: Api, watch: ReadyWatch, ns: str) -> None:
         self.cp, self.agent, self.api, self.watch, self.ns = cp, agent, api, watch, ns
 
-    async def phase(self, name: str, readmissions: int, start: dt.datetime, passes: float) -> Phase:
+    async def phase(self, name: str, readmissions: int, began: dt.datetime, passes: float) -> Phase:
         await asyncio.sleep(SETTLE)
-        p = Phase(name, readmissions, start)
+        p = Phase(name, readmissions, began)
         p.passes = self.agent.metric(PASSES) - passes
         p.events = our_events(self.cp, self.ns)
         return p
@@ -169,29 +183,64 @@ class Bench:
 
     async def sequential(self, cycles: int) -> Phase:
         job = await create_dispatch_job(self.api, self.ns, [CHECK])
-        wl = await self.admit(job, job.workload)  # the first admission, not counted
+        wl = await self.admit(job, job.workload)  # the first admission and start, not counted
+        await self.first_start([job])
         await asyncio.sleep(SETTLE)
-        start, passes = now(), self.agent.metric(PASSES)
-        for _ in range(cycles):
-            wl = await self.admit(job, await evict_and_release(self.api, wl))
-        return await self.phase("sequential", cycles, start, passes)
+        began, passes = now(), self.agent.metric(PASSES)
+        a = admission_count(job.trainjob) or 0
+        for i in range(cycles):
+            wl = await self.admit(job, await evict_and_release(self.api, wl, stop=job))
+            started = await start(self.api, job)
+            assert started == a + 1, f"readmission {i + 1} started with A {started} after A {a}"
+            a = started
+        return await self.phase("sequential", cycles, began, passes)
 
-    async def burst(self, n: int) -> tuple[Phase, Phase]:
+    async def burst(self, n: int) -> tuple[Phase, Phase, Phase]:
         jobs: list[Job] = await bounded(list(range(n)), lambda _: create_dispatch_job(self.api, self.ns, [CHECK]), 16)
         await self.all_ready(jobs, 600)  # the first admissions, not counted
         await asyncio.sleep(SETTLE)
-        start, passes = now(), self.agent.metric(PASSES)
+        began, passes = now(), self.agent.metric(PASSES)
+        await self.first_start(jobs)
+        started = await self.phase("burst: first start", n, began, passes)
+        began, passes = now(), self.agent.metric(PASSES)
 
         async def release(job: Job) -> None:
-            job.workload = await evict_and_release(self.api, self.watch.latest[job.name])
+            job.workload = await evict_and_release(self.api, self.watch.latest[job.name], stop=job)
 
         await bounded(jobs, release)
-        released = await self.phase("burst: release", n, start, passes)
-        start, passes = now(), self.agent.metric(PASSES)
+        released = await self.phase("burst: release", n, began, passes)
+        began, passes = now(), self.agent.metric(PASSES)
         t = time.monotonic()
         await self.all_ready(jobs, 600)
         print(f"burst of {n} readmissions: all Ready after {time.monotonic() - t:.1f}s")
-        return released, await self.phase("burst: reserve", n, start, passes)
+        return started, released, await self.phase("burst: reserve", n, began, passes)
+
+    async def first_start(self, jobs: list[Job]) -> None:
+        """Each job started as Kueue does (the unsuspend raises A to 1) and its JobSet created as Trainer does;
+        returns once the agent recorded every JobSet's UID on its TrainJob."""
+
+        async def one(job: Job) -> None:
+            assert await start(self.api, job) == 1
+            meta = job.trainjob["metadata"]
+            await self.api.create(JOBSET, "jobsets", meta["namespace"], jobset_body(job.trainjob))
+
+        await bounded(jobs, one)
+        deadline = time.monotonic() + 300
+        names = {j.trainjob["metadata"]["name"] for j in jobs}
+        while True:
+            listed = self.cp.admin.request("GET", self.cp.admin.collection_path(TRAINER_V, "TrainJob", self.ns))
+            missing = names - {
+                t["metadata"]["name"]
+                for t in listed["items"]
+                if ANNOTATION_JOBSET_UID in (t["metadata"].get("annotations") or {})
+            }
+            if not missing:
+                break
+            assert time.monotonic() < deadline, f"{len(missing)} JobSet UID(s) not recorded within 300 s"
+            await asyncio.sleep(0.5)
+        stored = {t["metadata"]["name"]: t for t in listed["items"]}
+        for job in jobs:
+            job.trainjob = stored[job.trainjob["metadata"]["name"]]
 
     async def all_ready(self, jobs: list[Job], budget: float) -> None:
         for job in jobs:
@@ -206,6 +255,25 @@ class Bench:
             job.workload = self.watch.latest[job.name]
 
 
+def jobset_body(trainjob: dict[str, Any]) -> dict[str, Any]:
+    """The TrainJob's JobSet as Trainer creates it at the first start: its name, a controller ownerReference
+    to the TrainJob (what makes it the TrainJob's own, contract/foreign.py). Tier A runs no JobSet controller:
+    it makes no Jobs and no pods."""
+    meta = trainjob["metadata"]
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "registry.invalid/t:1"}]}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "ownerReferences": [{"apiVersion": trainjob["apiVersion"], "kind": trainjob["kind"], "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {"template": template}}}]},
+    }  # fmt: skip
+
+
 def start_agent(cp: ControlPlane, namespace: str, workers: int) -> Agent:
     kubeconfig = cp.client_kubeconfig("bench-agent", AGENT_USER, groups=["system:masters"])
     config = {"leaseNamespace": namespace, "leaseName": "bench-requests"}
@@ -218,6 +286,7 @@ async def run(args: argparse.Namespace) -> list[Phase]:
     with start_control_plane(new_run_dir(), audit_users=[AGENT_USER]) as cp:
         assert cp.audit_log is not None
         ns = cp.create_namespace("bench")
+        install_record_start(cp, ns)
         cp.admin.create(
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -248,7 +317,7 @@ async def run(args: argparse.Namespace) -> list[Phase]:
 # -- the report ------------------------------------------------------------------------------------------------
 
 GOAL: dict[Key, str] = {
-    ("patch", "trainjobs"): "1 (the raise)",
+    ("patch", "trainjobs"): "0 (first start: 1, the JobSet UID)",
     ("apply", "workloads/status"): "1 (Ready)",
     ("list (consistent)", "pods"): "<= 1, shared",
 }
@@ -277,7 +346,7 @@ def report(args: argparse.Namespace, phases: list[Phase], seconds: float) -> Non
     background = ("leases", "events")
     rows.append(["**GETs**", "(not leases)", *total(lambda k: k[0] == "get" and k[1] not in background), "0"])
     rows.append(["**writes**", "(not leases, not events)", *total(
-        lambda k: k[0] in WRITES and k[1] not in background), "2"])  # fmt: skip
+        lambda k: k[0] in WRITES and k[1] not in background), "1"])  # fmt: skip
     rows.append(["**all requests**", "", *total(lambda k: True), ""])
     lists = [p.requests[("list (consistent)", "pods")] for p in phases]
     served = (f"{p.passes:.0f} / {n} = {p.passes / n:.1f}" if n else f"{p.passes:.0f} / 0"

@@ -4,10 +4,12 @@
     (started by benchmarks/agent_bench.py; prints "ready" once its watch is live)
 
 Serves every Workload of ``NS`` whose check ``NAME`` is Pending while quota is reserved, with ``--workers``
-concurrent passes, each making exactly the calls one pass of the agent makes for a job with no pods, through
-the agent's own client layer (agent/kube.py, so the same one LIST of pods for many passes): GET Workload,
-GET TrainJob, LIST pods, GET JobSet, JSON Patch TrainJob (the raise), apply workloads/status (Ready). What
-it leaves out is what the agent adds: the decision and its proofs, leader election, the pod and node
+concurrent passes, each making exactly the calls one pass of the agent makes for a readmission of a job with
+no pods, through the agent's own client layer (agent/kube.py, so the same one LIST of pods for many passes):
+the consistent LIST of pods, then apply workloads/status (Ready) preconditioned on the Workload as its watch
+delivered it (the agent reads the Workload, the TrainJob and the JobSet from its watches; A is raised by
+Kueue's unsuspend, not by the gate, and a recorded JobSet UID leaves no TrainJob write). What it leaves out
+is what the agent adds: the decision and its proofs, leader election, the TrainJob, JobSet, pod and node
 watches, Events, metrics and logging. Its CPU and its time to clear a burst are the floor the agent's are
 compared with, in the same run, on the same machine.
 """
@@ -25,7 +27,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from agent.constants import WORKLOADS
 from agent.kube import Kube
 from agent.watch import run as watch
-from contract.admission import raise_admission
 from contract.objects import dig
 from serving.kube import api_client
 
@@ -48,6 +49,8 @@ class Events:
         self.check = check
         self.queue: asyncio.Queue[Key] = asyncio.Queue()
         self.queued: set[Key] = set()
+        self.latest: dict[Key, Mapping[str, Any]] = {}
+        """Each Workload as the watch last delivered it: what a pass reads, as the agent's store is."""
 
     def begin(self) -> None: ...
 
@@ -59,7 +62,11 @@ class Events:
 
     def event(self, kind: str, obj: Mapping[str, Any]) -> None:
         key = (str(dig(obj, "metadata", "namespace")), str(dig(obj, "metadata", "name")))
-        if kind != "DELETED" and wanted(obj, self.check) and key not in self.queued:
+        if kind == "DELETED":
+            self.latest.pop(key, None)
+            return
+        self.latest[key] = obj
+        if wanted(obj, self.check) and key not in self.queued:
             self.queued.add(key)
             self.queue.put_nowait(key)
 
@@ -72,21 +79,15 @@ def ready_status(wl: Mapping[str, Any], check: str) -> dict[str, Any]:
         "kind": "Workload",
         "metadata": {k: wl["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
         "status": {"admissionChecks": [
-            {"name": check, "state": "Ready", "message": "raised", "lastTransitionTime": now}]},
+            {"name": check, "state": "Ready", "message": "admitted", "lastTransitionTime": now}]},
     }  # fmt: skip
 
 
-async def one_pass(kube: Kube, key: Key, check: str) -> None:
-    namespace, name = key
-    wl = await kube.get_workload(namespace, name)
+async def one_pass(kube: Kube, events: Events, key: Key, check: str) -> None:
+    wl = events.latest.get(key)
     if wl is None or not wanted(wl, check):
         return
-    tj_name = str(dig(wl, "metadata", "ownerReferences", 0, "name"))
-    tj = await kube.get_trainjob(namespace, tj_name)
-    assert tj is not None
-    await kube.list_pods(namespace, tj_name)
-    await kube.get_jobset(namespace, tj_name)
-    await kube.patch_trainjob(namespace, tj_name, raise_admission(tj).patch)
+    await kube.list_pods(key[0], str(dig(wl, "metadata", "ownerReferences", 0, "name")))
     await kube.apply_workload_status(ready_status(wl, check))
 
 
@@ -108,7 +109,7 @@ async def serve(kubeconfig: str, namespace: str, check: str, workers: int) -> No
             key = await events.queue.get()
             events.queued.discard(key)
             try:
-                await one_pass(kube, key, check)
+                await one_pass(kube, events, key, check)
             except ApiException as exc:  # a conflict: the watch brings the Workload again if it still waits
                 print(f"{key[0]}/{key[1]}: {exc.status} {exc.reason}", flush=True)
 

@@ -21,11 +21,12 @@ execution's pods, the two things the real gate (agent/gate.py) exists for.
   beside the gate's workers). Trainer pods deleted while this controller holds the Lease stay listed,
   Terminating (their containers are stopped all the same); a replica that leads again releases them.
 
-dispatch refuses an execution with an A not raised a second time, at the TrainJob's unsuspend (the choke point:
-docs/security.md, docs/webhook.md): the policy `dispatch-k8s-unsuspend` and the webhook's `update.unsuspend`
-refuse Kueue's unsuspend unless A rose since the last one. With the naive gate alone a readmitted job therefore
-stays suspended; it never runs with a repeated R. The naive arm is "a system whose only defence is its check
-controller", so ``disarm_choke_point`` removes exactly those two judgements and nothing else.
+dispatch numbers every execution at the TrainJob's unsuspend (the choke point: docs/security.md,
+docs/webhook.md): the MutatingAdmissionPolicy `dispatch-k8s-record-start` (or the mutating webhook) raises A in
+Kueue's unsuspend when it did not rise since the last one, and the policy `dispatch-k8s-unsuspend` and the
+webhook's `update.unsuspend` refuse an unsuspend whose A did not. The naive arm is "a system whose only
+defence is its check controller", so ``disarm_choke_point`` removes exactly that numbering and those
+judgements, and nothing else.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from contract.ownership import is_dispatch
 from harness.kube_http import ApiError, KubeHttp
 from webhook.config import DEFAULT_DISPATCH_USERNAME
 from webhook.configurations import NAME, UNSUSPENDS, webhook_configurations
-from webhook.policies import JOB_RESUME, UNSUSPEND
+from webhook.configurations import RECORD_START as CONFIG_RECORD_START
+from webhook.policies import JOB_RESUME, RECORD_START, UNSUSPEND
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +331,16 @@ class NaiveGate:
             stop.wait(self.interval)
 
 
+def _unbind(admin: KubeHttp, kind: str, name: str, removed: list[str]) -> None:
+    """Deletes the binding ``name`` of ``kind`` (noted in ``removed``), or nothing when it is gone already."""
+    try:
+        admin.request("DELETE", f"/apis/{ADMISSION_V}/{kind.lower()}s/{name}")
+        removed.append(f"{kind} {name}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
 def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
     """Removes what refuses Kueue's unsuspend of a dispatch TrainJob whose A did not rise since its last
     unsuspend, and the resume of its Jobs that follows, and nothing else; returns what it removed (empty when
@@ -341,18 +353,23 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
       API server sending it unsuspends (every other TrainJob update is still sent to it). Removing the whole
       webhook would be wider than needed.
 
-    Left in place: the MutatingAdmissionPolicy and the mutating webhook that record A at each unsuspend (they
-    write it only when it differs, so an unchanged A passes the identity policy), and every other policy,
-    the owner policies among them."""
+    * the MutatingAdmissionPolicyBinding ``<fullname>-record-start``, and the mutating webhook's route of
+      unsuspends where the API server has no MutatingAdmissionPolicy: in Kueue mode they raise A in the write
+      that starts each execution, which is dispatch's numbering, not a check controller's.
+
+    Left in place: every other policy, the owner policies among them."""
     removed: list[str] = []
+    _unbind(admin, "MutatingAdmissionPolicyBinding", RECORD_START.replace(NAME, fullname, 1), removed)
+    mutating = admin.get_or_none(ADMISSION_V, "MutatingWebhookConfiguration", fullname)
+    for hook in (mutating or {}).get("webhooks") or []:
+        if hook.get("name", "").startswith(f"{CONFIG_RECORD_START}."):
+            ops = skip_unsuspends_patch(mutating, hook["name"])
+            if ops:
+                admin.request("PATCH", f"/apis/{ADMISSION_V}/mutatingwebhookconfigurations/{fullname}", ops,
+                              content_type=JSON_PATCH)  # fmt: skip
+                removed.append(f"MutatingWebhookConfiguration {fullname}: unsuspends no longer sent to {hook['name']}")
     for policy in (UNSUSPEND, JOB_RESUME):
-        binding = policy.replace(NAME, fullname, 1)
-        try:
-            admin.request("DELETE", f"/apis/{ADMISSION_V}/validatingadmissionpolicybindings/{binding}")
-            removed.append(f"ValidatingAdmissionPolicyBinding {binding}")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        _unbind(admin, "ValidatingAdmissionPolicyBinding", policy.replace(NAME, fullname, 1), removed)
     config = admin.get_or_none(ADMISSION_V, "ValidatingWebhookConfiguration", fullname)
     webhook = trainjob_updates_webhook()
     ops = skip_unsuspends_patch(config, webhook) if config is not None else None

@@ -1,9 +1,17 @@
 """The admission count A, its floor, and the raise of A before every admission.
 
 Each raise writes ``max(A in the patch, the floor) + 1`` into both dispatch's runtime patch and the
-admission-floor annotation, in one JSON Patch preconditioned on the uid and resourceVersion that were
-read. The patch touches nothing else: other managers' runtime patch entries (Kueue's among them) are
-never rewritten, which a merge patch or a PUT of the list would do (see docs/contract.md).
+admission-floor annotation. Two writers make it:
+
+* dispatch's Open and Release (plain mode), in their own unsuspending update: one JSON Patch
+  preconditioned on the uid and resourceVersion that were read (``raise_admission``);
+* the admission of every other unsuspend (Kueue's), in the write itself: dispatch's
+  MutatingAdmissionPolicy in the API server, or its mutating webhook where the API server has no such
+  policy (``raise_in_unsuspend``). The raise and the start it numbers are then one write, so no
+  execution can start between them, and Kueue's re-admission costs dispatch no write of its own.
+
+The patch touches nothing else: other managers' runtime patch entries (Kueue's among them) are never
+rewritten, which a merge patch or a PUT of the list would do (see docs/contract.md).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from typing import Any, Final
 
 from contract.errors import ContractError
 from contract.identity import R_BOUND
-from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR
+from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED
 from contract.objects import add_op, annotations, dig, pointer
 from contract.ownership import dispatch_patch_index, runtime_patches
 
@@ -60,6 +68,13 @@ def admission_floor(trainjob: object) -> int | None:
     return None if value is None else parse_count(f"annotation {ANNOTATION_ADMISSION_FLOOR}", value)
 
 
+def admission_started(trainjob: object) -> int | None:
+    """The A the last execution started with (recorded in the write that unsuspended it), or None before the
+    first."""
+    value = annotations(trainjob).get(ANNOTATION_ADMISSION_STARTED)
+    return None if value is None else parse_count(f"annotation {ANNOTATION_ADMISSION_STARTED}", value)
+
+
 @dataclass(frozen=True)
 class Raise:
     """A raise of A: the new value and the JSON Patch (``application/json-patch+json``) that writes it."""
@@ -95,16 +110,7 @@ def raise_admission(trainjob: Mapping[str, Any]) -> Raise:
     if dig(trainjob, "spec", "suspend") is not True:
         raise ContractError("spec.suspend", "A can change only while the TrainJob is suspended")
     path = admission_path(trainjob)
-    a, floor = admission_count(trainjob), admission_floor(trainjob)
-    if a is None and floor is None:
-        raise ContractError(
-            "spec.runtimePatches",
-            f"neither the runtime patch annotation {ANNOTATION_ADMISSION} nor the annotation "
-            f"{ANNOTATION_ADMISSION_FLOOR} is there; raising A from nothing could repeat an R",
-        )
-    new_a = max(a or 0, floor or 0) + 1
-    if new_a >= R_BOUND:
-        raise ContractError("A", f"raising A to {new_a} reaches the epoch bound {R_BOUND}")
+    new_a = _raised(admission_count(trainjob), admission_floor(trainjob))
     value = str(new_a)
     return Raise(
         a=new_a,
@@ -114,3 +120,69 @@ def raise_admission(trainjob: Mapping[str, Any]) -> Raise:
             add_op(trainjob, ("metadata", "annotations", ANNOTATION_ADMISSION_FLOOR), value),
         ],
     )
+
+
+def start_count(trainjob: Mapping[str, Any], started_before: int | None) -> tuple[int, bool]:
+    """The A the next execution of ``trainjob`` starts with, and whether the write that starts it raises A:
+    A as it is when it is above ``started_before`` (the A the previous execution started with; None before
+    the first) and not below the floor (dispatch's Open and Release raise in their own write), else
+    max(A, floor) + 1.
+
+    Raises ContractError when no execution can be numbered: dispatch's entry gone, A or the floor not a count,
+    both gone (raising from nothing could repeat an R), or the raise reaching the epoch bound."""
+    a, floor = admission_count(trainjob), admission_floor(trainjob)
+    if a is not None and a > (started_before or 0) and a >= (floor or 0):
+        return a, False
+    return _raised(a, floor), True
+
+
+def _raised(a: int | None, floor: int | None) -> int:
+    """max(A, floor) + 1, refusing to raise from nothing (it could repeat an R) or to the epoch bound."""
+    if a is None and floor is None:
+        raise ContractError(
+            "spec.runtimePatches",
+            f"neither the runtime patch annotation {ANNOTATION_ADMISSION} nor the annotation "
+            f"{ANNOTATION_ADMISSION_FLOOR} is there; raising A from nothing could repeat an R",
+        )
+    new_a = max(a or 0, floor or 0) + 1
+    if new_a >= R_BOUND:
+        raise ContractError("A", f"raising A to {new_a} reaches the epoch bound {R_BOUND}")
+    return new_a
+
+
+def unsuspend_ops(new: Mapping[str, Any], started_before: int | None, *, kueue: bool) -> list[dict[str, Any]]:
+    """What admission writes into every write that unsuspends ``new``, as JSON Patch ops on it (no
+    preconditions: they edit the request's own object).
+
+    * **The raise**, in Kueue mode (``kueue``: the queue label on the old object and the new), when A is not
+      above ``started_before`` (the A the previous execution started with, from the old object; None before
+      the first) or is below the floor: A and the floor become max(A, floor) + 1 (``start_count``). In plain
+      mode only dispatch's Open and Release start an execution, and they raise in their own write: an
+      unsuspend without that raise stays refused, so no one else can restart a plain-mode job.
+    * **The record** of A, raised or not, as ``admission-started``: the next unsuspend is measured against it.
+
+    Nothing when no execution can be numbered (``start_count`` refuses): validation then refuses the unsuspend
+    and names why, so nothing starts unnumbered. The MutatingAdmissionPolicy ``record-start`` states the same
+    in CEL (tests/cluster/test_record_start.py holds the two to each other).
+    """
+    try:
+        path = admission_path(new)
+        a, raises = start_count(new, started_before)
+    except ContractError:
+        return []
+    if raises and not kueue:  # recorded as it is, if it is there: validation refuses the unsuspend
+        current = admission_count(new)
+        if current is None:
+            return []
+        a, raises = current, False
+    ops = [add_op(new, path, str(a))] if raises else []
+    record = {ANNOTATION_ADMISSION_STARTED: str(a)}
+    if raises:
+        record[ANNOTATION_ADMISSION_FLOOR] = str(a)
+    found = dig(new, "metadata", "annotations")
+    if not isinstance(found, Mapping):
+        return [*ops, add_op(new, ("metadata", "annotations"), record)]
+    return [
+        *ops,
+        *(add_op(new, ("metadata", "annotations", k), v) for k, v in sorted(record.items()) if found.get(k) != v),
+    ]

@@ -64,7 +64,7 @@ class AgentProcess:
         self.process.popen.wait(10)
 
     def metric(self, name: str, labels: str = "") -> float:
-        """The sum of a metric's samples whose labels contain ``labels`` (e.g. 'result="raise"')."""
+        """The sum of a metric's samples whose labels contain ``labels`` (e.g. 'result="admit"')."""
         total = 0.0
         for line in self.get("/metrics")[1].splitlines():
             if (line.startswith(name + " ") or line.startswith(name + "{")) and labels in line:

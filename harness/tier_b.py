@@ -41,7 +41,7 @@ from harness.webhooks import (
 from webhook import owners
 from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
 from webhook.configurations import NAME, namespace_selector
-from webhook.policies import owner_policies
+from webhook.policies import owner_policies, record_start_policy
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -375,8 +375,11 @@ def _install_owner_policies(cp: ControlPlane) -> None:
     does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
     kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their own;
     dispatch is any ServiceAccount (the tests' agents run as ServiceAccounts of their own namespaces), and the
-    harness's admin, which plays the parts no controller plays here, is break-glass. A test that polices
-    strangers installs the chart's policies on its namespace besides."""
+    harness's admin, which plays the parts no controller plays here, is break-glass. Beside them the chart's
+    MutatingAdmissionPolicy ``record-start`` (webhook/policies.py ``record_start_policy``), as the chart binds it:
+    in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no readmission
+    would be numbered. A test that polices strangers installs the chart's other policies on its namespace
+    besides."""
     config = Config(
         dispatch=Principals(groups=("system:serviceaccounts",)),
         owners=Owners(breakGlass=Principals(groups=("system:masters",))),
@@ -396,6 +399,11 @@ def _install_owner_policies(cp: ControlPlane) -> None:
         }
         cp.admin.apply(policy)
         cp.admin.apply(binding)
+    for doc in record_start_policy("dispatch-system"):
+        doc["metadata"]["name"] = doc["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = doc["spec"]["policyName"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
+        cp.admin.apply(doc)
 
 
 HARNESS_POLICY_PREFIX: Final = "dispatch-harness"

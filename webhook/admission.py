@@ -10,12 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from contract.admission import admission_count
+from contract.admission import admission_started, unsuspend_ops
 from contract.errors import ContractError, Problem
 from contract.gates import gates_of, has_dispatch_gate
-from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_ADMISSION_STARTED, GATE, JOBSET_GROUP
+from contract.keys import (
+    ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
+    GATE,
+    JOBSET_GROUP,
+)
 from contract.names import TrainJobName, parse_name
-from contract.objects import add_op, annotations, dig
+from contract.objects import add_op, dig
 from contract.ownership import is_dispatch, is_kueue_mode, owned_by_dispatch
 from contract.patches import foreign_entry_problems
 from webhook.config import Config
@@ -123,7 +129,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
             if stranger and not config.kueue.includes(request.user):
                 problems += kueue_unsuspend_problems(old, new)
             if unsuspends(old, new):
-                exempt = frozenset({ANNOTATION_ADMISSION_STARTED})  # the record, checked by update_problems
+                # The raise and the record admission writes into every unsuspend, checked by update_problems.
+                exempt = frozenset({ANNOTATION_ADMISSION_STARTED, ANNOTATION_ADMISSION_FLOOR})
     elif resource == TRAINING_RUNTIMES and new is not None:
         copy_name = _dispatch_name(new)
         if request.operation == "CREATE" and copy_name is not None:
@@ -168,7 +175,8 @@ def _validate_other(request: Request, config: Config, resource: tuple[str, str],
 
 
 def mutate(request: Request, config: Config) -> Verdict:
-    """Close a dispatch TrainJob at birth when dispatch created it open. Nothing else is ever mutated.
+    """Close a dispatch TrainJob at birth when dispatch created it open; number an execution in the write that
+    starts it (``_record_start``). Nothing else is ever mutated.
 
     Kueue mode gets dispatch's gate (Kueue allows the annotation at creation only), plain mode
     ``suspend: true``. Neither changes what the job runs.
@@ -197,13 +205,15 @@ def mutate(request: Request, config: Config) -> Verdict:
 
 def _record_start(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Verdict:
     """In any client's write that unsuspends a dispatch TrainJob (Kueue's admission, dispatch's Open or
-    Release), record A as ``admission-started``: the next unsuspend is refused unless A rose since."""
+    Release): in Kueue mode raise A when it was not raised since the last start, and record A as
+    ``admission-started``
+    (contract/admission.py ``unsuspend_ops``). Where the API server serves MutatingAdmissionPolicy the chart
+    leaves this to the policy ``record-start``, which decides the same."""
     if not unsuspends(old, new):
         return Verdict.allow()
     try:
-        a = admission_count(new)
+        before = admission_started(old)
     except ContractError:
         return Verdict.allow()  # validation refuses it, naming why
-    if a is None or annotations(new).get(ANNOTATION_ADMISSION_STARTED) == str(a):
-        return Verdict.allow()
-    return Verdict.allow(patch=[add_op(new, ("metadata", "annotations", ANNOTATION_ADMISSION_STARTED), str(a))])
+    kueue = is_kueue_mode(old) and is_kueue_mode(new)
+    return Verdict.allow(patch=unsuspend_ops(new, before, kueue=kueue))

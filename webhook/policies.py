@@ -5,12 +5,14 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   dispatch.phpboyscout.uk/ on TrainJobs, TrainingRuntimes and Workloads, nor move dispatch's gate on a
   TrainJob (the record of A at an unsuspend is left to the next two).
 * ``dispatch-k8s-identity``: on TrainJobs, for everyone, A in dispatch's runtime patch and the admission
-  floor never fall and are never removed, only dispatch raises them and only to max(A, floor) + 1, dispatch's
+  floor never fall and are never removed, only dispatch (or admission, in the write that unsuspends) raises
+  them and only to max(A, floor) + 1, dispatch's
   entry changes in nothing but A, the recorded JobSet UID never changes, the queue never changes, the record
   of A changes only in an unsuspend, and no other runtime-patch entry sets a pod key that decides identity.
 * ``dispatch-k8s-unsuspend``: the choke point, every unsuspend of a dispatch TrainJob: opened, no gate, no
-  hold, A above the A recorded at the previous unsuspend, and recorded in this write (the mutating webhook
-  records it; with the webhook gone the unsuspend fails closed).
+  hold, A above the A recorded at the previous unsuspend, and recorded in this write (the policy
+  ``dispatch-k8s-record-start`` raises A in the write when due and records it, or the mutating webhook where
+  the API server has no MutatingAdmissionPolicy; with neither the unsuspend fails closed).
 * ``dispatch-k8s-workloads``: on dispatch's Workloads, only dispatch sets its check Ready, no check's
   podSetUpdates carries a pod key that decides identity, and a held Workload is not reactivated.
 * ``dispatch-k8s-jobsets``: J (``jobsets/status`` restarts) never falls, and a dispatch JobSet is created
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from contract.identity import R_BOUND
 from contract.keys import (
     ANCESTOR_TRAINER,
     ANNOTATION_ADMISSION,
@@ -269,7 +272,8 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     + _unchanged_reserved(
                         "variables.oldAnnotations",
                         "variables.newAnnotations",
-                        f"request.resource.resource == 'trainjobs' && k == {_q(ANNOTATION_ADMISSION_STARTED)}",
+                        f"request.resource.resource == 'trainjobs' && (k == {_q(ANNOTATION_ADMISSION_STARTED)} || "
+                        f"(k == {_q(ANNOTATION_ADMISSION_FLOOR)} && request.operation == 'UPDATE' && ({UNSUSPENDS})))",
                     )
                     + ")",
                     "message": f"only dispatch adds, changes or removes annotations under {PREFIX}",
@@ -326,13 +330,15 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     # Falls are the two rules above; a change that is not a fall is a raise.
                     "expression": "(variables.oldA == variables.newA && variables.oldFloor == variables.newFloor) || "
                     "variables.newA == '' || (variables.oldFloor != '' && variables.newFloor == '') || "
-                    "(variables.dispatch && variables.newA == variables.newFloor && int(variables.newA) == "
+                    "((variables.dispatch || variables.unsuspends) && variables.newA == variables.newFloor && "
+                    "int(variables.newA) == "
                     "(int(variables.oldA == '' ? '0' : variables.oldA) > "
                     "int(variables.oldFloor == '' ? '0' : variables.oldFloor) ? "
                     "int(variables.oldA == '' ? '0' : variables.oldA) : "
                     "int(variables.oldFloor == '' ? '0' : variables.oldFloor)) + 1)",
-                    "messageExpression": "'only dispatch raises A and the admission floor, together, to max(A, floor)"
-                    " + 1: saw A ' + variables.oldA + ' -> ' + variables.newA + ', floor ' + variables.oldFloor"
+                    "messageExpression": "'only dispatch, or admission in the write that unsuspends, raises A and the "
+                    "admission floor, together, to max(A, floor) + 1: saw A ' + variables.oldA + ' -> ' + "
+                    "variables.newA + ', floor ' + variables.oldFloor"
                     " + ' -> ' + variables.newFloor",
                     "reason": "Forbidden",
                 },
@@ -403,13 +409,13 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "expression": "variables.a != '' && int(variables.a) >= 1 && "
                     f"{_int('variables.oldStarted')} < int(variables.a)",
                     "messageExpression": "'A ' + variables.a + ' is not above ' + variables.oldStarted + ', the A "
-                    "the previous execution started with: A is raised before every execution'",
+                    "the previous execution started with: A is raised in the write that starts every execution'",
                     "reason": "Forbidden",
                 },
                 {
                     "expression": "variables.started == variables.a",
                     "messageExpression": f"'{ANNOTATION_ADMISSION_STARTED} must record A ' + variables.a + "
-                    "' in the write that unsuspends (the mutating webhook of dispatch writes it)'",
+                    "' in the write that unsuspends (dispatch\\'s admission policy or mutating webhook writes it)'",
                     "reason": "Forbidden",
                 },
                 {
@@ -792,18 +798,38 @@ def owner_policies(config: Config) -> list[dict[str, Any]]:
 
 
 RECORD_START: Final = f"{NAME}-record-start"
-_CANONICAL_COUNT: Final = "^(0|[1-9][0-9]*)$"
+_CANONICAL_COUNT: Final = "^(0|[1-9][0-9]{0,17})$"
+"""contract/admission.py ``parse_count``: a decimal count without leading zeros, in a 64-bit int."""
 
 
 def record_start_policy(namespace: str) -> list[dict[str, Any]]:
-    """The MutatingAdmissionPolicy that records A as ``admission-started`` in every write that unsuspends a
-    dispatch TrainJob (Kueue's admission, dispatch's Open and Release), in-process: the unsuspend policy requires
-    the record, so with this an execution starts while the webhook is down; without it (an API server older than
-    v1.36) the webhook records it, and with neither every unsuspend fails closed. The same decision as
-    ``webhook.admission.mutate`` on an update (tests/cluster/test_record_start.py proves they agree): A from
-    dispatch's entry on its one replicated job, a decimal count, written only when it differs."""
+    """The MutatingAdmissionPolicy that numbers every execution in the write that starts it: in each write that
+    unsuspends a dispatch TrainJob (Kueue's admission, dispatch's Open and Release), in Kueue mode it raises A
+    and the floor to max(A, floor) + 1 when A is not above the A the previous execution started with (or is
+    below the floor), and it records A as ``admission-started``. In-process, so an execution starts while the
+    webhook is down and Kueue's re-admission costs no write of dispatch's; without it (an API server older than
+    v1.36) the webhook does the same, and with neither every unsuspend fails closed (the unsuspend policy
+    requires A above the record, and the record). The same decision as contract/admission.py ``unsuspend_ops``
+    (tests/cluster/test_record_start.py holds the two to each other)."""
     entries = (
         f"object.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+    )
+    count = f"matches({_q(_CANONICAL_COUNT)})"
+    recorded = "Object.metadata{annotations: {" + f"{_q(ANNOTATION_ADMISSION_STARTED)}: variables.next" + "}}"
+    raised = (
+        "Object.metadata{annotations: {"
+        + f"{_q(ANNOTATION_ADMISSION_STARTED)}: variables.next, {_q(ANNOTATION_ADMISSION_FLOOR)}: variables.next"
+        + "}}"
+    )
+    entry = "Object.spec.runtimePatches"
+    rts = f"{entry}.trainingRuntimeSpec"
+    job = f"{rts}.template.spec.replicatedJobs"
+    raised_entry = (
+        f"{entry}{{manager: {_q(RUNTIME_PATCH_MANAGER)}, trainingRuntimeSpec: {rts}{{template: {rts}.template{{"
+        f"spec: {rts}.template.spec{{replicatedJobs: [{job}{{name: variables.job, template: {job}.template{{"
+        f"spec: {job}.template.spec{{template: {job}.template.spec.template{{metadata: "
+        f"{job}.template.spec.template.metadata{{annotations: {{{_q(ANNOTATION_ADMISSION)}: variables.next}}}}"
+        "}}}}]}}}}"
     )
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -836,20 +862,74 @@ def record_start_policy(namespace: str) -> list[dict[str, Any]]:
                     "expression": "size(variables.entries) == 1 ? variables.entries[0].?trainingRuntimeSpec.?template"
                     ".?spec.?replicatedJobs.orValue([]) : []",
                 },
+                {"name": "job", "expression": "size(variables.jobs) == 1 ? variables.jobs[0].?name.orValue('') : ''"},
                 {
-                    "name": "a",
+                    "name": "pod",
                     "expression": "size(variables.jobs) == 1 ? variables.jobs[0].?template.?spec.?template.?metadata"
-                    f".?annotations[?{_q(ANNOTATION_ADMISSION)}].orValue('') : ''",
+                    ".?annotations.orValue({}) : {}",
+                },
+                {"name": "mine", "expression": "object.metadata.?annotations.orValue({})"},
+                {"name": "old", "expression": "oldObject.metadata.?annotations.orValue({})"},
+                {
+                    # Every count there readable, and at least one of A and the floor there: else nothing is
+                    # written and the unsuspend policy refuses, naming why.
+                    "name": "readable",
+                    "expression": f"variables.job != '' && "
+                    f"(!({_q(ANNOTATION_ADMISSION)} in variables.pod) || "
+                    f"variables.pod[{_q(ANNOTATION_ADMISSION)}].{count}) && "
+                    f"(!({_q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine) || "
+                    f"variables.mine[{_q(ANNOTATION_ADMISSION_FLOOR)}].{count}) && "
+                    f"(!({_q(ANNOTATION_ADMISSION_STARTED)} in variables.old) || "
+                    f"variables.old[{_q(ANNOTATION_ADMISSION_STARTED)}].{count}) && "
+                    f"({_q(ANNOTATION_ADMISSION)} in variables.pod || "
+                    f"{_q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine)",
+                },
+                {
+                    "name": "current",
+                    "expression": f"variables.readable && {_q(ANNOTATION_ADMISSION)} in variables.pod ? "
+                    f"int(variables.pod[{_q(ANNOTATION_ADMISSION)}]) : 0",
+                },
+                {
+                    "name": "floor",
+                    "expression": f"variables.readable && {_q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine ? "
+                    f"int(variables.mine[{_q(ANNOTATION_ADMISSION_FLOOR)}]) : 0",
+                },
+                {
+                    "name": "before",
+                    "expression": f"variables.readable && {_q(ANNOTATION_ADMISSION_STARTED)} in variables.old ? "
+                    f"int(variables.old[{_q(ANNOTATION_ADMISSION_STARTED)}]) : 0",
+                },
+                {
+                    "name": "highest",
+                    "expression": "variables.current > variables.floor ? variables.current : variables.floor",
+                },
+                {
+                    # Kueue mode (the queue label on both versions): in plain mode only dispatch's Open and
+                    # Release start an execution, and they raise A in their own write.
+                    "name": "kueue",
+                    "expression": f"oldObject.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != '' && "
+                    f"object.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != ''",
+                },
+                {
+                    "name": "due",
+                    "expression": "variables.readable && variables.kueue && (variables.current <= variables.before || "
+                    "variables.current < variables.floor)",
+                },
+                {
+                    "name": "next",
+                    "expression": "variables.due ? string(variables.highest + 1) : string(variables.current)",
                 },
             ],
             "mutations": [
                 {
                     "patchType": "ApplyConfiguration",
                     "applyConfiguration": {
-                        "expression": f"variables.a.matches({_q(_CANONICAL_COUNT)}) && "
-                        f"{_annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.a ? "
-                        "Object{metadata: Object.metadata{annotations: "
-                        f"{{{_q(ANNOTATION_ADMISSION_STARTED)}: variables.a}}}}}} : Object{{}}",
+                        "expression": f"!variables.readable || (variables.due && variables.highest + 1 >= {R_BOUND})"
+                        " ? Object{} : variables.due ? "
+                        f"Object{{metadata: {raised}, spec: Object.spec{{runtimePatches: [{raised_entry}]}}}}"
+                        f" : {_q(ANNOTATION_ADMISSION)} in variables.pod && "
+                        f"{_annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.next ? "
+                        f"Object{{metadata: {recorded}}} : Object{{}}",
                     },
                 }
             ],

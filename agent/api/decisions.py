@@ -22,7 +22,7 @@ from agent.operations import Hold, Refused
 from agent.start import readback_changes
 from agent.status import phase
 from agent.workload import condition_true, owner_trainjob
-from contract.admission import preconditions
+from contract.admission import admission_count, admission_started, preconditions
 from contract.errors import ContractError
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
@@ -644,8 +644,27 @@ class ProbeResult:
     """The probe could not be run (created, watched) at all."""
     open_refused: str | None = None
     """Plain mode: why the API server refused Open's write on the probe (a dry run), or None."""
+    unnumbered: str | None = None
+    """Kueue mode: why the probe's start (opened and unsuspended, a dry run) was refused or not numbered by
+    dispatch's admission, or None."""
     owner_problems: tuple[str, ...] = ()
     """Which of the owners that build a job's objects wrote nothing for the probe (``owner_problems``)."""
+
+
+def unnumbered(answer: Mapping[str, Any]) -> str | None:
+    """Why the API server's answer to the probe's start (a dry run) shows that no admission numbered it: A not
+    raised above 0, or not recorded as ``admission-started``. None when numbered."""
+    try:
+        a, started = admission_count(answer), admission_started(answer)
+    except ContractError as exc:
+        return f"the answer's A is unreadable: {exc}"
+    if not a or started != a:
+        return (
+            f"the start was not numbered (A {a}, recorded {started}): neither dispatch's MutatingAdmissionPolicy "
+            "record-start nor its mutating webhook raised A in the write, so Kueue's admissions would all run with "
+            "one A"
+        )
+    return None
 
 
 def owner_problems(jobset: Mapping[str, Any] | None, job: Mapping[str, Any] | None, seconds: float) -> list[str]:
@@ -738,6 +757,12 @@ def capabilities(
         )
         trouble = ([] if start_gate else [start_reason]) + ([] if readmission else [readmission_reason])
     trainer = [*trainer_problems, *probe.owner_problems]
+    if probe.unnumbered is not None:
+        trainer.append(
+            "the probe's start (opened and unsuspended in one update, a dry run) was not numbered by dispatch's "
+            f"admission: {probe.unnumbered}; Kueue-mode executions are numbered in the write that starts them "
+            f"(install the chart's admission; Trainer's webhook accepts A changing in it from {MINIMUM_TRAINER} on)"
+        )
     if probe.open_refused is not None:
         trainer.append(
             "the API server refuses Open's own write on the probe (raise A and unsuspend in one update, a dry run): "
@@ -746,7 +771,11 @@ def capabilities(
         )
     trainer_reason = "; ".join(trainer) or (
         "the served TrainJob has spec.runtimePatches and spec.activeDeadlineSeconds"
-        + ("" if kueue else "; Open's write (raise A, unsuspend) is accepted (a dry run on the probe)")
+        + (
+            "; a start is numbered in its own write (a dry run on the probe)"
+            if kueue
+            else "; Open's write (raise A, unsuspend) is accepted (a dry run on the probe)"
+        )
     )
     trouble += trainer
     return Capabilities(

@@ -754,9 +754,12 @@ class Service:
             except KubeError as exc:
                 raise d.create_failed(exc, "the probe", req.namespace) from None
             await self._own_copy(copy_read, trainjob)
-            refusal = None if req.kueue else await self._try_open(req.namespace, trainjob)
+            if req.kueue:
+                refusal, unnumbered = None, await self._try_admission(req.namespace, trainjob)
+            else:
+                refusal, unnumbered = await self._try_open(req.namespace, trainjob), None
             result = await self._watch_probe(req.namespace, trainjob, checks, seconds)
-            return replace(result, open_refused=refusal)
+            return replace(result, open_refused=refusal, unnumbered=unnumbered)
         except ApiError as exc:
             if exc.kind is ErrorKind.INVALID:
                 raise
@@ -769,21 +772,43 @@ class Service:
         as a dry run (``dryRun=All``: the webhooks judge it, nothing is stored). Trainer v2.2.0's webhook refuses
         a runtime patch change unless the TrainJob is suspended after the update; only v2.2.1 accepts the atomic
         unsuspend, so below it Open and Release could never raise A. The refusal, or None when it is accepted."""
+        return await self._dry_run(namespace, trainjob, lambda read: plan_open(read).patch, lambda _: None)
+
+    async def _try_admission(self, namespace: str, trainjob: Mapping[str, Any]) -> str | None:
+        """Kueue mode: send the probe opened and unsuspended in one update, as a dry run (``dryRun=All``: every
+        admission step runs, nothing is stored, and Kueue never admits the probe): the shape of Kueue's admission
+        after Open. dispatch's admission must number it in the write (A raised from 0 to 1 and recorded as
+        ``admission-started``: the MutatingAdmissionPolicy ``record-start``, or the mutating webhook), and
+        Trainer must accept A changing in it. Why not, or None when the answer is numbered."""
+
+        def opened_and_started(read: Mapping[str, Any]) -> list[dict[str, Any]]:
+            return [*plan_open(read).patch, {"op": "replace", "path": "/spec/suspend", "value": False}]
+
+        return await self._dry_run(namespace, trainjob, opened_and_started, d.unnumbered)
+
+    async def _dry_run(
+        self,
+        namespace: str,
+        trainjob: Mapping[str, Any],
+        ops_for: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+        judge: Callable[[Mapping[str, Any]], str | None],
+    ) -> str | None:
+        """One write on the probe as a dry run, on a fresh read (again after a conflict that is not a webhook's):
+        the refusal, or what ``judge`` finds wrong in the API server's answer, or None."""
         name = str(dig(trainjob, "metadata", "name"))
         for _ in range(CONFLICT_ATTEMPTS):
             read = await self._read(TRAINJOBS.path(namespace, name), f"the probe {name}")
             if read is None:
                 return f"the probe {namespace}/{name} vanished"
             try:
-                plan = plan_open(read)
-                await self.kube.json_patch(TRAINJOBS.path(namespace, name), plan.patch, dry_run=True)
-                return None
+                answer = await self.kube.json_patch(TRAINJOBS.path(namespace, name), ops_for(read), dry_run=True)
             except Refused as exc:
                 return exc.message
             except KubeError as exc:
                 if exc.status == 409 and not exc.webhook_denial:
                     continue
                 return exc.describe()
+            return judge(answer)
         return None
 
     async def _watch_probe(

@@ -4,7 +4,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent.config import AgentConfig
 from tests.agent import kueue_double
+from tests.agent.running import RunningController
 
 
 @pytest.fixture(autouse=True)
@@ -16,3 +18,14 @@ def _delete_admission_checks(request: pytest.FixtureRequest) -> Iterator[None]:
         cp = request.getfixturevalue("control_plane")
         while kueue_double.created_checks:
             cp.admin.delete(kueue_double.KUEUE_V, "AdmissionCheck", kueue_double.created_checks.pop())
+
+
+@pytest.fixture
+def agent(control_plane, namespace) -> Iterator[RunningController]:
+    """The controller running in this process, leading on a Lease of the test's namespace."""
+    running = RunningController(control_plane, AgentConfig(leaseNamespace=namespace), f"in-test-{namespace}")
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()

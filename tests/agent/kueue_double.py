@@ -10,20 +10,27 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from contract.admission import admission_count, admission_floor
+from contract.admission import admission_count, admission_floor, admission_started, preconditions, unsuspend_ops
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
     ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_OPENED,
     KUEUE_RUNTIME_PATCH_MANAGER,
     LABEL_JOBSET_NAME,
     OPENED_TRUE,
     POD_FINALIZER,
 )
+from contract.objects import pointer
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
 from harness.kube_http import KubeHttp
 from tests.unit.fixtures import runtime, submission
+from tests.unit.kubelet import apply_json_patch
+from tests.unit.test_webhook_rules import KUEUE, request
+from webhook.admission import validate
+from webhook.config import Config
+from webhook.review import Lookups, Verdict
 
 KUEUE_V = "kueue.x-k8s.io/v1beta2"
 TRAINER_V = "trainer.kubeflow.org/v1alpha1"
@@ -263,6 +270,40 @@ def a_and_floor(tj: dict[str, Any]) -> tuple[int | None, int | None]:
     return admission_count(tj), admission_floor(tj)
 
 
+def started(tj: dict[str, Any]) -> int | None:
+    """The A the last execution started with (``admission-started``), None before the first."""
+    return admission_started(tj)
+
+
+def run_execution(cp: ControlPlane, tj: dict[str, Any]) -> dict[str, Any]:
+    """One execution of an admitted TrainJob: Kueue's unsuspend, then its suspend at the next eviction.
+
+    The unsuspend carries what dispatch's admission adds to every unsuspend (contract/admission.py
+    ``unsuspend_ops``: the raise of A when one is due and the record of the start), as the
+    MutatingAdmissionPolicy ``record-start`` or the mutating webhook writes it on a full cluster; tier A
+    installs neither, so the test applies it in the same write. Returns the TrainJob as the unsuspend left it.
+    """
+    tj = get_trainjob(cp, tj)
+    unsuspended = copy.deepcopy(tj)
+    unsuspended["spec"]["suspend"] = False
+    ops = unsuspend_ops(unsuspended, admission_started(tj), kueue=True)
+    assert ops, "the execution can be numbered"
+    started_tj = cp.admin.request(
+        "PATCH",
+        cp.admin.object_path(tj),
+        [*preconditions(tj), {"op": "replace", "path": pointer("spec", "suspend"), "value": False}, *ops],
+        content_type="application/json-patch+json",
+    )
+    assert started_tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] == str(admission_count(started_tj))
+    cp.admin.request(
+        "PATCH",
+        cp.admin.object_path(tj),
+        [*preconditions(started_tj), {"op": "replace", "path": pointer("spec", "suspend"), "value": True}],
+        content_type="application/json-patch+json",
+    )
+    return started_tj
+
+
 def kueue_entry(tj: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(next(p for p in tj["spec"]["runtimePatches"] if p["manager"] == KUEUE_RUNTIME_PATCH_MANAGER))
 
@@ -386,3 +427,12 @@ def events_about(cp: ControlPlane, tj: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         e for e in cp.admin.list("v1", "Event", namespace) if e["involvedObject"].get("uid") == tj["metadata"]["uid"]
     ]
+
+
+def judge_unsuspend(tj: dict[str, Any]) -> Verdict:
+    """The choke point's answer to Kueue's unsuspend of ``tj`` as stored, with what admission adds to the write:
+    the webhook's own rules (webhook/admission.py ``validate``; the unsuspend policy states the same in CEL)."""
+    new = copy.deepcopy(tj)
+    new["spec"]["suspend"] = False
+    new = apply_json_patch(new, unsuspend_ops(new, admission_started(tj), kueue=True))
+    return validate(request("UPDATE", new, tj, user=KUEUE), Config(), Lookups())

@@ -2,9 +2,12 @@
 the real API server, the test playing Kueue's part.
 
 The stores are fed deliberately stale copies (as a watch that is behind would leave them) and marked live:
-whatever they say, no pass approves what a fresh read would refuse, because each approving write is
-preconditioned on the resourceVersion of the copy it decided from. The live watches themselves, and the
-reads they spare, are checked at the end with the controller running."""
+whatever they say, nothing starts that a fresh read would refuse. The Ready write is preconditioned on the
+Workload copy; the JobSet UID record, when the gate makes it, on the TrainJob copy; a TrainJob copy from
+before a Hold may approve, and the start that would follow is refused by the unsuspend rule (the choke
+point, judged here by the webhook's own rules on the object as stored). A is never written by the gate, so
+no copy, however old, can lower it. The live watches themselves, and the reads they spare, are checked at
+the end with the controller running."""
 
 from __future__ import annotations
 
@@ -18,10 +21,11 @@ from agent.config import AgentConfig
 from agent.gate import Action
 from agent.kube import Kube
 from agent.reconcile import WorkloadKey, reconcile
-from contract.keys import ANNOTATION_HOLD_INSTANCE, ANNOTATION_HOLD_REASON, ANNOTATION_HOLD_WHO
+from contract.keys import ANNOTATION_HOLD_INSTANCE, ANNOTATION_HOLD_REASON, ANNOTATION_HOLD_WHO, ANNOTATION_JOBSET_UID
 from contract.objects import pointer
 from tests.agent import kueue_double as kueue
 from tests.agent.running import RunningController
+from tests.agent.test_reconcile import create_jobset
 from tests.cluster.principals import json_patch
 from tests.unit.test_agent_caches import live
 
@@ -77,48 +81,76 @@ async def test_a_workload_from_before_an_eviction_is_never_approved(control_plan
     assert outcome.requeue
     assert not outcome.ready
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
-    assert api_reads(kube) == {}  # the Workload and the TrainJob came from memory, the JobSet ("none") too
+    # The Workload, the TrainJob and the JobSet ("none") came from memory: no GET.
+    assert api_reads(kube) == {}
 
 
 @async_test
-async def test_a_trainjob_from_before_a_hold_is_never_approved(control_plane, namespace, api_client):
+async def test_a_trainjob_from_before_a_hold_starts_nothing(control_plane, namespace, api_client):
+    """No write of the pass is preconditioned on the TrainJob copy when there is no JobSet UID to record, so a
+    copy from before Hold's first write (its annotations on the TrainJob) may approve: the start that would
+    follow is refused while the hold is in force, and Hold's next write deactivates the Workload."""
     cp = control_plane
     (check,), tj, wl = dispatch_workload(cp, namespace)
     stale = kueue.get_trainjob(cp, tj)
-    hold(cp, tj)  # the hold annotations were added since the copy
+    held = hold(cp, tj)  # the hold annotations were added since the copy
     kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert outcome.action is Action.RAISE  # decided from the copy without the hold...
-    assert outcome.conflict == "trainjob"  # ...but the raise, preconditioned on it, is refused
-    assert not outcome.ready
-    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)
+    assert (outcome.action, outcome.ready) == (Action.ADMIT, True)  # decided from the copy without the hold
+    assert api_reads(kube) == {}
+    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+    # Kueue's unsuspend of the TrainJob as stored, with what admission adds to it: refused, naming the hold.
+    verdict = kueue.judge_unsuspend(held)
+    assert not verdict.allowed
+    assert "a hold of dispatch's is in force" in verdict.message
 
-    # A fresh read (here the next pass's GET: the store no longer holds a current copy) holds.
-    kube.reads.trainjobs.on_live(False)
+    # The watch catches up: a pass on the fresh copy holds (the Workload re-reserved after Hold's deactivation
+    # and Release is not this test's; here the check is Pending again as after an eviction).
+    kueue.readmit_cycle(cp, wl)
+    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=kueue.get_trainjob(cp, tj))
     outcome = await reconcile(kube, key(wl), SETTINGS)
     assert outcome.action is Action.HOLD
     assert "held by dispatch" in outcome.message
+    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
 
 
 @async_test
-async def test_a_trainjob_from_before_a_raise_is_refused_and_a_never_falls(control_plane, namespace, api_client):
+async def test_a_trainjob_from_before_a_hold_fails_the_jobset_uid_record(control_plane, namespace, api_client):
+    """The first admission with the JobSet there: the record is preconditioned on the copy, so it is refused,
+    and without it nothing is approved."""
     cp = control_plane
     (check,), tj, wl = dispatch_workload(cp, namespace)
-    stale = kueue.get_trainjob(cp, tj)  # A = 0
+    stale = kueue.get_trainjob(cp, tj)
+    js = create_jobset(cp, tj)
+    held = hold(cp, tj)
+    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
+    live(kube.reads.jobsets, js, keep=keep_jobset)
+    outcome = await reconcile(kube, key(wl), SETTINGS)
+    assert (outcome.action, outcome.conflict, outcome.ready) == (Action.ADMIT, "trainjob", False)
+    assert "the JobSet UID record was refused" in outcome.message
+    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
+    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+    assert ANNOTATION_JOBSET_UID not in kueue.get_trainjob(cp, tj)["metadata"]["annotations"]
+
+
+@async_test
+async def test_a_trainjob_from_before_an_execution_cannot_lower_a(control_plane, namespace, api_client):
+    """The gate never writes A: the A it reports for the next execution is computed from its copy, and a copy
+    from before the last start reports a stale one, but the execution starts with the A the API server's
+    admission computes from the object as stored, above the last start's."""
+    cp = control_plane
+    (check,), tj, wl = dispatch_workload(cp, namespace)
+    stale = kueue.get_trainjob(cp, tj)  # A = 0, nothing started
     outcome = await reconcile(Kube(api_client, instance="other-pass"), key(wl), SETTINGS)
-    assert (outcome.ready, outcome.new_a) == (True, 1)  # another pass raised A and approved
+    assert (outcome.ready, outcome.new_a) == (True, 1)  # another pass approved; the execution starts with A 1
+    assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (1, 1)
     kueue.readmit_cycle(cp, wl)
     kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert outcome.conflict == "trainjob"  # the raise from A = 0, preconditioned on the stale copy: 409
-    assert not outcome.ready
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
-    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
-
-    kube.reads.trainjobs.on_live(False)  # the next pass reads afresh: it raises past the other pass's A
-    outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert (outcome.ready, outcome.new_a) == (True, 2)
+    assert (outcome.ready, outcome.new_a) == (True, 1)  # what the stale copy says the next execution starts with
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)  # nothing written: A cannot fall
+    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready"
+    assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)  # the start numbers it above the last
 
 
 @async_test
@@ -128,8 +160,8 @@ async def test_a_trainjob_not_yet_in_the_store_is_read_by_get(control_plane, nam
     (check,), _tj, wl = dispatch_workload(cp, namespace)
     kube = cached(api_client, workload=kueue.get_workload(cp, wl))
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert (outcome.action, outcome.ready, outcome.new_a) == (Action.RAISE, True, 1)
-    assert api_reads(kube) == {"trainjobs": 1}
+    assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 1)
+    assert api_reads(kube) == {"trainjobs": 1}  # the GET
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready"
 
 
@@ -139,13 +171,16 @@ async def test_our_own_writes_are_what_the_next_pass_reads(control_plane, namesp
     them (their responses, newer than the copies held), not our own pre-write copies, which would be refused."""
     cp = control_plane
     checks, tj, wl = dispatch_workload(cp, namespace, checks=2)
+    js = create_jobset(cp, tj)
     kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=kueue.get_trainjob(cp, tj))
-    first = await reconcile(kube, key(wl), SETTINGS)
+    live(kube.reads.jobsets, js, keep=keep_jobset)
+    first = await reconcile(kube, key(wl), SETTINGS)  # records the JobSet UID, then Ready
     assert (first.check, first.ready, first.more, first.new_a) == (checks[0], True, True, 1)
-    second = await reconcile(kube, key(wl), SETTINGS)
-    assert (second.check, second.ready, second.conflict, second.new_a) == (checks[1], True, None, 2)
+    second = await reconcile(kube, key(wl), SETTINGS)  # from the record's response: nothing to record
+    assert (second.check, second.ready, second.conflict, second.new_a) == (checks[1], True, None, 1)
     assert kueue.states(kueue.get_workload(cp, wl)) == dict.fromkeys(checks, "Ready")
-    assert api_reads(kube) == {}
+    assert kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]
+    assert api_reads(kube) == {}  # every read from memory
 
 
 def test_the_watches_spare_the_reads_of_a_readmission(control_plane, namespace):
@@ -154,10 +189,6 @@ def test_the_watches_spare_the_reads_of_a_readmission(control_plane, namespace):
     cp = control_plane
     running = RunningController(cp, AgentConfig(leaseNamespace=namespace), f"in-test-{namespace}").start()
     try:
-        (check,), tj, wl = dispatch_workload(cp, namespace)
-
-        def state() -> str:
-            return kueue.entry(kueue.get_workload(cp, wl), check)["state"]
 
         def wait(what: str, fn) -> None:
             deadline = time.monotonic() + 20
@@ -165,19 +196,35 @@ def test_the_watches_spare_the_reads_of_a_readmission(control_plane, namespace):
                 assert time.monotonic() < deadline, f"timed out waiting for {what}"
                 time.sleep(0.05)
 
+        check = kueue.create_admission_check(cp)
+        tj = kueue.create_dispatch_trainjob(cp, namespace)
+        js = create_jobset(cp, tj)
+        # The JobSet in memory first, so that its UID is recorded before the readmission (which then has
+        # nothing to write but the Ready).
+        wait("the JobSet in memory", lambda: running.call(lambda c: c.reads.jobsets.read(namespace, tj["metadata"]["name"])) is not None)  # fmt: skip
+        wl = kueue.reserve(cp, kueue.create_workload(cp, tj, [check]))
+
+        def state() -> str:
+            return kueue.entry(kueue.get_workload(cp, wl), check)["state"]
+
         wait("Ready", lambda: state() == "Ready")
-        wait("the raise in memory", lambda: running.call(lambda c: c.reads.trainjobs.entry(namespace, tj["metadata"]["name"]).rv) == int(kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"]))  # fmt: skip
+        assert kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]
+        wait("the JobSet UID record in memory", lambda: running.call(lambda c: c.reads.trainjobs.entry(namespace, tj["metadata"]["name"]).rv) == int(kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"]))  # fmt: skip
+        before = running.call(lambda c: dict(c.reads.counts))
+        kueue.run_execution(cp, tj)
+        wait("the execution in memory", lambda: running.call(lambda c: c.reads.trainjobs.entry(namespace, tj["metadata"]["name"]).rv) == int(kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"]))  # fmt: skip
         before = running.call(lambda c: dict(c.reads.counts))
         kueue.readmit_cycle(cp, wl)
         wait("Ready again", lambda: state() == "Ready")
         after = running.call(lambda c: dict(c.reads.counts))
         spent = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
-        assert [k for k in spent if k[1] == "api"] == [], spent  # no GET
-        # One pass decided (a second may find nothing due, from memory: our raise's own event can beat its
-        # response and wake the gate once more).
+        # One pass decided, from memory alone (a second pass may find nothing due, from memory: our Ready's own
+        # event can beat its response).
+        assert [k for k in spent if k[1] == "api"] == [], spent
         assert (spent[("trainjobs", "cache")], spent[("jobsets", "cache")]) == (1, 1), spent
         assert spent[("workloads", "cache")] in (1, 2), spent
-        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (2, 2)
+        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)  # the gate did not write A
+        assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)  # the start raised it
 
         # Held on the TrainJob alone; the Release removes the annotations: the TrainJob's event wakes the gate.
         hold(cp, tj)
@@ -190,6 +237,6 @@ def test_the_watches_spare_the_reads_of_a_readmission(control_plane, namespace):
                for k in (ANNOTATION_HOLD_INSTANCE, ANNOTATION_HOLD_WHO, ANNOTATION_HOLD_REASON)]  # fmt: skip
         json_patch(cp.admin, held, ops)
         wait("Ready after the Release", lambda: state() == "Ready")
-        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (3, 3)
+        assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (3, 3)
     finally:
         running.stop()

@@ -7,6 +7,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from agent.api.app import ApiMetrics
 from agent.cli import default_identity, main
+from agent.gate import Action
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer
 
@@ -59,10 +60,10 @@ async def test_health_ready_and_metrics():
         assert (await client.get("/readyz")).status == 200
         server.stopping = True
         assert (await client.get("/readyz")).status == 503
-        metrics.decisions.inc("raise")
+        metrics.decisions.inc(Action.ADMIT.value)
         response = await client.get("/metrics")
         assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-        assert 'dispatch_agent_decisions_total{action="raise"} 1.0' in await response.text()
+        assert 'dispatch_agent_decisions_total{action="admit"} 1.0' in await response.text()
 
 
 def test_the_tls_files_go_together(capsys, tmp_path):

@@ -5,31 +5,19 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agent.config import AgentConfig
 from agent.constants import ACTIVE_MESSAGE, EVENT_COMPONENT, REASON_HELD
 from contract.keys import POD_FINALIZER
 from tests.agent import kueue_double as kueue
-from tests.agent.running import RunningController
 
 pytestmark = pytest.mark.cluster
 
 UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
 OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
-
-
-@pytest.fixture
-def agent(control_plane, namespace) -> Iterator[RunningController]:
-    running = RunningController(control_plane, AgentConfig(leaseNamespace=namespace), f"in-test-{namespace}")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def eventually(fn: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
@@ -58,14 +46,23 @@ def test_reserved_quota_is_acted_on_by_the_watch(control_plane, namespace, agent
 
     kueue.reserve(cp, wl)
     eventually(lambda: check_state(cp, wl, check) == "Ready", what="the check to turn Ready")
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+    assert ready_message(cp, wl, check) == "the next execution starts with A 1, raised in the write that admits it"
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)  # the gate leaves A to the start
+    assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (1, 1)
 
-    # Preempted and readmitted: the controller raises again before approving.
+    # Preempted and readmitted: approved again, for an execution numbered above the last one.
     kueue.readmit_cycle(cp, wl)
     eventually(lambda: check_state(cp, wl, check) == "Ready", what="the check to turn Ready again")
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (2, 2)
+    assert ready_message(cp, wl, check) == "the next execution starts with A 2, raised in the write that admits it"
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+    assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)
     metrics = agent.call(lambda c: c.metrics.render())
-    assert 'dispatch_agent_decisions_total{action="raise"}' in metrics
+    assert 'dispatch_agent_decisions_total{action="admit"} 2.0' in metrics
+    assert 'action="raise"' not in metrics
+
+
+def ready_message(cp, wl, check) -> str:
+    return kueue.entry(kueue.get_workload(cp, wl), check)["message"]
 
 
 def test_the_active_condition_is_set_true(control_plane, agent):
@@ -119,7 +116,7 @@ def test_a_pod_that_may_still_run_holds_the_check(control_plane, namespace, agen
     )
     assert pod["metadata"]["name"] in held[0]["message"]
     assert held[0]["source"]["component"] == EVENT_COMPONENT
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)  # no raise while it may run
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)
     time.sleep(1)
     assert check_state(cp, wl, check) == "Pending"
 
@@ -135,7 +132,8 @@ def test_a_pod_that_may_still_run_holds_the_check(control_plane, namespace, agen
         # Gone from the API at once: the pod watch's DELETED event wakes the held check.
         cp.admin.request("DELETE", path, {"gracePeriodSeconds": 0})
     eventually(lambda: check_state(cp, wl, check) == "Ready", what="the check to turn Ready")
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+    assert ready_message(cp, wl, check).startswith("the next execution starts with A 1")
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)  # the gate leaves A to the start
 
 
 # -- dispatch's pod finalizer: a deleted pod leaves evidence (issue 10, item 11) ----------------------
@@ -178,7 +176,8 @@ def test_a_force_deleted_pod_on_a_lost_node_holds_the_check_until_the_node_is_ou
     kueue.taint_node(cp, lost_node, [UNREACHABLE, OUT_OF_SERVICE])
     eventually(lambda: _pod(cp, pod) is None, what="the agent to remove its finalizer, and the pod to go")
     eventually(lambda: check_state(cp, wl, check) == "Ready", what="the check to turn Ready")
-    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+    assert ready_message(cp, wl, check).startswith("the next execution starts with A 1")
+    assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)  # the gate leaves A to the start
 
 
 def test_the_finalizer_goes_as_soon_as_the_kubelet_ends_the_pod(control_plane, namespace, agent):

@@ -46,11 +46,12 @@ def wait_for(fn, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def raised(agent: AgentProcess, wl: dict, a: int) -> bool:
-    """The agent's decision line for ``wl``: A raised to ``a`` and the check written, as a JSON pipeline sees it."""
+def admitted(agent: AgentProcess, wl: dict, a: int) -> bool:
+    """The agent's decision line for ``wl``: admitted, the next execution to start with A ``a``, and the check
+    written, as a JSON pipeline sees it."""
     key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
     return any(
-        (line.get("workload"), line.get("outcome"), line.get("a"), line.get("result")) == (key, "raise", a, "written")
+        (line.get("workload"), line.get("outcome"), line.get("a"), line.get("result")) == (key, "admit", a, "written")
         for line in json_lines(agent)
     )
 
@@ -69,10 +70,11 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         tj = kueue.create_dispatch_trainjob(cp, namespace)
         wl = kueue.reserve(cp, kueue.create_workload(cp, tj, [check]))
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready")
-        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
-        assert raised(leader, wl, 1)
-        assert not raised(standby, wl, 1)
-        (decision,) = [line for line in json_lines(leader) if line.get("outcome") == "raise"]
+        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)  # the gate leaves A to the start
+        assert admitted(leader, wl, 1)
+        assert not admitted(standby, wl, 1)
+        assert not [line for line in json_lines(standby) if line.get("outcome")]  # the standby decided nothing
+        (decision,) = [line for line in json_lines(leader) if line.get("outcome") == "admit"]
         assert decision["trainjob"] == tj["metadata"]["name"]
         assert decision["check"] == check
         assert decision["level"] == "info"
@@ -80,14 +82,16 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         assert "dispatch_agent_leader 1.0" in leader.get("/metrics")[1]
         assert "dispatch_agent_leader 0.0" in standby.get("/metrics")[1]
 
-        # The leader dies without a word, and Kueue preempts and re-reserves meanwhile: the Workload waits at
-        # the Pending check (the standby does not act) until the standby takes the expired Lease.
+        # Kueue starts the execution (with A 1), then the leader dies without a word, and Kueue preempts and
+        # re-reserves meanwhile: the Workload waits at the Pending check (the standby does not act) until the
+        # standby takes the expired Lease.
+        assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (1, 1)
         leader.kill()
         killed = time.monotonic()
         kueue.readmit_cycle(cp, wl)
         time.sleep(3)
         assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
-        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)
+        assert not admitted(standby, wl, 2)
         wait_for(lambda: holder(cp, namespace) == standby.name, LEASE_DURATION_SECONDS + 10, "the handover")
         handover = time.monotonic() - killed
         # The Lease's duration counts from the last renewal the standby saw (at most one retry period before
@@ -96,8 +100,8 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         print(f"handover after SIGKILL: {handover:.1f}s")
 
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready again")
-        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (2, 2)
-        assert raised(standby, wl, 2)
+        assert admitted(standby, wl, 2)
+        assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)
         # The standby's watches were warm: it read the TrainJob from memory, not by a GET.
         assert standby.metric("dispatch_agent_reads_total", 'resource="trainjobs",source="cache"') >= 1
 
@@ -138,9 +142,10 @@ def test_without_list_and_watch_on_trainjobs_and_jobsets_every_read_is_a_get(con
         tj = kueue.create_dispatch_trainjob(cp, namespace)
         wl = kueue.reserve(cp, kueue.create_workload(cp, tj, [check]))
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready")
+        kueue.run_execution(cp, tj)
         kueue.readmit_cycle(cp, wl)
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready again")
-        assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (2, 2)
+        assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)
         reads = "dispatch_agent_reads_total"
         for resource in ("trainjobs", "jobsets"):
             assert agent.metric(reads, f'resource="{resource}",source="api"') >= 2, resource

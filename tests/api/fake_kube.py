@@ -7,6 +7,7 @@ sockets; the real API server's behaviour is checked by the cluster tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import json
@@ -19,6 +20,9 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from contract.admission import admission_started, unsuspend_ops
+from contract.errors import ContractError
+from contract.ownership import is_kueue_mode
 from tests.api.objects import PatchInvalid, PatchTestFailed, apply_patch
 from tests.loopback import serving
 
@@ -114,6 +118,9 @@ class FakeKube:
     """Path and query of every dry-run patch (judged, never stored)."""
     mutating_policies: bool = True
     """Whether discovery shows MutatingAdmissionPolicy served (v1.36 and later)."""
+    numbers_starts: bool = True
+    """dispatch's admission (the chart's MutatingAdmissionPolicy record-start): a TrainJob patch that unsuspends
+    gets A raised when due and recorded in the same write (contract/admission.py ``unsuspend_ops``)."""
     refuse_dry_runs: str | None = None
     """A webhook's refusal of every dry-run patch (as Trainer v2.2.0 refuses Open's atomic unsuspend)."""
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1000))
@@ -284,6 +291,10 @@ class FakeKube:
             )
         if patched["metadata"].get("uid") != current["metadata"]["uid"]:
             return status(422, "Invalid", "metadata.uid: field is immutable")
+        if self.numbers_starts and where.plural == "trainjobs" and _unsuspends(current, patched):
+            kueue = is_kueue_mode(current) and is_kueue_mode(patched)
+            with contextlib.suppress(ContractError):  # the record unreadable: the policy writes nothing
+                patched = apply_patch(patched, unsuspend_ops(patched, admission_started(current), kueue=kueue))
         if request.query.get("dryRun") == "All":
             self.dry_runs.append(request.path_qs)
             if self.refuse_dry_runs is not None:
@@ -377,3 +388,7 @@ async def running(fake: FakeKube) -> AsyncIterator[str]:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)
+
+
+def _unsuspends(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return old.get("spec", {}).get("suspend") is True and new.get("spec", {}).get("suspend") is not True

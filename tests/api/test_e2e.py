@@ -288,7 +288,7 @@ async def test_kueue_mode_start_open_hold_release_stop(e2e: E2E):
             assert [p.a for p in s.pods] == [2], s.pods
             return s
 
-        await eventually(running_twice, 90, "re-admitted with A raised by the readmission gate")
+        await eventually(running_twice, 90, "re-admitted with A raised in Kueue's unsuspend")
 
         assert (await api.stop(ref(started))).outcome == "stopping"
 

@@ -323,3 +323,15 @@ async def test_without_mutating_admission_policies_the_start_gate_says_what_an_o
     agent.fake.mutating_policies = True
     async with agent.client() as cl:
         assert "MutatingAdmissionPolicy" not in (await cl.preflight(PLAIN)).start_gate_reason
+
+
+async def test_kueue_mode_is_observe_only_where_no_admission_numbers_a_start(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    agent.fake.numbers_starts = False  # the chart's record-start policy and mutating webhook are not installed
+    async with agent.client() as api, renewing(agent.fake):
+        caps = await api.preflight(KUEUE)
+    assert (caps.start_gate, caps.readmission_gate, caps.trainer, caps.observe_only) == (True, True, False, True)
+    assert "the start was not numbered (A 0, recorded None)" in caps.observe_only_reason
+    assert any("dryRun=All" in p for p in agent.fake.dry_runs)  # asked as a dry run: nothing was stored
+    assert nothing_left(agent.fake)

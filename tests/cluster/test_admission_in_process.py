@@ -1,7 +1,8 @@
 """With the chart's policies, the writes that open executions never leave the API server: the real API server, the
 chart's policies (the MutatingAdmissionPolicy included) and dispatch's webhook, a real process, registered as the
-chart registers it beside them. Kueue's unsuspends of a dispatch TrainJob, and the suspend of its eviction, are
-admitted and recorded in-process, and the webhook answers not one review for them; a create still reaches it."""
+chart registers it beside them. Kueue's unsuspends of a dispatch TrainJob (A raised in the one that re-admits it),
+the suspend of its eviction and a hold's refusal are decided in-process, and the webhook answers not one review
+for them; a create still reaches it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.admission import raise_admission
-from contract.keys import ANNOTATION_ADMISSION_STARTED
+from contract.admission import admission_count
+from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED, ANNOTATION_HOLD_INSTANCE
 from contract.objects import annotations
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError, KubeHttp
@@ -22,7 +23,7 @@ from tests.cluster.chart_admission import (
     wait_recorded,
     wait_refused,
 )
-from tests.cluster.principals import Principals, json_patch, merge_patch, principals
+from tests.cluster.principals import Principals, merge_patch, principals
 from tests.cluster.webhook_process import WebhookProcess, reviews, start_webhook, wait_enforced
 from tests.unit.fixtures import runtime, submission
 
@@ -63,12 +64,13 @@ def test_kueues_unsuspend_makes_no_call_to_the_webhook(namespace, chart):
     running = unsuspend(kueue_http, tj)
     assert annotations(running)[ANNOTATION_ADMISSION_STARTED] == "1", "recorded in-process"
     evicted = merge_patch(kueue_http, running, {"spec": {"suspend": True}})
-    wait_refused(kueue_http, evicted, "is not above 1")  # the validating policies may load after the mutating one
-    with pytest.raises(ApiError) as refused:  # re-admitted without a raise: the policies still judge
-        unsuspend(kueue_http, evicted)
+    held = merge_patch(who.dispatch, evicted, {"metadata": {"annotations": {ANNOTATION_HOLD_INSTANCE: "h-1"}}})
+    wait_refused(kueue_http, held, "a hold of dispatch's is in force")  # the validating policies load apart
+    with pytest.raises(ApiError) as refused:  # the policies still judge every unsuspend
+        unsuspend(kueue_http, held)
     assert refused.value.status == 403
-    assert "is not above 1" in refused.value.body
-    raised = json_patch(who.dispatch, evicted, raise_admission(evicted).patch)
-    again = unsuspend(kueue_http, raised)
+    released = merge_patch(who.dispatch, held, {"metadata": {"annotations": {ANNOTATION_HOLD_INSTANCE: None}}})
+    again = unsuspend(kueue_http, released)  # re-admitted: numbered in the write that starts it
+    assert (admission_count(again), annotations(again)[ANNOTATION_ADMISSION_FLOOR]) == (2, "2")
     assert annotations(again)[ANNOTATION_ADMISSION_STARTED] == "2"
-    assert reviews(hook) == before, "unsuspends, a suspend, a refused unsuspend, a raise: no review reached the webhook"
+    assert reviews(hook) == before, "unsuspends, a suspend, a hold, a refused unsuspend: no review reached the webhook"

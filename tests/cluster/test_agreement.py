@@ -20,7 +20,7 @@ import pytest
 from ulid import ULID
 
 from agent.gate import Action, decide
-from contract.admission import admission_path, raise_admission
+from contract.admission import admission_path, admission_started, raise_admission, unsuspend_ops
 from contract.gates import is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
@@ -37,6 +37,7 @@ from tests.cluster import chart_admission
 from tests.cluster.principals import Principals, principals
 from tests.cluster.test_record_start import set_a
 from tests.unit.fixtures import runtime, submission
+from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, workload
 from tests.unit.test_webhook_rules import request
 from webhook.admission import validate
@@ -130,6 +131,14 @@ CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "remove the floor": ("raised", _annotate(ANNOTATION_ADMISSION_FLOOR, None)),
     "the record outside an unsuspend": ("raised", _annotate(ANNOTATION_ADMISSION_STARTED, "1")),
     "unsuspend, recorded": ("raised", _unsuspend_recorded),
+    "unsuspend, A raised in it by one": (
+        "raised",
+        _both(set_a("2"), _annotate(ANNOTATION_ADMISSION_FLOOR, "2"), _unsuspend_recorded),
+    ),
+    "unsuspend, A raised in it by five": (
+        "raised",
+        _both(set_a("6"), _annotate(ANNOTATION_ADMISSION_FLOOR, "6"), _unsuspend_recorded),
+    ),
     "unsuspend a job never opened": ("gated", _unsuspend_recorded),
     "unsuspend under a hold": ("raised", _both(_annotate(ANNOTATION_HOLD_WHO, "ops"), _unsuspend_recorded)),
     "switch the queue": ("raised", lambda tj: tj["metadata"]["labels"].update({LABEL_QUEUE_NAME: "elsewhere"})),
@@ -150,8 +159,9 @@ CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
 
 
 def _base(who: Principals, namespace: str, kind: str) -> dict[str, Any]:
-    """ "gated": as Start creates it; "raised": opened, A raised to 1, suspended; "unmarked": the same without the
-    opened mark (a Kueue-mode job opened before Open wrote it); "held": raised, with a hold of dispatch's."""
+    """ "gated": as Start creates it; "opened": opened, A 0, suspended (a Kueue-mode job before its first
+    admission); "raised": opened, A raised to 1, suspended; "unmarked": the same without the opened mark (a
+    Kueue-mode job opened before Open wrote it); "held": raised, with a hold of dispatch's."""
     sub = submission(namespace=namespace, job_id=str(ULID()), queue="team-a-queue")
     tj = who.dispatch.create(build_trainjob(sub, runtime()["spec"]))
     if kind == "gated":
@@ -163,7 +173,7 @@ def _base(who: Principals, namespace: str, kind: str) -> dict[str, Any]:
     if kind == "held":
         opened["metadata"]["annotations"][ANNOTATION_HOLD_WHO] = "ops"
     tj = who.dispatch.request("PUT", who.dispatch.object_path(tj), opened)
-    return _raise(who, tj)
+    return tj if kind == "opened" else _raise(who, tj)
 
 
 def _raise(who: Principals, tj: dict[str, Any]) -> dict[str, Any]:
@@ -219,15 +229,15 @@ def test_the_cases_are_not_all_alike(control_plane, namespace, who, actors, conf
     assert all(s == {True, False} for s in seen.values()), seen
 
 
-@pytest.mark.parametrize("base", ["gated", "raised", "unmarked", "held"])
+@pytest.mark.parametrize("base", ["gated", "opened", "raised", "unmarked", "held"])
 def test_the_gate_approves_only_what_the_unsuspend_rules_let_start(
     control_plane, namespace, who, actors, config, field_policies, base
 ):
-    """One answer for whether dispatch opened a job: the readmission gate raises A and approves Kueue's admission
-    exactly when Kueue's unsuspend that follows is allowed by the webhook and by the policies. A job the gate
-    approved but the unsuspend rules refuse would hold its quota and never start (a Kueue-mode job past its
-    gate without the opened mark, whatever its floor); one they would allow but the gate refuses would never
-    be admitted."""
+    """One answer for whether dispatch opened a job: the readmission gate approves Kueue's admission exactly when
+    Kueue's unsuspend that follows (with the raise and the record admission writes into it) is allowed by the
+    webhook and by the policies. A job the gate approved but the unsuspend rules refuse would hold its quota and
+    never start (a Kueue-mode job past its gate without the opened mark, whatever its floor); one they would
+    allow but the gate refuses would never be admitted."""
     old = _base(who, namespace, base)
     meta = old["metadata"]
     owner = {"apiVersion": old["apiVersion"], "kind": "TrainJob", "name": meta["name"], "uid": meta["uid"],
@@ -235,17 +245,17 @@ def test_the_gate_approves_only_what_the_unsuspend_rules_let_start(
     decision = decide(
         workload=workload(owner=owner), check=CHECK, trainjob=old, jobset=None, pods=[], blockers=[], now=NOW
     )
-    # The raise the gate writes (dispatch's, sent for every base so the unsuspend below differs only in what
-    # the base is), then Kueue's unsuspend of the TrainJob as raised, with the record the mutation adds.
-    raised = _raise(who, old)
-    new = copy.deepcopy(raised)
-    _unsuspend_recorded(new)
+    # Kueue's unsuspend of the TrainJob as it is, with what admission adds to the write (the raise when due,
+    # the record).
+    new = copy.deepcopy(old)
+    new["spec"]["suspend"] = False
+    new = apply_json_patch(new, unsuspend_ops(new, admission_started(old), kueue=True))
     http, user = actors["kueue"]
-    webhook = validate(request("UPDATE", new, raised, user=user), config, Lookups()).allowed
-    policies = _policies_settled(http, raised, new, webhook)
-    approves = decision.action is Action.RAISE
+    webhook = validate(request("UPDATE", new, old, user=user), config, Lookups()).allowed
+    policies = _policies_settled(http, old, new, webhook)
+    approves = decision.action is Action.ADMIT
     assert (approves, webhook, policies) in ((True, True, True), (False, False, False)), (
         f"{base}: gate {decision.action.value} ({decision.message}), webhook {webhook}, policies {policies}"
     )
-    assert approves == (base == "raised")
-    assert is_opened_by_dispatch(old) == (base in ("raised", "held"))
+    assert approves == (base in ("opened", "raised"))
+    assert is_opened_by_dispatch(old) == (base in ("opened", "raised", "held"))

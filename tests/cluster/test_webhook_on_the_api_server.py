@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.admission import raise_admission
-from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED, GATE
+from contract.admission import admission_count, raise_admission
+from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED, GATE
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
 from tests.cluster.principals import Principals, json_patch, merge_patch, principals
@@ -177,20 +177,18 @@ STARTED = "dispatch.phpboyscout.uk/admission-started"
 MERGE = "application/merge-patch+json"
 
 
-def test_the_unsuspend_is_recorded_and_a_second_one_without_a_raise_refused(who, ns):
+def test_the_unsuspend_is_recorded_and_a_readmission_raised_in_the_same_write(who, ns):
     tj = start(who, fresh(ns))
     opened = merge_patch(who.dispatch, tj, {"metadata": {"annotations": {
         ANNOTATION_ADMISSION_GATED_BY: None, ANNOTATION_OPENED: "true"}}})  # fmt: skip
-    raised = json_patch(who.dispatch, opened, raise_admission(opened).patch)
-    # Kueue's admission (here dispatch's principal plays it): the mutating webhook records A in the write.
-    running = merge_patch(who.dispatch, raised, {"spec": {"suspend": False}})
-    assert running["metadata"]["annotations"][STARTED] == "1"
+    # Kueue's admission (here dispatch's principal plays it): the mutating webhook raises A 0 -> 1 and records it
+    # in the write that starts the first execution.
+    running = merge_patch(who.dispatch, opened, {"spec": {"suspend": False}})
+    assert (admission_count(running), running["metadata"]["annotations"][STARTED]) == (1, "1")
     evicted = merge_patch(who.dispatch, running, {"spec": {"suspend": True}})
-    message = refused(lambda: merge_patch(who.dispatch, evicted, {"spec": {"suspend": False}}))
-    assert "[update.unsuspend]" in message
-    assert "the previous execution started with A 1" in message
-    again = json_patch(who.dispatch, evicted, raise_admission(evicted).patch)
-    assert merge_patch(who.dispatch, again, {"spec": {"suspend": False}})["metadata"]["annotations"][STARTED] == "2"
+    again = merge_patch(who.dispatch, evicted, {"spec": {"suspend": False}})  # re-admitted: raised in the write
+    assert (admission_count(again), again["metadata"]["annotations"][STARTED]) == (2, "2")
+    assert again["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] == "2"
 
 
 def _owned(kind_body: dict, owner: str) -> dict:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from agent.api.decisions import RUNTIME_NOT_SEEN
-from contract.admission import admission_count, admission_floor
+from contract.admission import admission_count, admission_floor, admission_started
 from contract.keys import (
     ANNOTATION_ADMISSION,
     LABEL_JOBSET_NAME,
@@ -201,9 +201,11 @@ def assert_r_strictly_increases(pods_in_creation_order: list[dict[str, Any]]) ->
 
 
 def assert_a_rises_before_each_admission(versions: list[dict[str, Any]]) -> list[int]:
-    """From the TrainJob's history: A changes only while it is suspended, it is at least 1 whenever it is
-    unsuspended, and each unsuspension (an admission) runs with an A above the previous admission's.
-    Returns A at each admission."""
+    """From the TrainJob's history: A changes only in a write to a suspended version (A rises while the job is
+    suspended, or in the write that unsuspends it, where admission raises it: contract/admission.py
+    ``unsuspend_ops``), never while an execution runs; it is at least 1 whenever the TrainJob is unsuspended,
+    each unsuspension (an admission) records its A as ``admission-started`` in that same write, and runs with an
+    A above the previous admission's. Returns A at each admission."""
     admitted_with: list[int] = []
     previous: dict[str, Any] | None = None
     for v in versions:
@@ -212,11 +214,13 @@ def assert_a_rises_before_each_admission(versions: list[dict[str, Any]]) -> list
         if previous is not None and a != a_of(previous):
             where = f"A changed from {a_of(previous)} to {a} at resourceVersion {v['metadata']['resourceVersion']}"
             assert previous["spec"].get("suspend") is True, f"{where}, coming from an unsuspended TrainJob"
-            assert suspended, f"{where}, in the write that unsuspended the TrainJob"
         if not suspended:
             assert a is not None, "unsuspended without A"
             assert a >= 1, f"unsuspended with A = {a}: admitted without a raise"
             if previous is None or previous["spec"].get("suspend") is True:
+                started = admission_started(v)
+                rv = v["metadata"]["resourceVersion"]
+                assert started == a, f"unsuspended with A = {a} but admission-started {started} at resourceVersion {rv}"
                 admitted_with.append(a)
         previous = v
     assert all(x < y for x, y in itertools.pairwise(admitted_with)), (

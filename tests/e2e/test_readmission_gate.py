@@ -52,7 +52,8 @@ LOCAL_QUEUE = "gated"
 QUOTA = {"cpu": "4", "memory": "16Gi"}
 JOB_CPU = "3"
 KWOK_FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
-RAISED = "admission count A raised to {}"
+RAISED = "the next execution starts with A {}, raised in the write that admits it"
+"""The gate's Ready message when admission (Kueue's unsuspend, through the chart's record-start) raises A."""
 NOT_DISPATCH = "not a dispatch TrainJob: the readmission gate does not apply"
 JSON_PATCH = "application/json-patch+json"
 
@@ -283,7 +284,8 @@ def test_admitted_preempted_and_readmitted_with_a_higher_identity(gate: Gate, ns
         assert closed["spec"]["suspend"] is True
         assert (kit.a_of(closed), kit.floor_of(closed)) == (0, None)
 
-        # Open: Kueue reserves quota, the agent raises A to 1 and sets the check Ready, Kueue admits.
+        # Open: Kueue reserves quota, the agent sets the check Ready, Kueue admits: its unsuspend raises A to 1
+        # (the chart's record-start, which tier B installs).
         open_trainjob(gate, tj)
         admitted_workload(gate, tj, RAISED.format(1))
         first = wait_running(gate, tj, a=1)
@@ -308,7 +310,7 @@ def test_admitted_preempted_and_readmitted_with_a_higher_identity(gate: Gate, ns
         leftover = [p for p in kit.pods_of(admin, ns, name) if p["metadata"]["uid"] in old]
         assert all(p["metadata"].get("deletionTimestamp") for p in leftover), leftover
 
-        # The preemptor finishes: the dispatch job gets the quota back, A is raised to 2 before admission.
+        # The preemptor finishes: the dispatch job gets the quota back, A is raised to 2 as it is admitted.
         for pod in other_pods:
             admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
                               {"metadata": {"annotations": {KWOK_COMPLETE_ANNOTATION: "true"}}}, ns)  # fmt: skip
@@ -316,8 +318,8 @@ def test_admitted_preempted_and_readmitted_with_a_higher_identity(gate: Gate, ns
         wait_running(gate, tj, a=2)
         assert (kit.a_of(get_trainjob(gate, tj)), kit.floor_of(get_trainjob(gate, tj))) == (2, 2)
 
-        # The histories: the dispatch Workload was preempted; A rose only while suspended, before each
-        # admission; every pod carried the A of its admission, and R strictly increased.
+        # The histories: the dispatch Workload was preempted; A rose only from a suspended version, at the latest
+        # in the write that admitted it; every pod carried the A of its admission, and R strictly increased.
         wl_name = wl["metadata"]["name"]
         evictions = [kit.conditions(v).get("Evicted", {}) for v in workloads.versions(wl_name)]
         assert any(e.get("status") == "True" and e.get("reason") == "Preempted" for e in evictions), evictions
@@ -480,8 +482,8 @@ def test_a_pod_on_a_lost_node_holds_the_check_until_the_node_is_out_of_service(
         assert any(all(pod in e["message"] for pod in pod_names) for e in reports), reports
 
         # The operator asserts the node is shut down. That alone makes the pods Ceased for the gate (a
-        # not-ready node tainted out-of-service, pods being deleted: docs/nodeloss.md), so the agent raises A
-        # and sets the check Ready; the pods then go (usually the pod GC force-deletes them; kwok may still
+        # not-ready node tainted out-of-service, pods being deleted: docs/nodeloss.md), so the agent sets the
+        # check Ready (the admission raises A); the pods then go (usually the pod GC force-deletes them; kwok may still
         # confirm a deletion it had queued before the heartbeat stopped, which a real lost kubelet could not:
         # which of the two removed them is the simulation's business, not the gate's).
         admin.request(

@@ -4,9 +4,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contract.admission import admission_count, admission_floor, parse_count, preconditions, raise_admission
+from contract.admission import (
+    admission_count,
+    admission_floor,
+    admission_started,
+    parse_count,
+    preconditions,
+    raise_admission,
+    start_count,
+    unsuspend_ops,
+)
 from contract.errors import ContractError
-from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR
+from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED
 from contract.ownership import runtime_patches
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import PatchTestFailed, apply_json_patch
@@ -193,3 +202,87 @@ def test_preconditions_name_the_read_object():
         {"op": "test", "path": "/metadata/uid", "value": "u"},
         {"op": "replace", "path": "/metadata/resourceVersion", "value": "9"},
     ]
+
+
+# -- the raise in the write that starts an execution ----------------------------------------------------
+
+
+def started_with(tj, a: int | None, floor: int | None, started: int | None):
+    tj = copy.deepcopy(tj)
+    if a is None:
+        entry_meta(tj)["annotations"].pop(ANNOTATION_ADMISSION)
+    else:
+        entry_meta(tj)["annotations"][ANNOTATION_ADMISSION] = str(a)
+    for key, value in ((ANNOTATION_ADMISSION_FLOOR, floor), (ANNOTATION_ADMISSION_STARTED, started)):
+        tj["metadata"]["annotations"].pop(key, None)
+        if value is not None:
+            tj["metadata"]["annotations"][key] = str(value)
+    return tj
+
+
+@pytest.mark.parametrize(
+    ("a", "floor", "started", "expected"),
+    [
+        (0, None, None, (1, True)),  # the first admission of a Kueue-mode job
+        (1, 1, None, (1, False)),  # Open raised it (plain mode)
+        (2, 2, 2, (3, True)),  # re-admitted: not raised since the last start
+        (3, 3, 2, (3, False)),  # raised since
+        (1, 3, 0, (4, True)),  # A below the floor
+        (None, 2, 2, (3, True)),  # A removed: raised from the floor and put back
+    ],
+)
+def test_start_count(a, floor, started, expected):
+    tj = started_with(trainjob(), a, floor, started)
+    assert start_count(tj, admission_started(tj)) == expected
+
+
+@pytest.mark.parametrize(
+    ("a", "floor", "says"),
+    [(None, None, "raising A from nothing"), (999999, 999999, "epoch bound")],
+)
+def test_start_count_refuses(a, floor, says):
+    tj = started_with(trainjob(), a, floor, floor)
+    with pytest.raises(ContractError, match=says):
+        start_count(tj, admission_started(tj))
+
+
+def test_the_unsuspend_raises_and_records_in_kueue_mode_and_only_records_in_plain_mode():
+    tj = started_with(trainjob(), 2, 2, 2)
+    raised = apply_json_patch(tj, unsuspend_ops(tj, 2, kueue=True))
+    assert (admission_count(raised), admission_floor(raised), admission_started(raised)) == (3, 3, 3)
+    recorded = apply_json_patch(tj, unsuspend_ops(tj, 2, kueue=False))
+    assert (admission_count(recorded), admission_floor(recorded), admission_started(recorded)) == (2, 2, 2)
+    assert unsuspend_ops(started_with(trainjob(), 3, 3, 3), 2, kueue=True) == []  # raised and recorded already
+
+
+def test_the_unsuspend_creates_the_annotations_map_once():
+    tj = started_with(trainjob(), 0, None, None)
+    del tj["metadata"]["annotations"]
+    ops = unsuspend_ops(tj, None, kueue=True)
+    done = apply_json_patch(tj, ops)
+    assert (admission_count(done), admission_floor(done), admission_started(done)) == (1, 1, 1)
+
+
+@given(st.lists(st.sampled_from(["admit", "evict", "dispatch-raise", "drop-a"]), min_size=1, max_size=40))
+def test_every_start_is_numbered_above_every_start_before_it(events):
+    # Kueue mode: whatever order Kueue's admissions and evictions, dispatch's own raises and a removed A come
+    # in, each execution starts with an A above every A an execution started with before.
+    tj = started_with(trainjob(), 0, None, None)
+    starts: list[int] = []
+    for event in events:
+        suspended = tj["spec"].get("suspend") is True
+        if event == "admit" and suspended:
+            new = copy.deepcopy(tj)
+            new["spec"]["suspend"] = False
+            tj = apply_json_patch(new, unsuspend_ops(new, admission_started(tj), kueue=True))
+            a = admission_count(tj)
+            assert a is not None
+            assert a == admission_started(tj)
+            assert all(a > s for s in starts)
+            starts.append(a)
+        elif event == "evict":
+            tj["spec"]["suspend"] = True
+        elif event == "dispatch-raise" and suspended:
+            tj = apply_json_patch(tj, raise_admission(tj).patch)
+        elif event == "drop-a" and suspended and ANNOTATION_ADMISSION_FLOOR in tj["metadata"]["annotations"]:
+            entry_meta(tj)["annotations"].pop(ANNOTATION_ADMISSION, None)

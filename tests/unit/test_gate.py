@@ -4,13 +4,21 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from agent.gate import Action, Blocker, decide, hold_message, is_opened_by_dispatch
 from agent.podowners import ForeignPod
 from agent.workload import check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import admission_count, admission_floor, raise_admission
+from contract.admission import (
+    admission_count,
+    admission_floor,
+    admission_started,
+    preconditions,
+    start_count,
+    unsuspend_ops,
+)
+from contract.identity import R_BOUND
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
@@ -24,7 +32,7 @@ from contract.keys import (
     HOLD_ANNOTATIONS,
     OPENED_TRUE,
 )
-from contract.ownership import is_dispatch
+from contract.ownership import is_dispatch, is_kueue_mode
 from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from webhook.rules.updates import unsuspend_problems
@@ -113,12 +121,14 @@ def go(wl=None, tj="default", jobset=None, pods=(), blockers=(), foreign_pods=()
     )
 
 
-def test_raise_then_ready():
+def test_a_clear_dispatch_job_is_admitted_with_the_check_ready_and_a_is_not_written():
     d = go()
-    assert d.action is Action.RAISE
-    assert d.new_a == 1
-    after = apply_json_patch(opened(), d.trainjob_patch)
-    assert admission_count(after) == admission_floor(after) == 1
+    assert d.action is Action.ADMIT
+    assert d.trainjob_patch is None  # no JobSet yet: nothing to record, and A is not the gate's to write
+    assert d.new_a == 1  # A 0 in the fresh TrainJob: the unsuspend raises it to 1
+    assert d.new_a == admission_count(_unsuspended(opened()))  # what the write that admits it will write
+    message = "the next execution starts with A 1, raised in the write that admits it"
+    assert d.message == message
     assert d.check_write == {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Workload",
@@ -129,11 +139,36 @@ def test_raise_then_ready():
             "resourceVersion": "500",
         },
         "status": {
-            "admissionChecks": [
-                {"name": CHECK, "state": "Ready", "message": "admission count A raised to 1", "lastTransitionTime": NOW}
-            ]
+            "admissionChecks": [{"name": CHECK, "state": "Ready", "message": message, "lastTransitionTime": NOW}]
         },
     }
+
+
+def test_the_message_names_a_raise_only_when_one_is_due():
+    raised = _with_counts(opened(), a="4", floor="4")  # Open or Release raised A in their own write
+    raised["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = "3"
+    d = go(tj=raised)
+    assert (d.action, d.new_a, d.message) == (Action.ADMIT, 4, "the next execution starts with A 4")
+    raised["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = "4"  # A 4 has started once: raise
+    d = go(tj=raised)
+    assert (d.new_a, d.message) == (5, "the next execution starts with A 5, raised in the write that admits it")
+    assert d.trainjob_patch is None
+
+
+def _with_counts(tj: dict[str, Any], *, a: str | None, floor: str | None) -> dict[str, Any]:
+    """``tj`` with A (in dispatch's runtime patch) and the floor set, or removed when None."""
+    notes = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"
+    ]["template"]["metadata"]["annotations"]
+    for where, key, value in (
+        (notes, ANNOTATION_ADMISSION, a),
+        (tj["metadata"]["annotations"], ANNOTATION_ADMISSION_FLOOR, floor),
+    ):
+        if value is None:
+            where.pop(key, None)
+        else:
+            where[key] = value
+    return tj
 
 
 def jobset(uid: str = "js-1", owner: str = "tj-uid", controller: bool = True) -> dict[str, Any]:
@@ -146,12 +181,20 @@ def jobset(uid: str = "js-1", owner: str = "tj-uid", controller: bool = True) ->
     return {"metadata": {"uid": uid, "ownerReferences": [{**ref, "uid": owner, "controller": controller}]}}
 
 
-def test_the_jobset_uid_is_recorded_with_the_raise_the_first_time():
+def test_the_jobset_uid_is_recorded_the_first_time_in_a_preconditioned_patch_that_leaves_a_alone():
     d = go(jobset=jobset())
-    assert apply_json_patch(opened(), d.trainjob_patch)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
+    assert d.action is Action.ADMIT
+    assert d.trainjob_patch == [
+        *preconditions(opened()),
+        {"op": "add", "path": "/metadata/annotations/dispatch.phpboyscout.uk~1jobset-uid", "value": "js-1"},
+    ]
+    after = apply_json_patch(opened(), d.trainjob_patch)
+    assert after["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == "js-1"
+    assert (admission_count(after), admission_floor(after)) == (admission_count(opened()), admission_floor(opened()))
     recorded = opened()
     recorded["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
-    assert len(go(tj=recorded, jobset=jobset()).trainjob_patch) == 4
+    again = go(tj=recorded, jobset=jobset())
+    assert (again.action, again.trainjob_patch, again.new_a) == (Action.ADMIT, None, d.new_a)
 
 
 @pytest.mark.parametrize(
@@ -164,10 +207,9 @@ def test_the_jobset_uid_is_recorded_with_the_raise_the_first_time():
 )
 def test_the_jobset_uid_of_a_jobset_not_the_trainjobs_own_is_never_recorded(orphan):
     d = go(jobset=orphan)
-    assert d.action is Action.RAISE  # the raise goes ahead; only the record is left out
-    after = apply_json_patch(opened(), d.trainjob_patch)
-    assert ANNOTATION_JOBSET_UID not in after["metadata"]["annotations"]
-    assert len(d.trainjob_patch) == len(go().trainjob_patch)
+    assert d.action is Action.ADMIT  # the admission goes ahead; only the record is left out
+    assert d.trainjob_patch is None
+    assert go(jobset=jobset()).trainjob_patch is not None  # the TrainJob's own JobSet would be recorded
 
 
 @pytest.mark.parametrize(
@@ -241,12 +283,36 @@ def test_an_unchanged_hold_writes_nothing():
     assert d.check_write is None
 
 
-def test_a_trainjob_that_cannot_be_raised_holds_with_the_reason():
-    running = opened()
-    running["spec"]["suspend"] = False
-    d = go(tj=running)
+@pytest.mark.parametrize(
+    ("a", "floor", "started", "says"),
+    [
+        (None, None, None, "neither the runtime patch annotation"),  # both gone: from nothing could repeat an R
+        (None, None, "3", "neither the runtime patch annotation"),
+        ("07", "7", None, "'07' is not a decimal count"),  # A not a count
+        ("7", "x", None, "'x' is not a decimal count"),  # the floor not a count
+        ("3", "3", "-1", "'-1' is not a decimal count"),  # the last start not a count
+        (str(R_BOUND - 1), None, str(R_BOUND - 1), f"reaches the epoch bound {R_BOUND}"),
+    ],
+)
+def test_a_trainjob_whose_next_execution_cannot_be_numbered_holds_with_the_reason(a, floor, started, says):
+    tj = _with_counts(opened(queue="q"), a=a, floor=floor)
+    if started is not None:
+        tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = started
+    d = go(tj=tj, jobset=jobset())
     assert d.action is Action.HOLD
-    assert "cannot raise A: spec.suspend" in d.message
+    assert d.message.startswith("cannot number the next execution: ")
+    assert says in d.message
+    assert (d.trainjob_patch, d.new_a) == (None, None)  # nothing recorded, no A promised
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Pending"
+    assert unsuspend_problems(tj, _unsuspended(tj))  # one answer: the unsuspend would be refused too
+
+
+def test_a_trainjob_without_dispatch_s_runtime_patch_entry_holds():
+    tj = opened()
+    tj["spec"]["runtimePatches"].pop(0)
+    d = go(tj=tj)
+    assert d.action is Action.HOLD
+    assert "cannot number the next execution: spec.runtimePatches" in d.message
 
 
 def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
@@ -261,7 +327,7 @@ def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
         jobset={"metadata": {"uid": "js-new"}},
         pods=[pod("a", "2"), pod("b", None), pod("init", None, job="dataset-initializer")],
     )
-    assert d.action is Action.RAISE
+    assert (d.action, d.new_a, d.trainjob_patch) == (Action.ADMIT, 3, None)  # A 3 never started: no raise due
     assert d.foreign == (
         "JobSet UID js-new is not the recorded js-old: J may have been reset.",
         "Pod a has A 2, below the admission floor 3: A may have been reset.",
@@ -299,18 +365,22 @@ def test_a_kueue_job_past_its_gate_without_the_opened_mark_is_held_whatever_its_
     assert "dispatch has not opened this TrainJob" in d.message
     assert unsuspend_problems(legacy, _unsuspended(legacy))  # the webhook refuses its unsuspend too
     legacy["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE  # what Open writes for it
-    assert go(tj=legacy).action is Action.RAISE
+    assert go(tj=legacy).action is Action.ADMIT
     plain = trainjob()
     plain["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"
     assert go(tj=plain).action is Action.HOLD  # plain mode always had the mark
 
 
 def _unsuspended(tj: dict[str, Any]) -> dict[str, Any]:
-    """Kueue's unsuspend of ``tj`` after the gate's raise, with the record the mutating webhook adds."""
-    after = apply_json_patch(tj, raise_admission(tj).patch)
-    after["spec"]["suspend"] = False
-    after["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = str(admission_count(after))
-    return after
+    """The unsuspend of ``tj`` (Kueue's, in Kueue mode) as admission leaves it: the raise of A when one is due
+    and the record of the start (contract/admission.py ``unsuspend_ops``, what the policy and webhook write)."""
+    new = copy.deepcopy(tj)
+    new["spec"]["suspend"] = False
+    try:
+        started = admission_started(tj)
+    except ValueError:  # a malformed record: admission writes nothing, validation refuses
+        return new
+    return apply_json_patch(new, unsuspend_ops(new, started, kueue=is_kueue_mode(tj)))
 
 
 @pytest.mark.parametrize("where", ["trainjob", "workload"])
@@ -329,7 +399,7 @@ def test_a_hold_of_dispatch_s_keeps_the_check_pending_even_if_the_workload_is_re
 def test_foreign_pods_are_reported_and_not_waited_on():
     fake = ForeignPod("fake-0", "no Job controls it (JobSet's pods are each created by a Job)")
     d = go(foreign_pods=[fake])
-    assert d.action is Action.RAISE
+    assert d.action is Action.ADMIT
     assert fake.report() in d.foreign
 
 
@@ -381,6 +451,9 @@ def st_trainjob(draw, wl):
     floor = draw(st.one_of(st.none(), st.integers(0, 999_999).map(str)))
     if floor is not None:
         tj["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = floor
+    started = draw(st.one_of(st.none(), st.integers(0, 999_999).map(str), st.just("x")))
+    if started is not None:
+        tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = started
     if draw(st.booleans()):
         tj["spec"]["runtimePatches"].pop(0)
     if draw(st.booleans()):
@@ -397,27 +470,42 @@ def st_case(draw):
 @given(
     case=st_case(),
     blockers=st.lists(st.builds(Blocker, st.text(max_size=5), st.text(max_size=5)), max_size=3),
+    js=st.sampled_from([None, jobset(), jobset("js-0", owner="earlier-tj-uid")]),
 )
-def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(case, blockers):
+def test_never_ready_for_a_dispatch_job_that_cannot_be_numbered_nor_while_a_pod_may_run(case, blockers, js):
     wl, tj = case
     before = copy.deepcopy(tj)
-    d = go(wl, tj=tj, blockers=blockers)
+    d = go(wl, tj=tj, jobset=js, blockers=blockers)
     ready = d.check_write is not None and d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
-    if ready and tj is not None and is_dispatch(tj):
-        assert d.action is Action.RAISE
-        assert not blockers
+    if d.trainjob_patch is not None:
+        # the gate's only TrainJob write records the JobSet UID, preconditioned; it never writes A or the floor
+        assert d.trainjob_patch[:2] == preconditions(before)
         after = apply_json_patch(before, d.trainjob_patch)
-        assert admission_count(after) == d.new_a
-        highest = max(int(x) for x in (admission_count(before) or 0, admission_floor(before) or 0))
-        assert d.new_a > highest
+        assert (admission_count(after), admission_floor(after)) == (admission_count(before), admission_floor(before))
+        assert {k for k in after["metadata"]["annotations"]} - set(before["metadata"]["annotations"]) <= {
+            ANNOTATION_JOBSET_UID
+        }
+    if ready and tj is not None and is_dispatch(tj):
+        assert d.action is Action.ADMIT
+        assert not blockers
+        started = admission_started(before)
+        assert (d.new_a, "raised" in d.message) == (start_count(before, started)[0], start_count(before, started)[1])
+        # the A promised is the one the write that admits it writes: above the last start, not below the floor
+        unsuspended = _unsuspended(before)
+        assert admission_count(unsuspended) == admission_started(unsuspended) == d.new_a
+        assert d.new_a > (started or 0)
+        assert d.new_a >= (admission_floor(before) or 0)
         assert d.check_write["metadata"]["resourceVersion"] == wl["metadata"]["resourceVersion"]
         # never for a job dispatch did not open, nor while a hold of dispatch's is in force
         assert is_opened_by_dispatch(tj)
-        # and never for one whose unsuspend the webhook would refuse on those grounds (one answer)
+        # and never for one whose unsuspend the webhook would refuse on those grounds, nor on A's (one answer)
         assert not [
             p
-            for p in unsuspend_problems(after, {**after, "spec": {**after["spec"], "suspend": False}})
-            if "opened" in p.field or "admission-gated-by" in p.field or p.field == "metadata.annotations"
+            for p in unsuspend_problems(before, unsuspended)
+            if "opened" in p.field
+            or "admission-gated-by" in p.field
+            or p.field == "metadata.annotations"
+            or "admission" in p.field
         ]
         assert not any(k in (tj["metadata"].get("annotations") or {}) for k in HOLD_ANNOTATIONS)
         assert not any(k in (wl["metadata"].get("annotations") or {}) for k in HOLD_ANNOTATIONS)
@@ -426,3 +514,54 @@ def test_never_ready_for_a_dispatch_job_without_a_raise_nor_while_a_pod_may_run(
     if tj is not None and is_dispatch(tj):
         assert d.action is not Action.APPROVE
     assert tj == before  # decide never mutates what it read
+
+
+def _count(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() and (value == "0" or not value.startswith("0")) else None
+
+
+st_count = st.one_of(st.none(), st.integers(0, 30).map(str), st.sampled_from(["07", "x", str(R_BOUND - 1)]))
+
+
+@given(
+    a=st_count,
+    floor=st_count,
+    started=st_count,
+    js=st.sampled_from([None, jobset(), jobset("js-0", owner="earlier-tj-uid")]),
+    recorded=st.booleans(),
+)
+def test_a_clear_job_is_admitted_without_writing_a_for_a_start_above_the_last_or_held(a, floor, started, js, recorded):
+    """A dispatch job clear to start, whatever its counts: either admitted (Ready) for an execution the write
+    that starts it numbers above the last start and not below the floor, the TrainJob written at most to record
+    the JobSet UID; or held because no execution can be numbered, and then that unsuspend is refused too."""
+    # Every start records an A its write raised to (or Open or Release did), and every raise sets the floor
+    # too, which never falls: a start above the floor is not a state the API server lets arise.
+    assume(not (_count(started) or 0) > (_count(floor) or 0))
+    tj = _with_counts(opened(queue="q"), a=a, floor=floor)
+    if started is not None:
+        tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = started
+    if recorded:
+        tj["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
+    before = copy.deepcopy(tj)
+    d = go(tj=tj, jobset=js)
+    unsuspended = _unsuspended(before)
+    if d.action is Action.HOLD:
+        assert d.message.startswith("cannot number the next execution: ")
+        assert (d.trainjob_patch, d.new_a) == (None, None)
+        assert unsuspend_problems(before, unsuspended)
+        return
+    assert d.action is Action.ADMIT
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
+    if js is not None and js["metadata"]["uid"] == "js-1" and not recorded:
+        assert d.trainjob_patch == [
+            *preconditions(before),
+            {"op": "add", "path": "/metadata/annotations/dispatch.phpboyscout.uk~1jobset-uid", "value": "js-1"},
+        ]
+    else:
+        assert d.trainjob_patch is None
+    assert admission_count(unsuspended) == admission_started(unsuspended) == d.new_a
+    assert d.new_a > int(started or 0)
+    assert d.new_a >= int(floor or 0)
+    assert d.message.endswith("raised in the write that admits it") == (admission_count(before) != d.new_a)
+    assert unsuspend_problems(before, unsuspended) == []  # the start it approves is one the API server accepts
+    assert tj == before

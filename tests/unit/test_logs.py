@@ -33,16 +33,16 @@ def _configured(level: str, fmt: str) -> io.StringIO:
 def test_json_lines_carry_the_decision_keys(restore_logging: None):
     stream = _configured("info", "json")
     log = logging.getLogger("agent.reconcile")
-    log.info("Workload %s: raise", "ns/wl", extra=logs.fields(workload="ns/wl", a=2, outcome="raise", trainjob=None))
+    log.info("Workload %s: admit", "ns/wl", extra=logs.fields(workload="ns/wl", a=2, outcome="admit", trainjob=None))
     log.debug("not shown at info")
     try:
         raise RuntimeError("boom")
     except RuntimeError:
         log.exception("failed")
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
-    assert first["msg"] == "Workload ns/wl: raise"
+    assert first["msg"] == "Workload ns/wl: admit"
     assert (first["level"], first["logger"]) == ("info", "agent.reconcile")
-    assert (first["workload"], first["a"], first["outcome"]) == ("ns/wl", 2, "raise")
+    assert (first["workload"], first["a"], first["outcome"]) == ("ns/wl", 2, "admit")
     assert "trainjob" not in first  # None values are left out
     assert first["time"].endswith("+00:00")
     assert second["level"] == "error"

@@ -320,7 +320,8 @@ def test_kueue_release_lifts_the_trainjobs_hold_first_then_reactivates_the_workl
     assert half_wl == held_wl
     assert go(half_wl, tj=half_tj).action in (Action.HOLD, Action.WAIT), go(half_wl, tj=half_tj).message
     accepted_by_the_webhook(held_tj, half_tj)
-    # An unsuspend then (a Kueue bug: Kueue admits nothing of an inactive Workload) would not carry a raised A.
+    # An unsuspend then (a Kueue bug: Kueue admits nothing of an inactive Workload) would be refused: the hold
+    # is off the TrainJob, but an unsuspend without a raise of A (none added by admission here) is refused.
     unsuspended = copy.deepcopy(half_tj)
     unsuspended["spec"]["suspend"] = False
     assert unsuspend_problems(half_tj, unsuspended), "an unsuspend without a raise of A is refused"
@@ -331,7 +332,7 @@ def test_kueue_release_lifts_the_trainjobs_hold_first_then_reactivates_the_workl
     assert free_wl["spec"]["active"] is True
     assert hold_keys(free_wl) == {}
     accepted_by_the_webhook(held_wl, free_wl, resource="workloads", kind="Workload", group="kueue.x-k8s.io")
-    assert go(free_wl, tj=free_tj).action is Action.RAISE
+    assert go(free_wl, tj=free_tj).action is Action.ADMIT
     assert (free_tj, free_wl) == apply_plan(release, held_tj, held_wl)
     assert plan_release(free_tj, free_wl) == Plan((), "not held")
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from contract.admission import raise_admission
+from contract.admission import admission_count, admission_floor, raise_admission
 from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_HOLD_REASON,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
@@ -651,3 +652,62 @@ def test_in_kueue_mode_only_kueue_and_dispatch_unsuspend():
     assert "in Kueue mode Kueue unsuspends" in verdict.message
     assert update(start, user=KUEUE, base=opened_kueue()).allowed
     assert update(start, user=DISPATCH, base=opened_kueue()).allowed
+
+
+# -- the raise in the write that starts an execution ---------------------------------------------------------
+
+
+def started(tj: dict[str, Any]) -> dict[str, Any]:
+    """``tj`` as it is once an execution started and Kueue evicted it: A recorded, suspended again."""
+    tj = copy.deepcopy(tj)
+    a = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"
+    ]["template"]["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission"]
+    tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = a
+    return tj
+
+
+def unsuspend(tj: dict[str, Any]) -> None:
+    tj["spec"]["suspend"] = False
+
+
+def test_kueues_readmission_is_numbered_in_the_write_that_starts_it():
+    old = started(opened_kueue())  # A 1, started with A 1, evicted
+    req = request("UPDATE", _changed(old, unsuspend), old, user=KUEUE)
+    mutation = mutate(req, Config())
+    after = apply_json_patch(req.object, mutation.patch)
+    assert (admission_count(after), admission_floor(after)) == (2, 2)
+    assert after["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] == "2"
+    assert admit(req).allowed
+    refused = decide(req)  # the same write with no raise in it: the unsuspend rule refuses it
+    assert denied_by(refused) == "update.unsuspend"
+    assert "the previous execution started with A 1" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("change", "user", "says"),
+    [
+        (lambda tj: (set_a("2")(tj), tj["metadata"]["annotations"].update({ANNOTATION_ADMISSION_FLOOR: "2"})), KUEUE,
+         "only dispatch raises A and the admission floor, or admission in the write that unsuspends"),
+        (lambda tj: (set_a("3")(tj), tj["metadata"]["annotations"].update({ANNOTATION_ADMISSION_FLOOR: "3"}),
+                     unsuspend(tj)), KUEUE, "a raise writes max(A, floor) + 1 = 2 into both"),
+    ],
+)  # fmt: skip
+def test_outside_its_formula_or_outside_an_unsuspend_only_dispatch_raises(change, user, says):
+    verdict = admit(request("UPDATE", _changed(started(opened_kueue()), change), started(opened_kueue()), user=user))
+    assert denied_by(verdict) == "update.counter"
+    assert says in verdict.message
+
+
+def test_in_plain_mode_nothing_but_dispatchs_raise_restarts_a_job():
+    old = started(plain(2, 2))
+    old["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
+    for user in (DISPATCH, KUEUE, STRANGER):
+        verdict = admit(request("UPDATE", _changed(old, unsuspend), old, user=user))
+        assert denied_by(verdict) == "update.unsuspend", user
+
+
+def _changed(tj: dict[str, Any], change) -> dict[str, Any]:
+    new = copy.deepcopy(tj)
+    change(new)
+    return new

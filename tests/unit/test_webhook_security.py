@@ -85,15 +85,23 @@ def test_kueues_admission_after_a_raise_passes_and_is_recorded():
     assert after["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] == "1"
 
 
-def test_item_1_readmission_without_a_raise_is_refused():
-    """A forged Ready (or any other way to make Kueue admit again) unsuspends with the last execution's A."""
+def test_item_1_every_readmission_is_numbered_in_its_own_write():
+    """However Kueue comes to admit again (a forged Ready among the ways), the unsuspend gets A raised in the
+    write, and an unsuspend that reached validation with the last execution's A is refused."""
     running = started(opened_kueue())
     evicted = copy.deepcopy(running)
     evicted["spec"]["suspend"] = True
-    verdict = admitted(evicted, unsuspend)
-    assert denied_by(verdict) == "update.unsuspend"
-    assert "the previous execution started with A 1" in verdict.message
-    assert admitted(raised(evicted), unsuspend).allowed  # the readmission gate's raise first: passes
+    readmitted = admitted(evicted, unsuspend)  # the mutating webhook (or the policy) raises A in the write
+    assert readmitted.allowed
+    unnumbered = decide(request("UPDATE", _unsuspended(evicted), evicted, user=KUEUE))  # no mutation
+    assert denied_by(unnumbered) == "update.unsuspend"
+    assert "the previous execution started with A 1" in unnumbered.message
+
+
+def _unsuspended(tj):
+    new = copy.deepcopy(tj)
+    unsuspend(new)
+    return new
 
 
 @pytest.mark.parametrize("user", [KUEUE, DISPATCH, STRANGER])
@@ -128,7 +136,7 @@ def test_a_stale_or_forged_record_is_refused():
     lie(new)
     verdict = decide(request("UPDATE", new, raised(forged), user=KUEUE))  # no mutation: the record lies
     assert denied_by(verdict) == "update.unsuspend"
-    assert "recorded by dispatch's mutating webhook" in verdict.message
+    assert "recorded by dispatch's admission policy or mutating webhook" in verdict.message
 
 
 def test_the_record_changes_only_in_an_unsuspend():

@@ -82,7 +82,8 @@ def started_admission(obj: Mapping[str, Any]) -> int | ContractError | None:
 
 
 def update_problems(old: Mapping[str, Any], new: Mapping[str, Any], *, dispatch: bool = True) -> list[Problem]:
-    """``dispatch``: the writer is dispatch, the one principal that raises A."""
+    """``dispatch``: the writer is dispatch, the one principal that raises A outside an unsuspend (in one, the
+    raise is admission's own: see contract/admission.py ``unsuspend_ops``)."""
     problems: list[Problem] = []
     old_entry, new_entry = dispatch_patch(old), dispatch_patch(new)
     if old_entry is None and new_entry is not None:
@@ -121,7 +122,7 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any], *, dispatch:
         elif isinstance(before, int) and (after is None or after < before):
             seen = f"{before} -> {'removed' if after is None else after}"
             problems.append(Problem("update.counter", field, seen, f"never below {before}, never removed"))
-    problems += _raise_problems(a_before, a_after, floor_before, floor_after, dispatch=dispatch)
+    problems += _raise_problems(a_before, a_after, floor_before, floor_after, dispatch=dispatch or unsuspends(old, new))
     problems += _started_problems(old, new, a_after)
 
     queue_before, queue_after = labels(old).get(LABEL_QUEUE_NAME), labels(new).get(LABEL_QUEUE_NAME)
@@ -169,8 +170,8 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any], *, dispatch:
 def _raise_problems(
     a_before: object, a_after: object, floor_before: object, floor_after: object, *, dispatch: bool
 ) -> list[Problem]:
-    """A and the floor rise only by dispatch, together, and only to max(A, floor) + 1: a stranger pushing A
-    to the bound would make every later raise fail."""
+    """A and the floor rise only by dispatch or in an unsuspend (``dispatch`` true for both), together, and only
+    to max(A, floor) + 1: a stranger pushing A to the bound would make every later raise fail."""
     counts = (a_before, a_after, floor_before, floor_after)
     if any(isinstance(c, ContractError) for c in counts) or (a_before, floor_before) == (a_after, floor_after):
         return []
@@ -182,7 +183,7 @@ def _raise_problems(
                 "update.counter",
                 _A,
                 f"A {a_before} -> {a_after}, floor {floor_before} -> {floor_after}",
-                "only dispatch raises A and the admission floor",
+                "only dispatch raises A and the admission floor, or admission in the write that unsuspends",
             )
         ]
     expected = max(c for c in (a_before, floor_before, 0) if isinstance(c, int)) + 1
@@ -257,19 +258,20 @@ def unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[P
         refuse(
             _A,
             f"A {a}, the previous execution started with A {previous}",
-            "A is raised before every execution: the readmission gate (Kueue mode) or Open and Release",
+            "A is raised before every execution: in the write that unsuspends (dispatch's admission policy or "
+            "mutating webhook), or by Open and Release",
         )
     if started_admission(new) != a:
         refuse(
             f"metadata.annotations[{ANNOTATION_ADMISSION_STARTED}]",
             annotations(new).get(ANNOTATION_ADMISSION_STARTED),
-            f"{a}, recorded by dispatch's mutating webhook in the write that unsuspends",
+            f"{a}, recorded by dispatch's admission policy or mutating webhook in the write that unsuspends",
         )
     return problems
 
 
 def kueue_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
-    """In Kueue mode only Kueue (once the readmission gate has raised A and the Workload is admitted) and
+    """In Kueue mode only Kueue (once the readmission gate has approved and the Workload is admitted) and
     dispatch unsuspend a dispatch TrainJob: anyone else's unsuspend would start an execution Kueue never
     admitted, with the A of the last one, repeating an R."""
     if is_kueue_mode(old) and is_kueue_mode(new) and _suspended(old) and not _suspended(new):
@@ -278,7 +280,7 @@ def kueue_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> 
                 "update.unsuspend",
                 "spec.suspend",
                 "unsuspended by someone other than Kueue",
-                "in Kueue mode Kueue unsuspends, after the readmission gate has raised A",
+                "in Kueue mode Kueue unsuspends, after the readmission gate has approved",
             )
         ]
     return []
