@@ -64,7 +64,7 @@ from contract.keys import (
     LABEL_QUEUE_NAME,
 )
 from contract.trainjob import Submission
-from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.cluster import ADMIN_USER, ControlPlane, new_run_dir, start_control_plane
 from harness.kube_http import ApiError, KubeHttp
 from harness.processes import ManagedProcess, stop_everything, wait_until
 from harness.sandbox import install, site
@@ -100,6 +100,8 @@ class Latest:
         self.objects: dict[str, dict[str, Any]] = {}
         self.on_event: Callable[[str, dict[str, Any], float], None] | None = None
         """Called from the watch's thread with each event's type, object and arrival (time.monotonic())."""
+        self.on_change: Callable[[str, dict[str, Any] | None, dict[str, Any]], None] | None = None
+        """Called from the watch's thread with each event's type, the object's previous state and its new one."""
         self._rv = self._relist()
         self._stop = threading.Event()
         threading.Thread(target=self._run, name=f"watch {path}", daemon=True).start()
@@ -131,6 +133,7 @@ class Latest:
                         if event["type"] == "BOOKMARK":
                             continue
                         with self._lock:
+                            old = self.objects.get(obj["metadata"]["uid"])
                             if event["type"] == "DELETED":
                                 self.objects.pop(obj["metadata"]["uid"], None)
                             else:
@@ -138,6 +141,9 @@ class Latest:
                         hook = self.on_event
                         if hook is not None:
                             hook(event["type"], obj, time.monotonic())
+                        change = self.on_change
+                        if change is not None:
+                            change(event["type"], old, obj)
                         if self._stop.is_set():
                             return
             except (TimeoutError, OSError, urllib.error.URLError, ValueError):
@@ -163,6 +169,12 @@ class Arm:
     trainjobs: Latest
     pods: Latest
     workloads: Latest
+    jobsets: Latest
+    jobs: Latest
+
+    def watches(self) -> dict[str, Latest]:
+        return {"TrainJob": self.trainjobs, "JobSet": self.jobsets, "Job": self.jobs, "Pod": self.pods,
+                "Workload": self.workloads}  # fmt: skip
 
 
 def _a(obj: dict[str, Any]) -> int | None:
@@ -261,6 +273,51 @@ class Timeline:
             if times:
                 out.append((step, len(times), pct(times, 0.5), times[-1]))
         return out
+
+
+_META_PARTS = ("labels", "annotations", "finalizers", "ownerReferences", "deletionTimestamp")
+
+
+def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """What one watch event changed: the metadata parts (annotations and labels by key), and the keys of spec and
+    status (``spec.suspend``, ``status.conditions``...) whose values differ from the object's previous state."""
+    if old is None:
+        return "(first seen)"
+    parts = []
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    for part in _META_PARTS:
+        a, b = om.get(part), nm.get(part)
+        if a == b:
+            continue
+        if isinstance(a, dict | None) and isinstance(b, dict | None) and part in ("labels", "annotations"):
+            a, b = a or {}, b or {}
+            keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+            parts.append(f"{part}[{','.join(k.rsplit('/', 1)[-1] for k in keys)}]")
+        else:
+            parts.append(part)
+    for section in ("spec", "status"):
+        a, b = old.get(section) or {}, new.get(section) or {}
+        parts += [f"{section}.{k}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    return " ".join(parts) or "(managedFields/resourceVersion only)"
+
+
+class Changes:
+    """Every watch event of an arm's TrainJobs, JobSets, Jobs, Pods and Workloads in a window, by kind, event type
+    and what it changed: each TrainJob event and each event of a TrainJob's JobSet is one reconcile request of
+    Trainer's TrainJob controller (its only watches), and Trainer server-side applies the JobSet in every
+    reconcile while the TrainJob or the JobSet is suspended."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def hook(self, kind: str) -> Callable[[str, dict[str, Any] | None, dict[str, Any]], None]:
+        def on_change(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+            what = changed_parts(old, new) if event == "MODIFIED" else ""
+            with self._lock:
+                self.counts[f"{kind} {event} {what}".rstrip()] += 1
+
+        return on_change
 
 
 # -- setup --------------------------------------------------------------------------------------------------
@@ -389,6 +446,50 @@ def served(admin: KubeHttp) -> Counter[str]:
     return out
 
 
+_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+AUDITED = (ADMIN_USER, "system:kube-controller-manager", "system:kube-scheduler",
+           f"system:serviceaccount:{install.NAMESPACE}:{install.RELEASE}")  # fmt: skip
+"""``--audit``: the users whose requests the API server logs. Kueue, JobSet, Trainer and kwok sign in as the
+admin and impersonate their own principals (harness/tier_b.py), and the audit policy sees the signed-in user;
+the last is dispatch's ServiceAccount (the agent)."""
+
+
+def _actor(event: dict[str, Any]) -> str:
+    """Who sent a request, shortly: the impersonated principal's last name part, the controller of
+    kube-controller-manager (its user agent's last part), dispatch for its ServiceAccount, bench for the admin."""
+    user = str((event.get("impersonatedUser") or event.get("user") or {}).get("username", "?"))
+    if user == ADMIN_USER:
+        return "bench"
+    if user == AUDITED[-1]:
+        return "dispatch"
+    if user == "system:kube-controller-manager":
+        return "kcm/" + str(event.get("userAgent", "")).rsplit("/", 1)[-1]
+    return user.rsplit(":", 1)[-1].removesuffix("-controller-manager")
+
+
+def audited_writes(path: Path, rounds: list[Round]) -> None:
+    """Fills each round's ``writes``: the write requests received in its window on objects of its arm's
+    namespace, by who, verb (a PATCH with ``force`` is a server-side apply), resource and answer if refused."""
+    seen: set[str] = set()
+    with path.open() as f:
+        for line in f:
+            event = json.loads(line)
+            verb, ref = str(event.get("verb")), event.get("objectRef") or {}
+            if verb not in _WRITES or event["auditID"] in seen:
+                continue
+            seen.add(event["auditID"])
+            received = dt.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(str(event.get("requestURI", ""))).query)
+            if verb == "patch" and "force" in query:
+                verb = "apply"
+            resource = str(ref.get("resource")) + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
+            refused = f" ({code})" if not 200 <= code < 300 else ""
+            for r in rounds:
+                if r.window and r.window[0] <= received <= r.window[1] and ref.get("namespace") == r.namespace:
+                    r.writes[f"{_actor(event)} {verb} {resource}{refused}"] += 1
+
+
 # -- one round ----------------------------------------------------------------------------------------------
 
 
@@ -407,6 +508,12 @@ class Round:
     started_utc: str = ""
     steps: list[tuple[str, int, float, float]] = field(default_factory=list)
     served: Counter[str] = field(default_factory=Counter)
+    namespace: str = ""
+    window: tuple[dt.datetime, dt.datetime] | None = None
+    """The window in UTC (the blocker's delete → every job running again), to pick its requests from the audit log."""
+    changes: Counter[str] = field(default_factory=Counter)
+    writes: Counter[str] = field(default_factory=Counter)
+    """Write requests in the window on objects of the arm's namespace, by who, verb and resource (audit log)."""
 
 
 def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
@@ -421,7 +528,7 @@ def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
 
 def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[str, ManagedProcess],
               timeout: float, check: str) -> Round:  # fmt: skip
-    r = Round(arm.name, index, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"))
+    r = Round(arm.name, index, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"), namespace=arm.namespace)
     block = blocker(arm, jobs, f"{arm.name}-{index}")
     t = time.monotonic()
     admin.create(block)
@@ -435,6 +542,10 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
     timeline = Timeline(t, old, check)
     arm.workloads.on_event, arm.trainjobs.on_event, arm.pods.on_event = (
         timeline.workload, timeline.trainjob, timeline.pod)  # fmt: skip
+    changes = Changes()
+    for kind, watch in arm.watches().items():
+        watch.on_change = changes.hook(kind)
+    window_start = dt.datetime.now(dt.UTC)
     admin.delete(KUEUE_V, "Workload", block["metadata"]["name"], arm.namespace)
     seen: dict[str, float] = {}
     while len(seen) < jobs:
@@ -445,6 +556,10 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
             raise TimeoutError(f"{arm.name}: {len(seen)} of {jobs} running again after {timeout:.0f}s")
         time.sleep(0.25)
     r.seconds = max(seen.values())
+    r.window = (window_start, dt.datetime.now(dt.UTC))
+    for watch in arm.watches().values():
+        watch.on_change = None
+    r.changes = changes.counts
     cpu1 = cpu_of(processes)
     r.per_job = sorted(seen.values())
     r.cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
@@ -501,6 +616,9 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
         values = [sum(v for k, v in r.served.items() if k.startswith("request ")) if key == "requests, all"
                   else r.served.get(key, 0) for r in rounds]  # fmt: skip
         print(f"{key[:52]:<52}" + "".join(f"{v:>13.1f}" if "seconds" in key else f"{v:>13.0f}" for v in values))
+    per_job(rounds, jobs, "watch events in each window per job, by kind, type and what changed", "changes")
+    if any(r.writes for r in rounds):
+        per_job(rounds, jobs, "write requests in each window per job (audit log), by who, verb, resource", "writes")
     d = [r for r in rounds if r.arm == "dispatch"]
     b = [r for r in rounds if r.arm == "baseline"]
     if not d or not b:
@@ -514,6 +632,15 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
     print(
         f"  medians: time {md:.1f} / {mb:.1f} s = {md / mb:.2f}x; API server CPU {ad:.2f} / {ab:.2f} s = {ad / ab:.2f}x"
     )
+
+
+def per_job(rounds: list[Round], jobs: int, title: str, attr: str) -> None:
+    """One of the rounds' counters, every key, divided by the jobs of an arm."""
+    print(f"\n{title}:")
+    keys = sorted({k for r in rounds for k in getattr(r, attr)})
+    print(f"{'':<90}" + "".join(f"{r.arm + ' ' + str(r.index):>13}" for r in rounds))
+    for key in keys:
+        print(f"{key[:90]:<90}" + "".join(f"{getattr(r, attr).get(key, 0) / jobs:>13.2f}" for r in rounds))
 
 
 # -- main ---------------------------------------------------------------------------------------------------
@@ -565,7 +692,10 @@ def setup(
         trainjobs = Latest(admin, admin.collection_path(TRAINER_V, "TrainJob", namespace))
         pods = Latest(admin, admin.collection_path("v1", "Pod", namespace))
         workloads = Latest(admin, admin.collection_path(KUEUE_V, "Workload", namespace))
-        arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", trainjobs, pods, workloads))
+        jobsets = Latest(admin, admin.collection_path(site.JOBSET_V, "JobSet", namespace))
+        batch_jobs = Latest(admin, admin.collection_path("batch/v1", "Job", namespace))
+        arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", trainjobs, pods, workloads, jobsets,
+                        batch_jobs))  # fmt: skip
 
     runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME)
     t = time.monotonic()
@@ -597,6 +727,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace-seconds", type=int, default=2,
                         help="trainer pods' termination grace period (kwok ends a deleted pod within it)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
+    parser.add_argument("--audit", action="store_true",
+                        help="the API server's audit log on (it costs the API server CPU in both arms): every write "
+                             "in the windows by who, verb and resource")  # fmt: skip
     args = parser.parse_args(argv)
     print(f"anchor_bench --jobs {args.jobs} --rounds {args.rounds}: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, "
           f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -607,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     cp: ControlPlane | None = None
     try:
         t = time.monotonic()
-        cp = start_control_plane(run_dir)
+        cp = start_control_plane(run_dir, audit_users=AUDITED if args.audit else ())
         tb = start_tier_b(cp)
         print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
         arms, processes, check = setup(tb, args.jobs, args.grace_seconds, work, args.timeout)
@@ -627,6 +760,9 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)  # fmt: skip
                 settle(arm, args.jobs, args.timeout)
                 time.sleep(5)
+        if cp.audit_log is not None:
+            time.sleep(2)  # blocking mode: a request's event is written as it ends
+            audited_writes(cp.audit_log, rounds)
         report(rounds, args.jobs, idle)
         print(f"\nend {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, load {load()}")
         return 0

@@ -49,6 +49,7 @@ from contract.keys import LEASE_NAME, LEASE_NAMESPACE, TRAINER_API_VERSION
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from harness.kube_http import ApiError, KubeHttp
+from harness.tier_b import HARNESS_POLICY_PREFIX
 from webhook.config import DEFAULT_DISPATCH_USERNAME
 from webhook.configurations import NAME, UNSUSPENDS, webhook_configurations
 from webhook.configurations import RECORD_START as CONFIG_RECORD_START
@@ -353,13 +354,15 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
       API server sending it unsuspends (every other TrainJob update is still sent to it). Removing the whole
       webhook would be wider than needed.
 
-    * the MutatingAdmissionPolicyBinding ``<fullname>-record-start``, and the mutating webhook's route of
-      unsuspends where the API server has no MutatingAdmissionPolicy: in Kueue mode they raise A in the write
-      that starts each execution, which is dispatch's numbering, not a check controller's.
+    * the MutatingAdmissionPolicyBindings ``<fullname>-record-start`` and tier B's harness-wide
+      ``dispatch-harness-record-start`` (harness/tier_b.py binds it for every namespace), and the mutating
+      webhook's route of unsuspends where the API server has no MutatingAdmissionPolicy: in Kueue mode they
+      raise A in the write that starts each execution, which is dispatch's numbering, not a check controller's.
 
     Left in place: every other policy, the owner policies among them."""
     removed: list[str] = []
-    _unbind(admin, "MutatingAdmissionPolicyBinding", RECORD_START.replace(NAME, fullname, 1), removed)
+    for prefix in (fullname, HARNESS_POLICY_PREFIX):
+        _unbind(admin, "MutatingAdmissionPolicyBinding", RECORD_START.replace(NAME, prefix, 1), removed)
     mutating = admin.get_or_none(ADMISSION_V, "MutatingWebhookConfiguration", fullname)
     for hook in (mutating or {}).get("webhooks") or []:
         if hook.get("name", "").startswith(f"{CONFIG_RECORD_START}."):

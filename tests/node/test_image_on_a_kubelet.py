@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from harness.kube_http import ApiError, KubeHttp
 from harness.pytest_plugin import TierC
 from harness.real_node import real_node_pod_spec
 from tests.chart.sets import rendered
@@ -27,6 +28,24 @@ pytestmark = [pytest.mark.e2e, pytest.mark.node]
 def deployment_pod_spec() -> dict[str, Any]:
     (deployment,) = [d for d in rendered("defaults").docs if d["kind"] == "Deployment"]
     return deployment["spec"]["template"]["spec"]
+
+
+def create_once_kueue_sees_the_namespace(admin: KubeHttp, pod: dict[str, Any]) -> None:
+    """Creates ``pod``. Kueue's pod webhook reads namespaces from its informer's cache and refuses, as NotFound,
+    a pod of a namespace created a moment ago that the cache has not seen yet: that refusal alone is retried."""
+
+    def create() -> ApiError | None:
+        try:
+            admin.create(pod)
+        except ApiError as exc:
+            if exc.status == 404 and "mpod.kb.io" in exc.body and "Namespace" in exc.body:
+                raise AssertionError(exc.body) from exc
+            return exc  # any other refusal is the test's failure, not retried
+        return None
+
+    refused = eventually(create, 30, "Kueue's pod webhook sees the test's namespace")
+    if refused is not None:
+        raise refused
 
 
 def test_every_container_of_the_chart_starts_from_the_built_image(tier_c: TierC, namespace: str) -> None:
@@ -65,7 +84,7 @@ def test_every_container_of_the_chart_starts_from_the_built_image(tier_c: TierC,
                 **real_node_pod_spec(tier_c.node.name),
             },
         }
-        admin.create(pod)
+        create_once_kueue_sees_the_namespace(admin, pod)
         names.append((name, container))
 
     for name, container in names:
