@@ -26,6 +26,14 @@ unsuspended, pod created, bound, Running), as the benchmark's watches saw it; an
 counters (requests by verb and resource, calls to each admission webhook) before and after. The arms
 alternate (dispatch, baseline, dispatch, baseline for ``--rounds 2``) so that load drifts show. Nothing here
 is a test: nothing in tests/ times it.
+
+Always reported besides: every watch event of each arm's TrainJobs, JobSets, Jobs, pods and Workloads in the
+window, per job, by what it changed (the TrainJob and JobSet events are what queues Trainer's reconciles), and
+the mean size of each kind's objects. To say where the API server's CPU goes: ``--audit`` (its audit log: every
+write in the windows by who, verb and resource, refusals apart), ``--profile SECONDS`` (a CPU profile of it over
+each window, for ``go tool pprof -top``), ``--pad-baseline`` (the plain TrainJobs carry a dispatch trainer, so
+both arms' objects are as large) and ``--chart-policies-only`` (tier B's own copies of dispatch's owner policies
+and record-start deleted: only the chart's apply, as in an installation).
 """
 
 from __future__ import annotations
@@ -63,12 +71,14 @@ from contract.keys import (
     LABEL_PRIORITY_CLASS,
     LABEL_QUEUE_NAME,
 )
+from contract.trainer import trainer_spec
 from contract.trainjob import Submission
+from harness import cluster
 from harness.cluster import ADMIN_USER, ControlPlane, new_run_dir, start_control_plane
 from harness.kube_http import ApiError, KubeHttp
 from harness.processes import ManagedProcess, stop_everything, wait_until
 from harness.sandbox import install, site
-from harness.tier_b import TierB, kwok_node, node_ready, start_tier_b
+from harness.tier_b import HARNESS_POLICY_PREFIX, TierB, kwok_node, node_ready, start_tier_b
 from tests.e2e.kit import create_as_start
 
 KUEUE_V, TRAINER_V = site.KUEUE_V, site.TRAINER_V
@@ -377,14 +387,25 @@ def create_dispatch_jobs(admin: KubeHttp, namespace: str, runtime: dict[str, Any
     parallel(created, lambda tj: open_job(admin, tj))
 
 
-def create_plain_jobs(admin: KubeHttp, namespace: str, n: int) -> None:
+def create_plain_jobs(admin: KubeHttp, namespace: str, n: int, pad: bool = False) -> None:
+    """``pad``: each plain TrainJob carries a dispatch TrainJob's ``spec.trainer`` (its image, the prologue's
+    command and its env), so that the baseline's TrainJobs, JobSets, Jobs, pods and Workloads are as large as
+    dispatch's while no dispatch write, check or policy touches them: what the objects' size alone costs."""
+    trainer = None
+    if pad:
+        trainer = trainer_spec(job_id=str(ULID()), g=0, n=1, attempt=0, image=IMAGE, command=["python", "train.py"],
+                               args=(), env={}, workdir=None)  # fmt: skip
+
     def one(i: int) -> None:
+        spec: dict[str, Any] = {"runtimeRef": {"name": RUNTIME}}
+        if trainer is not None:
+            spec["trainer"] = trainer
         admin.create({
             "apiVersion": TRAINER_V,
             "kind": "TrainJob",
             "metadata": {"name": f"plain-{i:05d}", "namespace": namespace,
                          "labels": {LABEL_QUEUE_NAME: QUEUE, LABEL_PRIORITY_CLASS: LOW}},
-            "spec": {"runtimeRef": {"name": RUNTIME}},
+            "spec": spec,
         })  # fmt: skip
 
     parallel(range(n), one)
@@ -441,7 +462,7 @@ def served(admin: KubeHttp) -> Counter[str]:
             out[f"request {labels.get('verb', '')} {resource}{refused}"] += value
         elif name == "apiserver_admission_webhook_admission_duration_seconds_count":
             out[f"webhook call {labels.get('name', '')}"] += value
-        elif name == "apiserver_validating_admission_policy_check_duration_seconds_sum":
+        elif name.endswith("_admission_policy_check_duration_seconds_sum"):  # validating and mutating
             out[f"policy seconds {labels.get('policy', '')}"] += value
     return out
 
@@ -490,6 +511,33 @@ def audited_writes(path: Path, rounds: list[Round]) -> None:
                     r.writes[f"{_actor(event)} {verb} {resource}{refused}"] += 1
 
 
+def enable_profiling() -> None:
+    """``--profile``: the API server started with its pprof endpoints (the harness turns them off; a later flag
+    wins), so that a CPU profile of each window says which work the window's CPU went to."""
+    argv = cluster._apiserver_argv
+
+    def with_profiling(*args: Any, **kwargs: Any) -> list[str]:
+        return [*argv(*args, **kwargs), "--profiling=true"]
+
+    cluster._apiserver_argv = with_profiling  # type: ignore[assignment]
+
+
+def cpu_profile(admin: KubeHttp, seconds: int, to: Path) -> threading.Thread:
+    """The API server's CPU profile over the next ``seconds``, written to ``to`` (read: go tool pprof -top)."""
+    creds = admin.credentials
+    headers = {"Authorization": f"Bearer {creds.token}"} if creds.token else {}
+
+    def fetch() -> None:
+        url = f"{creds.server}/debug/pprof/profile?seconds={seconds}"
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, context=creds.ssl_context(), timeout=seconds + 60) as r:
+            to.write_bytes(r.read())
+
+    thread = threading.Thread(target=fetch, name=f"profile {to.name}", daemon=True)
+    thread.start()
+    return thread
+
+
 # -- one round ----------------------------------------------------------------------------------------------
 
 
@@ -514,6 +562,9 @@ class Round:
     changes: Counter[str] = field(default_factory=Counter)
     writes: Counter[str] = field(default_factory=Counter)
     """Write requests in the window on objects of the arm's namespace, by who, verb and resource (audit log)."""
+    sizes: dict[str, float] = field(default_factory=dict)
+    """Mean size (JSON bytes) of the arm's objects of each kind at the window's end: what every write, webhook
+    call and watch event of one costs scales with it."""
 
 
 def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
@@ -527,7 +578,7 @@ def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
 
 
 def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[str, ManagedProcess],
-              timeout: float, check: str) -> Round:  # fmt: skip
+              timeout: float, check: str, profile: tuple[int, Path] | None = None) -> Round:  # fmt: skip
     r = Round(arm.name, index, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"), namespace=arm.namespace)
     block = blocker(arm, jobs, f"{arm.name}-{index}")
     t = time.monotonic()
@@ -545,6 +596,9 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
     changes = Changes()
     for kind, watch in arm.watches().items():
         watch.on_change = changes.hook(kind)
+    profiling = None
+    if profile is not None:
+        profiling = cpu_profile(admin, profile[0], profile[1] / f"apiserver-{arm.name}-{index}.pprof")
     window_start = dt.datetime.now(dt.UTC)
     admin.delete(KUEUE_V, "Workload", block["metadata"]["name"], arm.namespace)
     seen: dict[str, float] = {}
@@ -560,6 +614,10 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
     for watch in arm.watches().values():
         watch.on_change = None
     r.changes = changes.counts
+    for kind, watch in arm.watches().items():
+        objects = watch.snapshot()
+        if objects:
+            r.sizes[kind] = statistics.mean(len(json.dumps(o, separators=(",", ":"))) for o in objects)
     cpu1 = cpu_of(processes)
     r.per_job = sorted(seen.values())
     r.cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
@@ -567,6 +625,8 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
     time.sleep(2)  # the watches' last events of the window
     arm.workloads.on_event = arm.trainjobs.on_event = arm.pods.on_event = None
     r.steps = timeline.rows()
+    if profiling is not None:
+        profiling.join()
     return r
 
 
@@ -616,6 +676,13 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
         values = [sum(v for k, v in r.served.items() if k.startswith("request ")) if key == "requests, all"
                   else r.served.get(key, 0) for r in rounds]  # fmt: skip
         print(f"{key[:52]:<52}" + "".join(f"{v:>13.1f}" if "seconds" in key else f"{v:>13.0f}" for v in values))
+    policies = sorted({k for r in rounds for k in r.served if k.startswith("policy seconds ")})
+    print(f"\nseconds in each admission policy:{'':<20}" + "".join(f"{r.arm + ' ' + str(r.index):>13}" for r in rounds))
+    for key in policies:
+        print(f"{key[15:67]:<52}" + "".join(f"{r.served.get(key, 0):>13.3f}" for r in rounds))
+    print(f"\nmean object size (JSON bytes):{'':<22}" + "".join(f"{r.arm + ' ' + str(r.index):>13}" for r in rounds))
+    for kind in sorted({k for r in rounds for k in r.sizes}):
+        print(f"{kind:<52}" + "".join(f"{r.sizes.get(kind, 0):>13.0f}" for r in rounds))
     per_job(rounds, jobs, "watch events in each window per job, by kind, type and what changed", "changes")
     if any(r.writes for r in rounds):
         per_job(rounds, jobs, "write requests in each window per job (audit log), by who, verb, resource", "writes")
@@ -661,8 +728,27 @@ def install_dispatch(cp: ControlPlane, work: Path) -> tuple[str, KubeHttp, Manag
     return rendered.of("AdmissionCheck")[0]["metadata"]["name"], dispatch, agent, webhook
 
 
+ADMISSION_V = "admissionregistration.k8s.io/v1"
+POLICY_KINDS = ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+                "MutatingAdmissionPolicy")  # fmt: skip
+
+
+def drop_harness_policies(admin: KubeHttp) -> list[str]:
+    """``--chart-policies-only``: tier B installs its own copies of dispatch's owner policies and of record-start
+    (harness/tier_b.py, for tests without the chart); beside the chart's they make every write of both arms pass
+    each of those policies twice, which no installation does. Deletes the copies; returns their names."""
+    dropped = []
+    for kind in POLICY_KINDS:
+        for obj in admin.request("GET", admin.collection_path(ADMISSION_V, kind))["items"]:
+            name = obj["metadata"]["name"]
+            if name.startswith(HARNESS_POLICY_PREFIX + "-") and name != f"{HARNESS_POLICY_PREFIX}-components":
+                admin.delete(ADMISSION_V, kind, name)
+                dropped.append(f"{kind}/{name}")
+    return dropped
+
+
 def setup(
-    tb: TierB, jobs: int, grace: int, work: Path, timeout: float
+    tb: TierB, jobs: int, grace: int, work: Path, timeout: float, pad: bool = False, chart_only: bool = False
 ) -> tuple[list[Arm], dict[str, ManagedProcess], str]:
     cp, admin = tb.control_plane, tb.admin
     extra = math.ceil((2 * jobs + 10) / NODE_PODS)
@@ -671,6 +757,8 @@ def setup(
     wait_until(lambda: all(node_ready(admin, f"anchor-node-{i}") for i in range(extra)), 60, what="anchor nodes Ready")
     t = time.monotonic()
     check, dispatch, agent, webhook = install_dispatch(cp, work)
+    if chart_only:
+        print(f"tier B's own policy copies deleted: {', '.join(drop_harness_policies(admin))}")
     print(f"dispatch installed (chart rendered, webhook and agent as local processes) in {time.monotonic() - t:.1f}s;"
           f" AdmissionCheck {check}")  # fmt: skip
 
@@ -700,7 +788,7 @@ def setup(
     runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME)
     t = time.monotonic()
     create_dispatch_jobs(dispatch, arms[0].namespace, runtime, jobs)
-    create_plain_jobs(admin, arms[1].namespace, jobs)
+    create_plain_jobs(admin, arms[1].namespace, jobs, pad)
     print(f"{jobs} dispatch jobs created and opened, {jobs} plain TrainJobs created in {time.monotonic() - t:.1f}s")
     for arm in arms:
         took = wait_for(lambda arm=arm: len(running_jobs(arm, set(), {})) == jobs, timeout, f"{arm.name}: all running",
@@ -730,8 +818,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audit", action="store_true",
                         help="the API server's audit log on (it costs the API server CPU in both arms): every write "
                              "in the windows by who, verb and resource")  # fmt: skip
+    parser.add_argument("--pad-baseline", action="store_true",
+                        help="the plain TrainJobs carry a dispatch TrainJob's trainer (image, the prologue's "
+                             "command, env): the baseline's objects as large as dispatch's")  # fmt: skip
+    parser.add_argument("--chart-policies-only", action="store_true",
+                        help="delete tier B's own copies of dispatch's owner policies and record-start, so that "
+                             "only the chart's apply (as in an installation)")  # fmt: skip
+    parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
+                        help="a CPU profile of the API server over the first SECONDS of each window, written to "
+                             "the run folder's anchor/apiserver-<arm>-<round>.pprof")  # fmt: skip
     args = parser.parse_args(argv)
-    print(f"anchor_bench --jobs {args.jobs} --rounds {args.rounds}: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, "
+    flags = " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"anchor_bench {flags}: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, "
           f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"load {load()}")  # fmt: skip
     run_dir = new_run_dir()
@@ -740,10 +838,13 @@ def main(argv: list[str] | None = None) -> int:
     cp: ControlPlane | None = None
     try:
         t = time.monotonic()
+        if args.profile:
+            enable_profiling()
         cp = start_control_plane(run_dir, audit_users=AUDITED if args.audit else ())
         tb = start_tier_b(cp)
         print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
-        arms, processes, check = setup(tb, args.jobs, args.grace_seconds, work, args.timeout)
+        arms, processes, check = setup(tb, args.jobs, args.grace_seconds, work, args.timeout, args.pad_baseline,
+                                       args.chart_policies_only)  # fmt: skip
         time.sleep(5)
         idle0 = cpu_of(processes)
         time.sleep(10)
@@ -751,7 +852,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds: list[Round] = []
         for index in range(1, args.rounds + 1):
             for arm in arms:
-                r = run_round(tb.admin, arm, args.jobs, index, processes, args.timeout, check)
+                profile = (args.profile, work) if args.profile else None
+                r = run_round(tb.admin, arm, args.jobs, index, processes, args.timeout, check, profile)
                 rounds.append(r)
                 print(f"{arm.name} {index}: all {args.jobs} suspended {r.evicted_after:.1f}s after the blocker, "
                       f"{r.old_pods_left} old pods listed at its delete; all running again {r.seconds:.1f}s after "
