@@ -32,8 +32,9 @@ window, per job, by what it changed (the TrainJob and JobSet events are what que
 the mean size of each kind's objects. To say where the API server's CPU goes: ``--audit`` (its audit log: every
 write in the windows by who, verb and resource, refusals apart), ``--profile SECONDS`` (a CPU profile of it over
 each window, for ``go tool pprof -top``), ``--pad-baseline`` (the plain TrainJobs carry a dispatch trainer, so
-both arms' objects are as large) and ``--chart-policies-only`` (tier B's own copies of dispatch's owner policies
-and record-start deleted: only the chart's apply, as in an installation).
+both arms' objects are as large) and ``--keep-harness-policies`` (by default tier B's own copies of dispatch's
+owner policies and of record-start are deleted, so that only the chart's apply, as in an installation; with it,
+dispatch's writes pass each of those policies twice, as in the runs before 2026-12-03).
 """
 
 from __future__ import annotations
@@ -734,9 +735,10 @@ POLICY_KINDS = ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
 
 
 def drop_harness_policies(admin: KubeHttp) -> list[str]:
-    """``--chart-policies-only``: tier B installs its own copies of dispatch's owner policies and of record-start
-    (harness/tier_b.py, for tests without the chart); beside the chart's they make every write of both arms pass
-    each of those policies twice, which no installation does. Deletes the copies; returns their names."""
+    """Unless ``--keep-harness-policies``: tier B installs its own copies of dispatch's owner policies and of
+    record-start (harness/tier_b.py, for tests without the chart); beside the chart's they make every write of
+    both arms pass each of those policies twice, which no installation does. Deletes the copies; returns their
+    names."""
     dropped = []
     for kind in POLICY_KINDS:
         for obj in admin.request("GET", admin.collection_path(ADMISSION_V, kind))["items"]:
@@ -821,9 +823,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pad-baseline", action="store_true",
                         help="the plain TrainJobs carry a dispatch TrainJob's trainer (image, the prologue's "
                              "command, env): the baseline's objects as large as dispatch's")  # fmt: skip
-    parser.add_argument("--chart-policies-only", action="store_true",
-                        help="delete tier B's own copies of dispatch's owner policies and record-start, so that "
-                             "only the chart's apply (as in an installation)")  # fmt: skip
+    parser.add_argument("--keep-harness-policies", action="store_true",
+                        help="keep tier B's own copies of dispatch's owner policies and record-start beside the "
+                             "chart's (by default they are deleted: only the chart's apply, as in an "
+                             "installation)")  # fmt: skip
     parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
                         help="a CPU profile of the API server over the first SECONDS of each window, written to "
                              "the run folder's anchor/apiserver-<arm>-<round>.pprof")  # fmt: skip
@@ -844,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         tb = start_tier_b(cp)
         print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
         arms, processes, check = setup(tb, args.jobs, args.grace_seconds, work, args.timeout, args.pad_baseline,
-                                       args.chart_policies_only)  # fmt: skip
+                                       not args.keep_harness_policies)  # fmt: skip
         time.sleep(5)
         idle0 = cpu_of(processes)
         time.sleep(10)
