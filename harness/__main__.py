@@ -3,6 +3,7 @@
 python -m harness                 # tier A until Ctrl-C, prints the admin kubeconfig path
 python -m harness --tier b        # tier B
 python -m harness --tier c        # tier B plus one real node (kubelet, containerd, kube-proxy; root)
+python -m harness --tier mc       # three tier B planes joined by Kueue's MultiKueue: a manager, two workers
 python -m harness --tier b --exit-when-ready   # start, print timings as JSON, stop
 """
 
@@ -16,6 +17,7 @@ import time
 
 from harness.binaries import TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import new_run_dir, start_control_plane
+from harness.multicluster import start_multicluster
 from harness.real_node import RealNode, start_real_node
 from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import start_tier_b
@@ -23,7 +25,7 @@ from harness.tier_b import start_tier_b
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    parser.add_argument("--tier", choices=("a", "b", "c"), default="a")
+    parser.add_argument("--tier", choices=("a", "b", "c", "mc"), default="a")
     parser.add_argument("--exit-when-ready", action="store_true", help="print timings as JSON and stop")
     args = parser.parse_args(argv)
 
@@ -34,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
 
+    if args.tier == "mc":
+        return _multicluster(args.exit_when_ready)
     started = time.monotonic()
     cp = start_control_plane(new_run_dir())
     node: RealNode | None = None
@@ -56,11 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  API server:  {cp.api_url}")
         print(f"  kubeconfig:  {cp.admin_kubeconfig}")
         print(f"  logs:        {cp.supervisor.log_dir}")
-        print("Ctrl-C stops every process.", flush=True)
-        # Blocked, the signals wait for sigwait instead of interrupting; children started earlier
-        # keep their own signal masks.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        _wait_for_ctrl_c()
         return 0
     finally:
         if network is not None:
@@ -68,6 +68,30 @@ def main(argv: list[str] | None = None) -> int:
         if node is not None:
             node.stop()
         cp.stop()
+
+
+def _wait_for_ctrl_c() -> None:
+    print("Ctrl-C stops every process.", flush=True)
+    # Blocked, the signals wait for sigwait instead of interrupting; children started earlier
+    # keep their own signal masks.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+
+
+def _multicluster(exit_when_ready: bool) -> int:
+    mc = start_multicluster()
+    try:
+        if exit_when_ready:
+            print(json.dumps({"tier": "mc", "steps": {k: round(v, 2) for k, v in mc.timings.items()}}))
+            return 0
+        print(f"MultiKueue ready in {mc.timings['multikueue_active']:.1f}s")
+        for role, tb in [("manager", mc.manager), *((w.name, w.tier_b) for w in mc.workers)]:
+            cp = tb.control_plane
+            print(f"  {role:9} {cp.api_url}  kubeconfig {cp.admin_kubeconfig}  logs {cp.supervisor.log_dir}")
+        _wait_for_ctrl_c()
+        return 0
+    finally:
+        mc.stop()
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@
   and Kueue; requesting it extends the session's tier A instance.
 - `tier_c` (session): tier B plus one real node (harness.real_node: a kubelet and containerd as local
   processes, real containers); requesting it extends the session's tier B instance.
+- `multicluster` (session): three control planes of their own for Kueue's MultiKueue (harness.multicluster): a
+  manager (a tier B without Trainer) and two workers (full tier B); independent of the session's tier A/B.
 - `namespace` (function): a fresh namespace, deleted afterwards.
 - `queue_namespace` (function, tier B): a fresh namespace with a ready LocalQueue.
+- `multicluster_namespace` (function): a fresh namespace with a ready LocalQueue on the manager and each worker.
 - `api_client` (function, async): a kubernetes_asyncio ApiClient authenticated as cluster admin.
 
 A missing binary fails the requesting tests with the build command; it never skips them.
@@ -15,6 +18,7 @@ When a test fails, the tail of every control-plane log is attached to its report
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from kubernetes_asyncio import client
 from harness.async_client import api_client as make_api_client
 from harness.binaries import REPO_ROOT, TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.multicluster import MultiCluster, start_multicluster
 from harness.processes import ProcessExitedError
 from harness.real_node import RealNode, start_real_node
 from harness.service_network import ServiceNetwork, start_service_network
@@ -102,6 +107,24 @@ def _project_image() -> tuple[Path, str]:
         [str(REPO_ROOT / "scripts" / "build-image"), "--print"], capture_output=True, text=True, check=True
     ).stdout.split()
     return Path(out[0]), out[1]
+
+
+@pytest.fixture(scope="session")
+def multicluster() -> Iterator[MultiCluster]:
+    _require(TIER_B_BINARIES)
+    mc = start_multicluster()
+    _started.extend(mc.control_planes)
+    try:
+        yield mc
+    finally:
+        mc.stop()
+
+
+@pytest.fixture
+def multicluster_namespace(multicluster: MultiCluster) -> Iterator[str]:
+    name = multicluster.create_queue_namespace(f"mc-{secrets.token_hex(3)}")
+    yield name
+    multicluster.delete_namespace(name)
 
 
 @pytest.fixture

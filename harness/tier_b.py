@@ -15,7 +15,7 @@ import os
 import ssl
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -619,6 +619,15 @@ def _start_trainer(tb: TierB) -> Callable[[], None]:
     return install
 
 
+def _runtime_only(tb: TierB) -> Callable[[], None]:
+    """Without Trainer: its CRDs (tier A's) and the runtime, which Kueue reads for a TrainJob's pod sets."""
+
+    def install() -> None:
+        tb.control_plane.admin.apply(training_runtime(tb.control_plane))
+
+    return install
+
+
 def training_runtime(cp: ControlPlane) -> dict[str, Any]:
     """Upstream's torch-distributed ClusterTrainingRuntime, at the pinned Trainer version."""
     path = cp.artifacts.manifests_dir / "trainer" / "runtimes" / "torch_distributed.yaml"
@@ -626,7 +635,7 @@ def training_runtime(cp: ControlPlane) -> dict[str, Any]:
     return runtime
 
 
-def _start_kueue(tb: TierB) -> Callable[[], None]:
+def _start_kueue(tb: TierB, overrides: Mapping[str, Any]) -> Callable[[], None]:
     cp = tb.control_plane
     service = ServiceRef(KUEUE_NAMESPACE, KUEUE_WEBHOOK_SERVICE, free_port())
     health = free_port()
@@ -682,6 +691,9 @@ def _start_kueue(tb: TierB) -> Callable[[], None]:
             },
         }
     )
+    # The caller's top-level sections replace the harness's (a MultiKueue manager's `multiKueue` and
+    # `integrations`: harness.multicluster).
+    config.update(overrides)
     config_path = _write_yaml(cp.run_dir / "kueue" / "config.yaml", config)
     cp.supervisor.start(
         "kueue",
@@ -758,8 +770,19 @@ def cluster_queue() -> dict[str, Any]:
     }
 
 
-def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> TierB:
-    """Extends a running tier A control plane to tier B; its processes stop with the control plane."""
+def start_tier_b(
+    cp: ControlPlane,
+    nodes: int = 3,
+    timeout: float = 180,
+    *,
+    kueue_config: Mapping[str, Any] | None = None,
+    trainer: bool = True,
+) -> TierB:
+    """Extends a running tier A control plane to tier B; its processes stop with the control plane.
+
+    ``kueue_config``: top-level sections of Kueue's configuration that replace the harness's. ``trainer=False``:
+    no Trainer controller and no Trainer webhooks, only its CRDs and the ClusterTrainingRuntime (a MultiKueue
+    manager's: Trainer v2.2.1 runs a TrainJob whatever its ``spec.managedBy``, harness.multicluster)."""
     cp.artifacts.require(TIER_B_BINARIES)
     started = time.monotonic()
     tb = TierB(control_plane=cp, node_names=[f"kwok-node-{i}" for i in range(nodes)])
@@ -771,7 +794,11 @@ def start_tier_b(cp: ControlPlane, nodes: int = 3, timeout: float = 180) -> Tier
     before = {p.name for p in cp.supervisor.processes}
     _start_kube_components(tb)
     _start_kwok(tb)
-    installers = [("jobset", _start_jobset(tb)), ("trainer", _start_trainer(tb)), ("kueue", _start_kueue(tb))]
+    installers = [
+        ("jobset", _start_jobset(tb)),
+        ("trainer", _start_trainer(tb) if trainer else _runtime_only(tb)),
+        ("kueue", _start_kueue(tb, kueue_config or {})),
+    ]
     # Only tier B's own components: a test may have stopped processes of its own on purpose.
     components = [p.name for p in cp.supervisor.processes if p.name not in before]
 
