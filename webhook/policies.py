@@ -800,6 +800,28 @@ def owner_policies(config: Config) -> list[dict[str, Any]]:
 RECORD_START: Final = f"{NAME}-record-start"
 _CANONICAL_COUNT: Final = "^(0|[1-9][0-9]{0,17})$"
 """contract/admission.py ``parse_count``: a decimal count without leading zeros, in a 64-bit int."""
+_POD_ANNOTATIONS_IN_JOB: Final = ("template", "spec", "template", "metadata", "annotations")
+"""Where A's map lives in a replicated job of a runtime-patch entry (contract/admission.py ``admission_path``)."""
+
+
+def _json_patch(op: str, path: str, value: str) -> str:
+    """CEL: one JSON Patch operation; ``path`` and ``value`` are CEL expressions."""
+    return f"JSONPatch{{op: {_q(op)}, path: {path}, value: {value}}}"
+
+
+def _json_patch_add(obj: str, path: str, parents: tuple[str, ...], key: str, value: str) -> str:
+    """CEL: one JSON Patch ``add`` setting ``key`` under the fields ``parents`` of ``obj`` (at JSON Pointer ``path``,
+    a CEL string) to ``value``. The first parent missing is added whole with the rest of the nest inside, as
+    contract/objects.py ``add_op`` does: an ``add`` under a missing parent fails, and the API server refuses the
+    write."""
+    leaf = _json_patch("add", f"{path} + '/{'/'.join(parents)}/' + jsonpatch.escapeKey({_q(key)})", value)
+    for depth in range(len(parents), 0, -1):
+        nest = value
+        for name in reversed((*parents[depth:], key)):
+            nest = f"{{{_q(name)}: {nest}}}"
+        missing = _json_patch("add", f"{path} + '/{'/'.join(parents[:depth])}'", nest)
+        leaf = f"(!{obj}{''.join(f'.?{p}' for p in parents[:depth])}.hasValue() ? {missing} : {leaf})"
+    return leaf
 
 
 def record_start_policy(namespace: str) -> list[dict[str, Any]]:
@@ -810,26 +832,42 @@ def record_start_policy(namespace: str) -> list[dict[str, Any]]:
     webhook is down and Kueue's re-admission costs no write of dispatch's; without it (an API server older than
     v1.36) the webhook does the same, and with neither every unsuspend fails closed (the unsuspend policy
     requires A above the record, and the record). The same decision as contract/admission.py ``unsuspend_ops``
-    (tests/cluster/test_record_start.py holds the two to each other)."""
+    (tests/cluster/test_record_start.py holds the two to each other). The mutation is a JSON Patch: an apply
+    configuration costs the API server a typed (server-side apply) conversion of the whole TrainJob at every
+    unsuspend."""
     entries = (
         f"object.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
     )
     count = f"matches({_q(_CANONICAL_COUNT)})"
-    recorded = "Object.metadata{annotations: {" + f"{_q(ANNOTATION_ADMISSION_STARTED)}: variables.next" + "}}"
-    raised = (
-        "Object.metadata{annotations: {"
-        + f"{_q(ANNOTATION_ADMISSION_STARTED)}: variables.next, {_q(ANNOTATION_ADMISSION_FLOOR)}: variables.next"
-        + "}}"
+    annotations = "'/metadata/annotations'"
+    started, floor = (
+        f"{annotations} + '/' + jsonpatch.escapeKey({_q(k)})"
+        for k in (ANNOTATION_ADMISSION_STARTED, ANNOTATION_ADMISSION_FLOOR)
     )
-    entry = "Object.spec.runtimePatches"
-    rts = f"{entry}.trainingRuntimeSpec"
-    job = f"{rts}.template.spec.replicatedJobs"
-    raised_entry = (
-        f"{entry}{{manager: {_q(RUNTIME_PATCH_MANAGER)}, trainingRuntimeSpec: {rts}{{template: {rts}.template{{"
-        f"spec: {rts}.template.spec{{replicatedJobs: [{job}{{name: variables.job, template: {job}.template{{"
-        f"spec: {job}.template.spec{{template: {job}.template.spec.template{{metadata: "
-        f"{job}.template.spec.template.metadata{{annotations: {{{_q(ANNOTATION_ADMISSION)}: variables.next}}}}"
-        "}}}}]}}}}"
+    # A TrainJob without annotations gets the map whole: an add under a missing map fails.
+    record = (
+        f"object.metadata.?annotations.hasValue() ? [{_json_patch('add', started, 'variables.next')}] : "
+        f"[{_json_patch('add', annotations, '{' + _q(ANNOTATION_ADMISSION_STARTED) + ': variables.next}')}]"
+    )
+    both = f"{{{_q(ANNOTATION_ADMISSION_STARTED)}: variables.next, {_q(ANNOTATION_ADMISSION_FLOOR)}: variables.next}}"
+    raise_record = (
+        f"object.metadata.?annotations.hasValue() ? [{_json_patch('add', started, 'variables.next')}, "
+        f"{_json_patch('add', floor, 'variables.next')}] : [{_json_patch('add', annotations, both)}]"
+    )
+    entry = "'/spec/runtimePatches/' + string(variables.index)"
+    job = f"{entry} + '/trainingRuntimeSpec/template/spec/replicatedJobs/0'"
+    # The raise, located by index: the tests make the patch a no-op, should the entry or the job read not be the one
+    # at the index (the API server then leaves the object as it was, and the unsuspend policy refuses it unrecorded).
+    tests = [
+        _json_patch("test", f"{entry} + '/manager'", _q(RUNTIME_PATCH_MANAGER)),
+        _json_patch("test", f"{job} + '/name'", "variables.job"),
+    ]
+    raised = (
+        "["
+        + ", ".join(tests)
+        + ", "
+        + _json_patch_add("variables.jobs[0]", job, _POD_ANNOTATIONS_IN_JOB, ANNOTATION_ADMISSION, "variables.next")
+        + f"] + ({raise_record})"
     )
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -857,6 +895,13 @@ def record_start_policy(namespace: str) -> list[dict[str, Any]]:
             ],
             "variables": [
                 {"name": "entries", "expression": entries},
+                {
+                    # Where dispatch's entry is, for the JSON Patch that raises A in it (used only when it is the one
+                    # entry of dispatch's manager).
+                    "name": "index",
+                    "expression": f"object.spec.?runtimePatches.orValue([]).map(p, p.?manager.orValue(''))"
+                    f".indexOf({_q(RUNTIME_PATCH_MANAGER)})",
+                },
                 {
                     "name": "jobs",
                     "expression": "size(variables.entries) == 1 ? variables.entries[0].?trainingRuntimeSpec.?template"
@@ -922,14 +967,11 @@ def record_start_policy(namespace: str) -> list[dict[str, Any]]:
             ],
             "mutations": [
                 {
-                    "patchType": "ApplyConfiguration",
-                    "applyConfiguration": {
+                    "patchType": "JSONPatch",
+                    "jsonPatch": {
                         "expression": f"!variables.readable || (variables.due && variables.highest + 1 >= {R_BOUND})"
-                        " ? Object{} : variables.due ? "
-                        f"Object{{metadata: {raised}, spec: Object.spec{{runtimePatches: [{raised_entry}]}}}}"
-                        f" : {_q(ANNOTATION_ADMISSION)} in variables.pod && "
-                        f"{_annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.next ? "
-                        f"Object{{metadata: {recorded}}} : Object{{}}",
+                        f" ? [] : variables.due ? {raised} : {_q(ANNOTATION_ADMISSION)} in variables.pod && "
+                        f"{_annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.next ? ({record}) : []",
                     },
                 }
             ],

@@ -51,7 +51,7 @@ def recorded(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
             if ANNOTATION_ADMISSION_STARTED in annotations(stored):
                 break
         except ApiError as err:
-            # A policy's apply configuration needs the CRD's schema, which the API server loads a moment after
+            # A mutating policy needs the CRD's schema (its type converter), which the API server loads a moment after
             # the CRD is established.
             if err.status != 503:
                 raise
@@ -121,6 +121,28 @@ def _drop_a(tj: dict[str, Any]) -> None:
     del node[key]
 
 
+def _no_annotations(tj: dict[str, Any]) -> None:
+    tj["metadata"].pop("annotations", None)
+
+
+def _no_pod(key: str) -> Callable[[dict[str, Any]], None]:
+    """A change removing ``key`` (``annotations`` or ``metadata``) from the pod template in dispatch's entry."""
+    depth = {"annotations": 2, "metadata": 3}[key]
+
+    def change(tj: dict[str, Any]) -> None:
+        node: Any = tj
+        for part in admission_path(tj)[:-depth]:
+            node = node[part]
+        del node[key]
+
+    return change
+
+
+def _foreign_entry_first(tj: dict[str, Any]) -> None:
+    """Another manager's runtime-patch entry before dispatch's, so dispatch's is not the first."""
+    tj["spec"]["runtimePatches"].insert(0, {"manager": "example.com/other"})
+
+
 CASES: dict[
     str, tuple[int, Callable | None, Callable | None, bool, tuple[str | None, str | None, str | None] | None]
 ] = {
@@ -159,6 +181,44 @@ CASES: dict[
         _drop_a,
         True,
         None,
+    ),
+    # The JSON Patch's edges: a map it adds into may be missing (an add under it would fail the write), and
+    # dispatch's entry is found by its index.
+    "no annotations on the TrainJob: the record": (1, None, _no_annotations, True, ("1", None, "1")),
+    "no annotations on the TrainJob: the raise": (
+        1,
+        _annotate(ANNOTATION_ADMISSION_STARTED, "1"),
+        _no_annotations,
+        True,
+        ("2", "2", "2"),
+    ),
+    "annotations null on the TrainJob: the raise": (
+        1,
+        _annotate(ANNOTATION_ADMISSION_STARTED, "1"),
+        lambda tj: tj["metadata"].update(annotations=None),
+        True,
+        ("2", "2", "2"),
+    ),
+    "no annotations on the pod template: raised from the floor": (
+        2,
+        _annotate(ANNOTATION_ADMISSION_STARTED, "2"),
+        _no_pod("annotations"),
+        True,
+        ("3", "3", "3"),
+    ),
+    "no metadata on the pod template: raised from the floor": (
+        2,
+        _annotate(ANNOTATION_ADMISSION_STARTED, "2"),
+        _no_pod("metadata"),
+        True,
+        ("3", "3", "3"),
+    ),
+    "dispatch's entry not the first: raised in it": (
+        2,
+        _annotate(ANNOTATION_ADMISSION_STARTED, "2"),
+        _foreign_entry_first,
+        True,
+        ("3", "3", "3"),
     ),
 }
 
