@@ -6,6 +6,10 @@ someone else; and in plain mode spec.suspend, dispatch's own field there (its st
 compare fields others own by design, such as spec.suspend in Kueue mode (Kueue's). In Kueue mode the
 Workload must carry the gate and list dispatch's AdmissionCheck.
 
+Before anything else, Start makes sure the namespace has the prologue's ConfigMap (contract/prologue.py), which
+every trainer pod mounts and runs: it accepts one already there only if it is exactly dispatch's
+(``prologue_configmap_refusal``), and creates nothing otherwise.
+
 Before it creates a TrainJob, Start looks for what an earlier TrainJob of the same name left in the API
 (``earlier_incarnation``): a new TrainJob starts at A = 0 with a new JobSet (J = 0), so its first execution
 would repeat the earlier one's first identity, and could run beside the earlier one's pods.
@@ -21,6 +25,7 @@ from contract.gates import gates_of
 from contract.keys import GATE, TRAINER_GROUP
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
+from contract.prologue import PROLOGUE_CONFIGMAP, configmap_differences
 
 DEFAULT_MANAGED_BY: Final = "trainer.kubeflow.org/trainjob-controller"
 NOT_MANAGED: Final = "Kueue is not managing this TrainJob"
@@ -117,4 +122,20 @@ def earlier_incarnation_message(namespace: str, name: str, left: Sequence[str]) 
         "object(s) behind (orphans): a new one would start again at A = 0 with a new JobSet, repeating the "
         "earlier one's identity, and could run beside its pods; nothing was written. Start a name again only "
         "if no TrainJob of it was ever opened, once they are gone; a new run of a job is a new submission N"
+    )
+
+
+def prologue_configmap_refusal(namespace: str, read: Mapping[str, Any] | None) -> str | None:
+    """Why Start may not use the prologue's ConfigMap as read in ``namespace``; None when it is exactly the one
+    Start creates. Its pods would run whatever text it holds, so nothing less than an exact match is taken."""
+    where = f"ConfigMap {namespace}/{PROLOGUE_CONFIGMAP}"
+    if read is None:
+        return f"{where} was created and deleted concurrently; retry"
+    problems = configmap_differences(read)
+    if not problems:
+        return None
+    return (
+        f"{where} exists and is not the prologue this version of dispatch runs: " + "; ".join(problems) + ". Every "
+        "trainer pod of the namespace would run what it holds, so nothing was written; delete it (dispatch "
+        "recreates it) or ask the cluster admin who created it"
     )

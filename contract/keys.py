@@ -121,6 +121,21 @@ PROLOGUE_SHELL: Final = "/bin/sh"
 PROLOGUE_ARGV0: Final = "dispatch-prologue"
 PROLOGUE_REFUSAL_EXIT: Final = 125
 
+# -- The prologue's ConfigMap: in the TrainJob's namespace, mounted by the runtime patch ------------
+PROLOGUE_CONFIGMAP_PREFIX: Final = "dispatch-k8s-prologue-"
+"""Followed by the first PROLOGUE_HASH_LENGTH hex digits of the text's sha256: a new text is a new name, so a
+job of an older version keeps the text it was started with."""
+PROLOGUE_HASH_LENGTH: Final = 10
+PROLOGUE_KEY: Final = "prologue.sh"
+PROLOGUE_VOLUME: Final = "dispatch-prologue"
+PROLOGUE_MOUNT_DIR: Final = "/var/run/dispatch-k8s/prologue"
+PROLOGUE_DEFAULT_MODE: Final = 0o444
+PROLOGUE_CONFIGMAP_LABELS: Final = {
+    "app.kubernetes.io/name": "dispatch-k8s",
+    "app.kubernetes.io/component": "prologue",
+    "app.kubernetes.io/managed-by": "dispatch-k8s",
+}
+
 # -- Kinds and groups of the objects the webhook polices besides the TrainJob ---------------------
 KIND_WORKLOAD: Final = "Workload"
 JOBSET_GROUP: Final = "jobset.x-k8s.io"

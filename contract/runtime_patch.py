@@ -6,6 +6,10 @@ mounts and init containers in a patch entry are immutable once written (Trainer'
 refuses pod-spec changes on an existing JobSet, so all of them are written at creation, never later.
 A ``ContainerPatch`` has no image, so the init-container route of ``publish`` patches an init container
 the runtime already has.
+
+Every entry mounts the prologue's ConfigMap (contract.prologue) read-only at PROLOGUE_MOUNT_DIR in the trainer
+container. The volume is not optional: a pod whose namespace lacks the ConfigMap does not start (the kubelet
+reports it), which fails closed where an empty directory would run ``sh`` on a missing file.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from contract.errors import ContractError
 from contract.keys import (
@@ -28,6 +32,10 @@ from contract.keys import (
     LABEL_JOB_ID,
     LABEL_SUBMISSION,
     POD_FINALIZER,
+    PROLOGUE_DEFAULT_MODE,
+    PROLOGUE_KEY,
+    PROLOGUE_MOUNT_DIR,
+    PROLOGUE_VOLUME,
     PUBLISH_IMAGE_PULL_POLICY,
     PUBLISH_MOUNT_PATH,
     PUBLISH_VOLUME,
@@ -35,6 +43,7 @@ from contract.keys import (
     TRAINER_CONTAINER,
 )
 from contract.objects import dig
+from contract.prologue import PROLOGUE_CONFIGMAP
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -73,12 +82,33 @@ def trainer_replicated_job(runtime_spec: object) -> Mapping[str, Any]:
     return found[0]
 
 
-def _overlaps(a: str, b: str) -> bool:
+def paths_overlap(a: str, b: str) -> bool:
+    """One mount path at, above or below the other: the later mount hides or replaces what the first shows."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
+def prologue_volume() -> dict[str, Any]:
+    """The prologue's ConfigMap as a pod volume: its one key, read-only for everyone, never optional."""
+    return {
+        "name": PROLOGUE_VOLUME,
+        "configMap": {
+            "name": PROLOGUE_CONFIGMAP,
+            "items": [{"key": PROLOGUE_KEY, "path": PROLOGUE_KEY}],
+            "defaultMode": PROLOGUE_DEFAULT_MODE,
+        },
+    }
+
+
+def prologue_mount() -> dict[str, Any]:
+    return {"name": PROLOGUE_VOLUME, "mountPath": PROLOGUE_MOUNT_DIR, "readOnly": True}
+
+
+_OURS: Final = ((PUBLISH_MOUNT_PATH, "where publish is"), (PROLOGUE_MOUNT_DIR, "where the prologue is"))
+
+
 def check_credentials(credentials: Sequence[Credential]) -> None:
-    """Absolute, normalised mount paths that overlap neither /opt/dispatch nor each other."""
+    """Absolute, normalised mount paths that overlap neither dispatch's own (publish's, the prologue's) nor each
+    other: a mount over the prologue's directory would replace the text the container runs."""
     seen: list[str] = []
     for i, cred in enumerate(credentials):
         field = f"credentials[{i}]"
@@ -87,10 +117,11 @@ def check_credentials(credentials: Sequence[Credential]) -> None:
         path = cred.mount_path
         if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
             raise ContractError(f"{field}.mountPath", f"{path!r} must be an absolute, normalised path other than /")
-        if _overlaps(path, PUBLISH_MOUNT_PATH):
-            raise ContractError(f"{field}.mountPath", f"{path!r} overlaps {PUBLISH_MOUNT_PATH}, where publish is")
+        for ours, what in _OURS:
+            if paths_overlap(path, ours):
+                raise ContractError(f"{field}.mountPath", f"{path!r} overlaps {ours}, {what}")
         for other in seen:
-            if _overlaps(path, other):
+            if paths_overlap(path, other):
                 raise ContractError(f"{field}.mountPath", f"{path!r} overlaps another credential at {other!r}")
         seen.append(path)
 
@@ -110,8 +141,8 @@ def runtime_patch(
 ) -> dict[str, Any]:
     """Dispatch's entry in ``spec.runtimePatches``, with A = "0"."""
     check_credentials(credentials)
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = [prologue_volume()]
+    mounts: list[dict[str, Any]] = [prologue_mount()]
     inits: list[dict[str, Any]] = []
     for i, cred in enumerate(credentials):
         name = f"{CREDENTIAL_VOLUME_PREFIX}{i}"
@@ -154,11 +185,10 @@ def runtime_patch(
                 }
             )
         mounts.append({"name": PUBLISH_VOLUME, "mountPath": PUBLISH_MOUNT_PATH, "readOnly": True})
-    pod_spec: dict[str, Any] = {}
-    if volumes:
-        pod_spec["volumes"] = volumes
-    if mounts:
-        pod_spec["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]
+    pod_spec: dict[str, Any] = {
+        "volumes": volumes,
+        "containers": [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}],
+    }
     if inits:
         pod_spec["initContainers"] = inits
     pod_template: dict[str, Any] = {
@@ -170,8 +200,7 @@ def runtime_patch(
             "finalizers": [POD_FINALIZER],
         }
     }
-    if pod_spec:
-        pod_template["spec"] = pod_spec
+    pod_template["spec"] = pod_spec
     return {
         "manager": RUNTIME_PATCH_MANAGER,
         "trainingRuntimeSpec": {

@@ -2,10 +2,12 @@
 
 Decisions (docs/contract.md):
 
-* ``command`` is exactly ``[/bin/sh, -c, <prologue>, dispatch-prologue]`` and the user's command and
-  arguments all sit in ``args``. The container runs ``command + args``, so the argv is the spec's
-  ``/bin/sh -c <prologue> dispatch-prologue <your command...>``; and because ``args`` is always set, a
-  runtime's own ``args`` for the ``node`` container can never be appended to the user's command.
+* ``command`` is exactly ``[/bin/sh, <the prologue's file>]`` (the file is the prologue's ConfigMap, mounted by
+  the runtime patch: contract.prologue) and the user's command and arguments all sit in ``args``. The
+  container runs ``command + args``, so the argv is ``/bin/sh <file> <your command...>``, in which the
+  prologue's ``$@`` is the user's command exactly as in the spec's ``/bin/sh -c <prologue> dispatch-prologue
+  <your command...>``; and because ``args`` is always set, a runtime's own ``args`` for the ``node``
+  container can never be appended to the user's command.
 * The kubelet expands ``$(VAR)`` and turns ``$$`` into ``$`` in command, args and env values. Every
   ``$`` we write there is doubled, so what runs is the prologue and the user's words as given.
 """
@@ -28,10 +30,9 @@ from contract.keys import (
     ENV_RESERVED_PREFIX,
     ENV_SUBMISSION,
     LABEL_RESTART_ATTEMPT,
-    PROLOGUE_ARGV0,
     PROLOGUE_SHELL,
 )
-from contract.prologue import PROLOGUE
+from contract.prologue import PROLOGUE_PATH
 
 ARGS_MAX: Final = 128
 """Trainer's CRD allows at most 128 items in ``spec.trainer.args``."""
@@ -51,7 +52,8 @@ def _word(field: str, value: object) -> str:
 
 
 def trainer_command() -> list[str]:
-    return [PROLOGUE_SHELL, "-c", escape_expansion(PROLOGUE), PROLOGUE_ARGV0]
+    """``/bin/sh <the prologue's file>``: the text itself stays out of every object Trainer copies the command to."""
+    return [PROLOGUE_SHELL, escape_expansion(PROLOGUE_PATH)]
 
 
 def trainer_args(command: Sequence[str], args: Sequence[str]) -> list[str]:

@@ -1,4 +1,6 @@
-# dispatch-prologue, run as: /bin/sh -c <this text> dispatch-prologue <command...>
+# dispatch-prologue, run as: /bin/sh <this file> <command...> (every trainer pod, from the prologue's
+# ConfigMap), or /bin/sh -c <this text> dispatch-prologue <command...>. It never reads $0, the one word
+# that differs.
 # Turns DISPATCH_K8S_* into DISPATCH_EPOCH and DISPATCH_ATTEMPT, unsets DISPATCH_K8S_*, enters the
 # WorkDir and execs the command. A refusal exits 125 with one line on stderr. POSIX sh without
 # set -e or set -u: every check is explicit, and no number is used before its digits are counted.

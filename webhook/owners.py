@@ -1,10 +1,11 @@
 """Default deny by principal: every object of a dispatch job is written only by the parties that own it.
 
-A dispatch job's objects are its TrainJob, its runtime copy, its JobSet, the JobSet's Jobs, their pods and its
-Workload. For each kind, ``OWNERS`` names every write (an operation on the object or on one of its
-subresources) and the roles that may make it; every other write, by anyone, is refused, whatever field it
-touches. This is the perimeter; the field rules of docs/webhook.md and the other policies then say what each
-owner may change. Kubernetes' NodeRestriction is the model: a principal writes only what is its own.
+A dispatch job's objects are its TrainJob, its runtime copy, its JobSet, the JobSet's Jobs, their pods, its
+Workload, and the prologue's ConfigMap its pods mount (shared by the namespace's dispatch jobs). For each kind,
+``OWNERS`` names every write (an operation on the object or on one of its subresources) and the roles that may
+make it; every other write, by anyone, is refused, whatever field it touches. This is the perimeter; the field
+rules of docs/webhook.md and the other policies then say what each owner may change. Kubernetes'
+NodeRestriction is the model: a principal writes only what is its own.
 
 Belonging is judged on the old and the new object (``belongs``), by names, labels, owner references and
 dispatch's finalizer, so a write cannot escape the rule by removing the marks in the same write, and a create
@@ -29,6 +30,7 @@ from contract.keys import (
     LABEL_JOBSET_NAME,
     POD_FINALIZER,
     PREFIX,
+    PROLOGUE_CONFIGMAP_PREFIX,
     RUNTIME_PATCH_MANAGER,
     TRAINER_GROUP,
 )
@@ -291,7 +293,23 @@ PODS: Final = Kind(
     ),
     parent=("Job", CHILD_NAME_PATTERN),
 )
-KINDS: Final = (TRAINJOBS, RUNTIME_COPIES, JOBSETS, JOBS, PODS, WORKLOADS)
+PROLOGUES: Final = Kind(
+    "ConfigMap",
+    "",
+    "configmaps",
+    {
+        # Start creates it before a namespace's first TrainJob of a prologue version. Nobody updates it (it is
+        # immutable, and its labels name it for people only). The namespace controller (a role of the garbage
+        # collector) deletes it with its namespace, which is never blocked.
+        ("CREATE", ""): (DISPATCH,),
+        ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR),
+    },
+    lambda o: f"{o}.metadata.?name.orValue('').startsWith({_q(PROLOGUE_CONFIGMAP_PREFIX)})",
+)
+"""The prologue's ConfigMap (contract/prologue.py), one per namespace and prologue version: shared by the
+namespace's dispatch jobs, so a job's object only in that the runtime patch mounts it. webhook.policies adds to
+its policy what it must hold when created, whoever creates it."""
+KINDS: Final = (TRAINJOBS, RUNTIME_COPIES, JOBSETS, JOBS, PODS, WORKLOADS, PROLOGUES)
 
 
 def allowed_roles(kind: Kind, operation: str, subresource: str) -> tuple[str, ...]:
@@ -310,7 +328,12 @@ _OBJECTS: Final = {
     "jobs": "the JobSet's Jobs",
     "pods": "their pods",
     "workloads": "the Workload",
+    "configmaps": "the prologue's ConfigMap",
 }
+
+
+_ELSE_SUB: Final = "ephemeralcontainers, resize, ..."
+_ELSE: Final = {"configmaps": "UPDATE, even of its labels"}
 
 
 def allowlist_table() -> str:
@@ -320,5 +343,5 @@ def allowlist_table() -> str:
         for (operation, subresource), roles in kind.writes.items():
             who = ", ".join(ROLE_TITLES[r] for r in roles)
             rows.append(f"| {_OBJECTS[kind.resource]} | {write_name(operation, subresource)} | {who} |")
-        rows.append(f"| {_OBJECTS[kind.resource]} | anything else (ephemeralcontainers, resize, ...) | nobody |")
+        rows.append(f"| {_OBJECTS[kind.resource]} | anything else ({_ELSE.get(kind.resource, _ELSE_SUB)}) | nobody |")
     return "\n".join(rows) + "\n"

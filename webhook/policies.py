@@ -51,9 +51,12 @@ from contract.keys import (
     OPENED_TRUE,
     POD_FINALIZER,
     PREFIX,
+    PROLOGUE_CONFIGMAP_PREFIX,
+    PROLOGUE_KEY,
     RUNTIME_PATCH_MANAGER,
 )
 from contract.patches import FOREIGN_POD_SPEC
+from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from webhook import owners
 from webhook.config import Config, Principals
 from webhook.configurations import JOBSETS, NAME, RESOURCES, UNSUSPENDS, claims, namespace_selector
@@ -769,6 +772,8 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
                 "reason": "Forbidden",
             }
         )
+    if kind is owners.PROLOGUES:
+        validations.append(prologue_content_validation())
     spec: dict[str, Any] = {
         "matchConditions": [
             {
@@ -790,6 +795,26 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
     policy = _policy(owner_policy_name(kind), [], ["CREATE", "UPDATE", "DELETE"], spec)
     policy["spec"]["matchConstraints"]["resourceRules"] = [rule]
     return policy
+
+
+PROLOGUE_CONTENT: Final = (
+    f"a ConfigMap named {PROLOGUE_CONFIGMAP_PREFIX}<hash> is the prologue's, and whoever creates it, it is created "
+    f"only as dispatch creates it: named {PROLOGUE_CONFIGMAP} (this version's hash), data exactly {{{PROLOGUE_KEY}: "
+    "this version's prologue text}, no binaryData, immutable: true. A name always means one text: every dispatch "
+    "trainer pod runs the file it holds"
+)
+
+
+def prologue_content_validation() -> dict[str, Any]:
+    """On the prologue's ConfigMap, for everyone (break-glass too): created only with this version's name and
+    exactly its text (contract/prologue.py ``prologue_configmap``). Its data never changes after (immutable)."""
+    return {
+        "expression": f"request.operation != 'CREATE' || (object.metadata.name == {_q(PROLOGUE_CONFIGMAP)} && "
+        f"object.?immutable.orValue(false) == true && size(object.?binaryData.orValue({{}})) == 0 && "
+        f"object.?data.orValue({{}}) == {{{_q(PROLOGUE_KEY)}: {_q(PROLOGUE)}}})",
+        "message": PROLOGUE_CONTENT,
+        "reason": "Forbidden",
+    }
 
 
 def owner_policies(config: Config) -> list[dict[str, Any]]:

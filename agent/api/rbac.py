@@ -20,6 +20,8 @@ AGENT_RULES: Final[list[Rule]] = [
     # List: dispatch's TrainJobs in a namespace.
     {"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [TRAINER_GROUP], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch", "delete"]},
+    # The prologue's ConfigMap Start makes sure of in the TrainJob's namespace (read, created when missing).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
     # The source runtime Start copies.
     {"apiGroups": [TRAINER_GROUP], "resources": ["clustertrainingruntimes"], "verbs": ["get"]},
     # The TrainJob's Workload (found by label, so list); Hold/Release patch it. Dispatch's AdmissionChecks.

@@ -24,6 +24,7 @@ from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import (
     ADMISSION_CHECKS,
     CLUSTER_TRAINING_RUNTIMES,
+    CONFIG_MAPS,
     JOBS,
     JOBSETS,
     LEASES,
@@ -58,6 +59,7 @@ from agent.start import (
     NOT_MANAGED,
     earlier_incarnation,
     earlier_incarnation_message,
+    prologue_configmap_refusal,
     readback_changes,
     workload_problems,
 )
@@ -75,6 +77,7 @@ from contract.keys import (
 )
 from contract.objects import dig
 from contract.ownership import is_dispatch, is_kueue_mode
+from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob, runtime_copy_owner_reference
 
@@ -213,6 +216,7 @@ class Service:
         source = await self._source_runtime(req.runtime, req.namespace)
         built = d.contract(build_trainjob, sub, source["spec"])
         copy_built = d.contract(build_runtime_copy, sub, source)
+        await self._ensure_prologue(sub.namespace)
         tj_path = TRAINJOBS.path(sub.namespace, name)
         existing = await self._read(tj_path, f"TrainJob {sub.namespace}/{name}")
         if existing is not None:
@@ -233,6 +237,26 @@ class Service:
             await self._discard(sub.namespace, name, uid, copy_read)
             raise refusal
         return StartResponse(namespace=sub.namespace, name=name, uid=uid)
+
+    async def _ensure_prologue(self, namespace: str) -> None:
+        """The prologue's ConfigMap in ``namespace``, which every trainer pod mounts (a pod without it does not
+        start): read, and created when missing. Read first: after a namespace's first job it is there, and a
+        GET costs the API server less than a create answered 409 after admission. On a 409 (a concurrent Start)
+        it is read again; one that is not exactly dispatch's refuses Start before anything is written."""
+        path = CONFIG_MAPS.path(namespace, PROLOGUE_CONFIGMAP)
+        where = f"ConfigMap {namespace}/{PROLOGUE_CONFIGMAP}"
+        read = await self._read(path, where)
+        if read is None:
+            try:
+                await self.kube.create(CONFIG_MAPS.path(namespace), prologue_configmap(namespace))
+                return
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise d.create_failed(exc, f"the prologue's {where}", namespace) from None
+            read = await self._read(path, where)
+        refusal = prologue_configmap_refusal(namespace, read)
+        if refusal is not None:
+            raise ApiError(ErrorKind.CONFLICT, refusal)
 
     async def _refuse_earlier_incarnation(self, namespace: str, name: str) -> None:
         """Refuse (``conflict``, with the orphans) a name an earlier TrainJob left something under. Read parents

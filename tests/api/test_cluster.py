@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ from agent.api.models import HoldRequest, ObjectRef, PreflightRequest, StartResp
 from agent.api.settings import ApiSettings
 from agent.operations import plan_open
 from contract.admission import admission_count, admission_floor
-from contract.keys import ANNOTATION_OPENED
+from contract.keys import ANNOTATION_OPENED, FIELD_MANAGER
+from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
 from tests.api.cluster import (
@@ -451,3 +453,34 @@ async def test_a_supervisor_cannot_have_the_agent_act_on_a_trainjob_that_is_not_
     assert after is not None
     assert after["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     assert "deletionTimestamp" not in after["metadata"]
+
+
+# -- The prologue's ConfigMap -----------------------------------------------------------------------
+
+
+async def test_start_creates_the_prologues_configmap_reuses_it_and_refuses_another(setup: Setup):
+    admin, ns, other = setup.cp.admin, setup.ns, setup.who.other_namespace
+    assert admin.get_or_none("v1", "ConfigMap", PROLOGUE_CONFIGMAP, ns) is None
+    async with setup.client() as c:
+        first = await c.start(request(setup))
+        made = admin.get("v1", "ConfigMap", PROLOGUE_CONFIGMAP, ns)
+        assert (made["data"], made["immutable"], made.get("binaryData")) == ({"prologue.sh": PROLOGUE}, True, None)
+        assert {f["manager"] for f in made["metadata"]["managedFields"]} == {FIELD_MANAGER}
+        # the TrainJob's pods mount it: the name in dispatch's entry is this one
+        assert PROLOGUE_CONFIGMAP in json.dumps(setup.trainjob(first.name)["spec"]["runtimePatches"])
+        await c.start(request(setup))  # a second job of the namespace takes it as it is
+        assert admin.get("v1", "ConfigMap", PROLOGUE_CONFIGMAP, ns)["metadata"]["uid"] == made["metadata"]["uid"]
+
+    # One that is not exactly dispatch's (left by a write before the policies): refused, naming it; nothing written.
+    squatter = {**prologue_configmap(other), "data": {"prologue.sh": 'exec "$@"\n'}}
+    admin.create(squatter)
+    req = request(setup).model_copy(update={"namespace": other})
+    async with setup.client("elsewhere") as c:
+        with pytest.raises(AgentError) as err:
+            await c.start(req)
+    assert err.value.kind is ErrorKind.CONFLICT
+    assert f"ConfigMap {other}/{PROLOGUE_CONFIGMAP} exists and is not the prologue" in err.value.message
+    assert "data[prologue.sh] is not this version's prologue text" in err.value.message
+    name = f"dj-{req.job_id.lower()}-s{req.n}"
+    assert admin.get_or_none(TRAINER, "TrainJob", name, other) is None
+    assert admin.get_or_none(TRAINER, "TrainingRuntime", name, other) is None

@@ -188,9 +188,12 @@ def test_the_probe_is_starts_trainjob_with_an_impossible_node_selector():
     sub = submission(image="dispatch.invalid/never:probe", credentials=(), publish=None)
     probe = d.probe_trainjob(sub, runtime()["spec"])
     plain = build_trainjob(sub, runtime()["spec"])
-    template = probe["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
-        "template"]["spec"]["template"]  # fmt: skip
-    assert template.pop("spec") == {"nodeSelector": {PROBE_NODE_SELECTOR_KEY: "never"}}
+    template, plain_template = (
+        tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+            "spec"]["template"] for tj in (probe, plain)
+    )  # fmt: skip
+    # Start's pod spec (the prologue's volume and mount), and the node selector no node carries.
+    assert template.pop("spec") == {**plain_template.pop("spec"), "nodeSelector": {PROBE_NODE_SELECTOR_KEY: "never"}}
     assert probe == plain
 
 

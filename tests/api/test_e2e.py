@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import subprocess
 import sys
 import time
@@ -23,6 +24,9 @@ from agent.api.errors import ErrorKind
 from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
 from agent.api.rbac import SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
+from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
+from contract.runtime_patch import prologue_mount, prologue_volume
+from contract.trainer import trainer_command
 from harness.cluster import ControlPlane
 from harness.tier_b import TierB, training_runtime
 from tests.api.cluster import (
@@ -262,6 +266,18 @@ async def test_kueue_mode_start_open_hold_release_stop(e2e: E2E):
         status = await eventually(running_once, 90, "admitted through the readmission gate, running on kwok")
         (pod,) = [p for p in e2e.pods(started.name) if not p["metadata"].get("deletionTimestamp")]
         assert pod["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission"] == "1"
+        # The prologue as Trainer rendered it into the pod: a file from the namespace's ConfigMap (made by Start),
+        # not the text, so neither the pod nor the JobSet nor the Workload carries it.
+        (node,) = [c for c in pod["spec"]["containers"] if c["name"] == "node"]
+        assert node["command"] == trainer_command()
+        assert prologue_mount() in node["volumeMounts"]
+        assert prologue_volume()["configMap"] == next(
+            v["configMap"] for v in pod["spec"]["volumes"] if v["name"] == prologue_volume()["name"]
+        )
+        assert e2e.cp.admin.get("v1", "ConfigMap", PROLOGUE_CONFIGMAP, e2e.ns)["data"] == {"prologue.sh": PROLOGUE}
+        assert "dispatch_k8s_refuse" in PROLOGUE
+        for version, kind in (("jobset.x-k8s.io/v1alpha2", "JobSet"), (KUEUE, "Workload"), ("v1", "Pod")):
+            assert "dispatch_k8s_refuse" not in json.dumps(e2e.cp.admin.list(version, kind, e2e.ns)), kind
         (execution,) = status.executions
         assert (execution.a, execution.j, execution.r, execution.pods) == (1, 0, 1, [pod["metadata"]["name"]])
         assert execution.epoch == 1 * 10**12 + 3 * 10**6 + 1

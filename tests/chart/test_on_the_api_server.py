@@ -36,6 +36,7 @@ import yaml
 
 from agent.api.rbac import AGENT_RULES
 from agent.api.routes import OPENAPI_PATH
+from contract.prologue import PROLOGUE_CONFIGMAP
 from harness.cluster import ControlPlane, free_port
 from harness.kube_http import ApiError
 from tests.chart.helm import ROOT, Rendered, template
@@ -336,7 +337,11 @@ def forbidden(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Che
         ),
         ("JobSets are only read", ("delete", JOBSET, "jobsets", {"ns": TEAM, "name": "tj"})),
         ("no RBAC is granted", ("create", "rbac.authorization.k8s.io", "clusterrolebindings", {})),
-        ("no ConfigMap is read", ("get", "", "configmaps", {"ns": ns, "name": f"{full}-agent"})),
+        # Start reads and creates the prologue's ConfigMap (AGENT_RULES); nothing more of ConfigMaps.
+        ("no ConfigMap is changed", ("update", "", "configmaps", {"ns": TEAM, "name": PROLOGUE_CONFIGMAP})),
+        ("nor patched", ("patch", "", "configmaps", {"ns": ns, "name": f"{full}-agent"})),
+        ("nor deleted", ("delete", "", "configmaps", {"ns": TEAM, "name": PROLOGUE_CONFIGMAP})),
+        ("nor listed", ("list", "", "configmaps", {"ns": TEAM})),
         ("the runtime copies are the webhook's to watch", ("watch", TRAINER, "trainingruntimes", {})),
         (
             "no ServiceAccount token is minted",

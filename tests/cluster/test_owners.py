@@ -13,11 +13,12 @@ import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from ulid import ULID
 
+from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, prologue_configmap
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
 from webhook import owners
@@ -141,6 +142,19 @@ def _workload(namespace: str, name: str, owner: dict[str, Any]) -> dict[str, Any
     }
 
 
+def _configmap(namespace: str, name: str = PROLOGUE_CONFIGMAP, text: str = PROLOGUE) -> dict[str, Any]:
+    return {
+        **prologue_configmap(namespace),
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"prologue.sh": text},
+    }
+
+
+OLDER_PROLOGUE: Final = "dispatch-k8s-prologue-0123456789"
+"""An older version's ConfigMap, in place before the policies: what UPDATE and DELETE are tried on (a create of
+this version's, by dispatch, must pass, so it must not exist yet)."""
+
+
 def _dispatch_name() -> str:
     return f"dj-{str(ULID()).lower()}-s1"
 
@@ -153,9 +167,10 @@ def _make_job(admin: KubeHttp, namespace: str) -> Job:
     job = admin.create(_job(namespace, f"{name}-node-0", jobset))
     pod = admin.create(_pod(namespace, f"{name}-node-0-0-{secrets.token_hex(3)}", job, name))
     workload = admin.create(_workload(namespace, f"trainjob-{name}-{secrets.token_hex(3)}", trainjob))
+    prologue = admin.create(_configmap(namespace, OLDER_PROLOGUE, 'exec "$@"\n'))
     return Job(namespace, name, {
         "trainjobs": trainjob, "trainingruntimes": runtime, "jobsets": jobset, "jobs": job, "pods": pod,
-        "workloads": workload,
+        "workloads": workload, "configmaps": prologue,
     })  # fmt: skip
 
 
@@ -169,6 +184,7 @@ def _fresh(job: Job, resource: str) -> dict[str, Any]:
         "jobs": lambda: _job(ns, f"{name}-node-1", o["jobsets"]),
         "pods": lambda: _pod(ns, f"{name}-node-0-0-{secrets.token_hex(3)}", o["jobs"], name),
         "workloads": lambda: _workload(ns, f"trainjob-{name}-{secrets.token_hex(3)}", o["trainjobs"]),
+        "configmaps": lambda: _configmap(ns),
     }[resource]()  # fmt: skip
 
 
@@ -228,6 +244,7 @@ WRITES: dict[str, list[tuple[str, str]]] = {
     for resource in ("trainjobs", "trainingruntimes", "jobsets", "jobs", "workloads")
 }
 WRITES["trainingruntimes"].remove(("UPDATE", "status"))  # TrainingRuntimes have no status
+WRITES["configmaps"] = [("CREATE", ""), ("UPDATE", ""), ("DELETE", "")]
 WRITES["pods"] = [
     ("CREATE", ""),
     ("UPDATE", ""),
@@ -333,3 +350,33 @@ def test_only_a_dispatch_jobs_own_children_carry_its_marks(armed):
         controller.request("POST", controller.collection_path("v1", "Pod", job.namespace), pod, query={"dryRun": "All"})
     assert err.value.status == 403
     assert "is created only by its controller, a Job of a dispatch job" in json.loads(err.value.body)["message"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda cm: cm["data"].update({"prologue.sh": 'exec "$@"\n'}), id="another-text"),
+        pytest.param(lambda cm: cm["data"].update({"extra": "x"}), id="another-key"),
+        pytest.param(lambda cm: cm.update({"binaryData": {"x": "eA=="}}), id="binary-data"),
+        pytest.param(lambda cm: cm.update({"immutable": False}), id="mutable"),
+        pytest.param(lambda cm: cm.pop("immutable"), id="immutable-unset"),
+        pytest.param(lambda cm: cm["metadata"].update({"name": OLDER_PROLOGUE[:-1] + "8"}), id="another-hash"),
+    ],
+)
+def test_the_prologues_configmap_is_created_only_as_dispatch_creates_it_whoever_tries(armed, change):
+    """A name always means one text: not even dispatch or break-glass may create one under the prefix that is not
+    exactly this version's (a squatter's text would run in every trainer pod of the namespace)."""
+    job, clients = armed
+    for role in (owners.DISPATCH, owners.BREAK_GLASS):
+        http = clients[role]
+        configmap = _configmap(job.namespace)
+        change(configmap)
+        with pytest.raises(ApiError) as err:
+            http.request("POST", http.collection_path("v1", "ConfigMap", job.namespace), configmap,
+                         query={"dryRun": "All"})  # fmt: skip
+        assert err.value.status == 403, role
+        assert "it is created only as dispatch creates it" in json.loads(err.value.body)["message"]
+    # and exactly this version's is dispatch's to create
+    http = clients[owners.DISPATCH]
+    http.request("POST", http.collection_path("v1", "ConfigMap", job.namespace), _configmap(job.namespace),
+                 query={"dryRun": "All"})  # fmt: skip

@@ -26,6 +26,7 @@ from contract.keys import (
     LABEL_RESTART_ATTEMPT,
     LABEL_WORKLOAD_JOB_UID,
 )
+from contract.prologue import prologue_configmap
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError, KubeHttp
 from harness.sandbox import site
@@ -60,10 +61,23 @@ def eventually(probe: Callable[[], T], within: float, what: str, interval: float
 # -- creating ---------------------------------------------------------------------------------------
 
 
+_PROLOGUE_MADE: set[tuple[str, str]] = set()
+"""(API server, namespace) where create_as_start made sure of the prologue's ConfigMap."""
+
+
 def create_as_start(admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]) -> dict[str, Any]:
     """The runtime copy, then the TrainJob, as Start creates them: Kueue's and Trainer's webhooks read the copy
     from their informer caches and may refuse the TrainJob for a moment (agent/api/service.py rides this out
-    the same way, on the same messages)."""
+    the same way, on the same messages). The prologue's ConfigMap first, as Start makes sure of it (a real
+    kubelet does not start a trainer pod without it): once per namespace and API server in this process, so
+    that a benchmark's jobs cost the API server what their own objects cost (Start reads it each time)."""
+    if (admin.credentials.server, sub.namespace) not in _PROLOGUE_MADE:
+        try:
+            admin.create(prologue_configmap(sub.namespace))
+        except ApiError as exc:
+            if exc.status != 409:  # made for an earlier job of the namespace
+                raise
+        _PROLOGUE_MADE.add((admin.credentials.server, sub.namespace))
     admin.create(build_runtime_copy(sub, runtime))
     trainjob = build_trainjob(sub, runtime["spec"])
     deadline = time.monotonic() + 30

@@ -24,7 +24,9 @@ from ulid import ULID
 
 from contract.identity import attempt_token, epoch, r_of
 from contract.keys import LABEL_JOBSET_NAME, PROLOGUE_REFUSAL_EXIT
+from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.runtime_requirements import runtime_problems
+from contract.trainer import trainer_command
 from contract.trainjob import Submission
 from harness.kube_http import KubeHttp
 from harness.pytest_plugin import TierC
@@ -219,6 +221,61 @@ def test_a_pod_started_behind_dispatchs_back_exits_125_and_fails_the_jobset(tier
         eventually(jobset_failed, 60, "the JobSet Failed")
         pods = admin.list("v1", "Pod", ns, label_selector=f"{LABEL_JOBSET_NAME}={name}")
         assert [p["status"]["phase"] for p in pods] == ["Failed"], "the JobSet restarted"
+    finally:
+        admin.delete(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
+
+
+def test_a_pod_without_the_prologues_configmap_does_not_start_until_it_is_back(
+    tier_c: TierC, gate: Gate, ns: str
+) -> None:
+    """The trainer's command is ``/bin/sh <file>``, the file the prologue's ConfigMap mounted by dispatch's runtime
+    patch, not optional: with the ConfigMap gone (break-glass deleted it) the real kubelet does not start the
+    container at all (FailedMount), so nothing runs without the prologue; once it is back, the kubelet's retry
+    mounts it and the container runs the prologue from it (here it refuses A = 0, exit 125, as it must)."""
+    admin = gate.admin
+    runtime_name = f"dispatch-real-mount-{secrets.token_hex(3)}"
+    admin.create(real_runtime(tier_c, runtime_name, cpu="100m", max_restarts=0))
+    try:
+        runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
+        sub = dataclasses.replace(submission(ns, tier_c.node.artifacts.base_image, gate.low), queue=None,
+                                  priority_class=None)  # fmt: skip
+        tj = create(gate, sub, runtime)
+        name = tj["metadata"]["name"]
+        admin.delete("v1", "ConfigMap", PROLOGUE_CONFIGMAP, ns)
+        admin.merge_patch(TRAINER_V, "TrainJob", name, {"spec": {"suspend": False}}, ns)
+
+        def mount_failed() -> dict[str, Any]:
+            pods = kit.pods_of(admin, ns, name)
+            assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+            selector = {"fieldSelector": f"involvedObject.name={pods[0]['metadata']['name']}"}
+            events = admin.request("GET", f"/api/v1/namespaces/{ns}/events", query=selector)["items"]
+            assert [e for e in events if e.get("reason") == "FailedMount" and PROLOGUE_CONFIGMAP in e["message"]], [
+                (e.get("reason"), e.get("message")) for e in events
+            ]
+            return pods[0]
+
+        pod = eventually(mount_failed, 120, "the kubelet's FailedMount of the prologue's ConfigMap")
+        (node,) = [c for c in pod["spec"]["containers"] if c["name"] == "node"]
+        assert node["command"] == trainer_command()
+        assert pod["spec"]["nodeName"] == tier_c.node.name
+        status = pod.get("status", {})
+        assert status.get("phase") == "Pending", status
+        waiting = (status.get("containerStatuses") or [{}])[0].get("state", {}).get("waiting", {})
+        assert waiting.get("reason", "ContainerCreating") == "ContainerCreating", status
+
+        admin.create(prologue_configmap(ns))
+
+        def refused_by_the_prologue() -> dict[str, Any]:
+            (p,) = kit.pods_of(admin, ns, name)
+            state = ((p["status"].get("containerStatuses") or [{}])[0]).get("state", {})
+            assert state.get("terminated", {}).get("exitCode") == PROLOGUE_REFUSAL_EXIT, state
+            return p
+
+        pod = eventually(refused_by_the_prologue, 180, "the container ran the prologue from the mounted file")
+        log = admin.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/log")
+        assert str(log).splitlines() == [
+            "dispatch: DISPATCH_K8S_ADMISSION '0': no gate admitted this pod, so dispatch did not start it"
+        ], log
     finally:
         admin.delete(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
 

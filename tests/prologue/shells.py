@@ -1,4 +1,5 @@
-"""Running the shipped prologue (contract.prologue.PROLOGUE) in every POSIX shell from Debian.
+"""Running the shipped prologue (contract.prologue.PROLOGUE) in every POSIX shell from Debian, from a file as
+every trainer pod runs it (and inline, ``-c``, where a test says so).
 
 A shell that is not installed fails the test that needs it, naming the Debian package: CI installs
 them all (.ci/run), and a skip would hide a shell the prologue was never run in.
@@ -9,8 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 import pytest
@@ -21,9 +24,10 @@ from contract.keys import (
     ENV_K8S_EPOCH_PREFIX,
     ENV_K8S_RESTART,
     ENV_K8S_TOKEN_PREFIX,
+    PROLOGUE_KEY,
     PROLOGUE_REFUSAL_EXIT,
 )
-from contract.prologue import prologue_argv
+from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, inline_prologue_argv, prologue_argv
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,34 @@ def environment(overrides: Mapping[str, str | None] | None = None, base: Mapping
     return env
 
 
-def argv(shell: str, command: Sequence[str], flags: Sequence[str] = ()) -> list[str]:
-    """``<shell> [flags] -c <PROLOGUE> dispatch-prologue <command...>``, built by contract.prologue."""
-    shipped = prologue_argv(list(command))
-    assert shipped[1] == "-c"
+def _script() -> str:
+    """A file holding PROLOGUE as the pod's mount of the ConfigMap holds it (read-only), named by its hash."""
+    path = Path(tempfile.gettempdir()) / f"{PROLOGUE_CONFIGMAP}-{os.getuid()}" / PROLOGUE_KEY
+    if not path.is_file() or path.read_text(encoding="utf-8") != PROLOGUE:
+        path.parent.mkdir(exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(PROLOGUE)
+        os.chmod(partial, 0o444)
+        os.replace(partial, path)  # atomic: another process running the tests sees the old file or the new
+    return str(path)
+
+
+SCRIPT: Final = _script()
+FORMS: Final = ("file", "inline")
+"""How a shell runs the prologue: ``file`` as every trainer pod does (``sh <file> <command...>``, the file mounted
+from the prologue's ConfigMap), ``inline`` as ``sh -c <text> dispatch-prologue <command...>``."""
+
+
+def argv(shell: str, command: Sequence[str], flags: Sequence[str] = (), form: str = "file") -> list[str]:
+    """``<shell> [flags] <file> <command...>`` (or, ``inline``, ``<shell> [flags] -c <PROLOGUE> dispatch-prologue
+    <command...>``), built by contract.prologue."""
+    if form == "file":
+        shipped = prologue_argv(list(command), SCRIPT)
+        assert shipped[1] == SCRIPT
+    else:
+        shipped = inline_prologue_argv(list(command))
+        assert shipped[1] == "-c"
     return [*require(shell), *flags, *shipped[1:]]
 
 
@@ -120,9 +148,10 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     flags: Sequence[str] = (),
+    form: str = "file",
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv(shell, command, flags),
+        argv(shell, command, flags, form),
         env=dict(env) if env is not None else environment(overrides),
         cwd=cwd,
         capture_output=True,

@@ -22,10 +22,13 @@ from contract.keys import (
     ENV_K8S_TOKEN_PREFIX,
     ENV_K8S_WORKDIR,
 )
-from contract.prologue import PROLOGUE, prologue_argv
+from contract.prologue import PROLOGUE, inline_prologue_argv, prologue_argv
+from contract.trainer import trainer_command
 from tests.prologue.shells import (
     ENV_COMMAND,
+    FORMS,
     JOB_ID,
+    SCRIPT,
     SHELL_NAMES,
     TIMEOUT,
     argv,
@@ -145,16 +148,40 @@ def test_success_needs_no_external_tool(shell: str, tmp_path: Path) -> None:
 
 
 def test_prologue_argv_is_what_the_tests_run() -> None:
-    assert prologue_argv(["a", "b"]) == ["/bin/sh", "-c", PROLOGUE, "dispatch-prologue", "a", "b"]
+    """The pod's argv is the trainer command (before the kubelet's expansion, which leaves it as it is) and the
+    user's words; the tests run the same, with the file at a path of their own."""
+    assert prologue_argv(["a", "b"]) == [*trainer_command(), "a", "b"]
+    assert prologue_argv(["a", "b"]) == ["/bin/sh", "/var/run/dispatch-k8s/prologue/prologue.sh", "a", "b"]
+    assert prologue_argv(["a"], SCRIPT) == ["/bin/sh", SCRIPT, "a"]
+    assert Path(SCRIPT).read_text(encoding="utf-8") == PROLOGUE
+    assert inline_prologue_argv(["a", "b"]) == ["/bin/sh", "-c", PROLOGUE, "dispatch-prologue", "a", "b"]
 
 
-def test_the_real_bin_sh_runs_the_shipped_argv() -> None:
-    result = subprocess.run(
-        prologue_argv(list(PROBE)), env=environment(), capture_output=True, text=True, timeout=TIMEOUT
-    )
+@pytest.mark.parametrize("form", FORMS)
+def test_the_real_bin_sh_runs_the_shipped_argv(form: str) -> None:
+    shipped = prologue_argv(list(PROBE), SCRIPT) if form == "file" else inline_prologue_argv(list(PROBE))
+    result = subprocess.run(shipped, env=environment(), capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)["env"]
     assert (seen[ENV_EPOCH], seen[ENV_ATTEMPT]) == expected(1, 5, 0, 1, 0)
+
+
+@pytest.mark.parametrize("shell", SHELL_NAMES)
+@pytest.mark.parametrize("form", FORMS)
+def test_both_forms_run_the_same(shell: str, form: str, tmp_path: Path) -> None:
+    """From the file (every pod) and inline (``-c``): the same pid, arguments, refusal and identity."""
+    for name in ("a.txt", "b.txt", "out", "-n"):
+        (tmp_path / name).write_text("")
+    with subprocess.Popen(
+        argv(shell, (*PROBE, *HOSTILE_ARGS), form=form), env=environment(), stdout=subprocess.PIPE, cwd=tmp_path,
+        text=True,
+    ) as proc:  # fmt: skip
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    seen = json.loads(out)
+    assert (proc.returncode, seen["pid"], seen["argv"]) == (0, proc.pid, list(HOSTILE_ARGS))
+    assert (seen["env"][ENV_EPOCH], seen["env"][ENV_ATTEMPT]) == expected(1, 5, 0, 1, 0)
+    assert_refused(run(shell, PROBE, {ENV_K8S_ADMISSION: "0"}, form=form), ENV_K8S_ADMISSION)
+    assert_refused(run(shell, (), form=form), "no command after dispatch-prologue")
 
 
 # -- arguments -------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from importlib.resources import files
 
@@ -37,3 +38,12 @@ def test_the_prologue_is_plain_ascii_with_unix_line_ends() -> None:
     assert "\r" not in PROLOGUE
     assert "\t" not in PROLOGUE
     assert PROLOGUE.endswith('exec "$@"\n')
+
+
+def test_the_prologue_never_reads_dollar_zero() -> None:
+    """``$0`` is the one word that differs between ``sh <file> <command...>`` (every pod: the file's path) and
+    ``sh -c <text> dispatch-prologue <command...>``; ``$@`` is the command either way."""
+    code = [line.split("#", 1)[0] if line.lstrip().startswith("#") else line for line in PROLOGUE.splitlines()]
+    assert not [line for line in code if re.search(r"\$\{?0", line)]
+    assert re.search(r"\$\{?0", "echo ${0}")  # the pattern finds both spellings
+    assert re.search(r"\$\{?0", "echo $0")

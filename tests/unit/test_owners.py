@@ -43,4 +43,5 @@ def test_creates_belong_to_one_creator_each():
         "jobs": (owners.JOBSET,),
         "pods": (owners.JOB_CONTROLLER,),
         "workloads": (owners.KUEUE,),
+        "configmaps": (owners.DISPATCH,),
     }

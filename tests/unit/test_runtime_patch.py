@@ -1,8 +1,11 @@
+import hashlib
+import posixpath
 import re
 
 import pytest
 
 from contract.errors import ContractError
+from contract.prologue import PROLOGUE
 from contract.runtime_patch import (
     Credential,
     Publish,
@@ -10,7 +13,18 @@ from contract.runtime_patch import (
     runtime_patch,
     trainer_replicated_job,
 )
+from contract.trainer import trainer_command
 from tests.unit.fixtures import JOB_ID, runtime
+
+PROLOGUE_VOLUME = {
+    "name": "dispatch-prologue",
+    "configMap": {
+        "name": "dispatch-k8s-prologue-" + hashlib.sha256(PROLOGUE.encode()).hexdigest()[:10],
+        "items": [{"key": "prologue.sh", "path": "prologue.sh"}],
+        "defaultMode": 0o444,
+    },
+}
+PROLOGUE_MOUNT = {"name": "dispatch-prologue", "mountPath": "/var/run/dispatch-k8s/prologue", "readOnly": True}
 
 
 def trainer_job():
@@ -56,8 +70,21 @@ def test_minimal_entry():
             "annotations": {"dispatch.phpboyscout.uk/admission": "0"},
             # the evidence a deleted pod leaves until the agent proves its processes gone (issue 10, item 11)
             "finalizers": ["dispatch.phpboyscout.uk/may-still-run"],
-        }
+        },
+        # the prologue's ConfigMap, mounted where the trainer's command runs it from: never optional, so a pod
+        # without it does not start
+        "spec": {"volumes": [PROLOGUE_VOLUME], "containers": [{"name": "node", "volumeMounts": [PROLOGUE_MOUNT]}]},
     }
+
+
+def test_the_prologue_volume_names_this_versions_configmap_and_the_command_runs_its_file():
+    name = "dispatch-k8s-prologue-" + hashlib.sha256(PROLOGUE.encode()).hexdigest()[:10]
+    assert PROLOGUE_VOLUME["configMap"]["name"] == name
+    assert (
+        posixpath.join(PROLOGUE_MOUNT["mountPath"], PROLOGUE_VOLUME["configMap"]["items"][0]["path"])
+        == (trainer_command()[1])
+    )
+    assert "optional" not in PROLOGUE_VOLUME["configMap"]
 
 
 def test_credentials_and_publish_image():
@@ -70,6 +97,7 @@ def test_credentials_and_publish_image():
     )
     spec = pod_template(entry)["spec"]
     assert spec["volumes"] == [
+        PROLOGUE_VOLUME,
         {
             "name": "dispatch-credential-0",
             "secret": {"secretName": "a", "defaultMode": 0o400, "optional": True},
@@ -84,6 +112,7 @@ def test_credentials_and_publish_image():
         {
             "name": "node",
             "volumeMounts": [
+                PROLOGUE_MOUNT,
                 {"name": "dispatch-credential-0", "mountPath": "/creds/a", "readOnly": True},
                 {"name": "dispatch-credential-1", "mountPath": "/creds/b", "readOnly": True},
                 {"name": "dispatch-publish", "mountPath": "/opt/dispatch", "readOnly": True},
@@ -98,7 +127,7 @@ def test_publish_through_the_runtimes_init_container():
         job_id=JOB_ID, n=3, trainer_job=trainer_job(), publish=Publish(init_container="fetch-publish")
     )
     spec = pod_template(entry)["spec"]
-    assert spec["volumes"] == [{"name": "dispatch-publish", "emptyDir": {}}]
+    assert spec["volumes"] == [PROLOGUE_VOLUME, {"name": "dispatch-publish", "emptyDir": {}}]
     assert spec["initContainers"] == [
         {
             "name": "fetch-publish",
@@ -107,7 +136,8 @@ def test_publish_through_the_runtimes_init_container():
         }
     ]
     assert spec["containers"][0]["volumeMounts"] == [
-        {"name": "dispatch-publish", "mountPath": "/opt/dispatch", "readOnly": True}
+        PROLOGUE_MOUNT,
+        {"name": "dispatch-publish", "mountPath": "/opt/dispatch", "readOnly": True},
     ]
 
 
@@ -132,6 +162,9 @@ def test_publish_refusals(publish, field):
         ([Credential("a", "/opt/dispatch")], "overlaps /opt/dispatch"),
         ([Credential("a", "/opt")], "overlaps /opt/dispatch"),
         ([Credential("a", "/opt/dispatch/x")], "overlaps /opt/dispatch"),
+        ([Credential("a", "/var/run/dispatch-k8s/prologue")], "overlaps /var/run/dispatch-k8s/prologue"),
+        ([Credential("a", "/var/run")], "overlaps /var/run/dispatch-k8s/prologue, where the prologue is"),
+        ([Credential("a", "/var/run/dispatch-k8s/prologue/prologue.sh")], "overlaps /var/run/dispatch-k8s/prologue"),
         ([Credential("a", "/c"), Credential("b", "/c/d")], "overlaps another credential"),
         ([Credential("a", "/c"), Credential("b", "/c")], "overlaps another credential"),
         ([Credential("a", "relative")], "absolute, normalised"),
@@ -150,3 +183,4 @@ def test_credential_refusals(creds, says):
 
 def test_sibling_paths_do_not_overlap():
     check_credentials([Credential("a", "/opt/dispatcher"), Credential("b", "/c"), Credential("c", "/cd")])
+    check_credentials([Credential("a", "/var/run/dispatch-k8s/prologues"), Credential("b", "/var/run/secrets")])

@@ -33,10 +33,15 @@ def test_without_escaping_the_kubelet_would_change_words():
 
 def test_the_command_runs_the_shipped_prologue_as_the_kubelet_expands_it():
     cmd = trainer_command()
-    assert [expand(w, ENV) for w in cmd] == ["/bin/sh", "-c", PROLOGUE, "dispatch-prologue"]
+    assert [expand(w, ENV) for w in cmd] == ["/bin/sh", "/var/run/dispatch-k8s/prologue/prologue.sh"]
     user = ["python", "-c", "print('$(HOME) $$')"]
     argv = [expand(w, ENV) for w in cmd + trainer_args(user, ["--x", ""])]
     assert argv == prologue_argv([*user, "--x", ""])
+
+
+def test_the_text_is_in_no_word_of_the_command():
+    """Trainer copies the command into the JobSet, its Jobs, their pods and the Workload: the text stays out."""
+    assert sum(map(len, trainer_command())) < 64 < len(PROLOGUE)
 
 
 def test_the_users_words_all_sit_in_args():

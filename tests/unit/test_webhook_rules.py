@@ -18,7 +18,9 @@ from contract.keys import (
     ANNOTATION_OPENED,
     GATE,
 )
-from contract.prologue import SPEC_PROLOGUE
+from contract.objects import dig
+from contract.prologue import PROLOGUE, SPEC_PROLOGUE, inline_prologue_argv
+from contract.trainer import escape_expansion
 from contract.trainjob import build_trainjob
 from tests.unit.fixtures import runtime, runtime_copy, submission, trainjob
 from tests.unit.kubelet import apply_json_patch
@@ -172,13 +174,31 @@ def bad(path: str | tuple[str, ...], value: Any):
 DELETE = object()
 PATCH_META = ("spec", "runtimePatches", "0", "trainingRuntimeSpec", "template", "spec", "replicatedJobs", "0",
               "template", "spec", "template", "metadata")  # fmt: skip
+PATCH_POD = (*PATCH_META[:-1], "spec")
+
+
+def pod_spec_of_entry(tj):
+    return dig(tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0],
+               "template", "spec", "template", "spec")  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("change", "rule"),
     [
-        (bad("spec.trainer.command.2", "exec \"$@\""), "creation.prologue"),
+        (bad("spec.trainer.command.1", "/tmp/prologue.sh"), "creation.prologue"),
         (bad("spec.trainer.command", ["python", "train.py"]), "creation.prologue"),
+        # the text inline, as before it moved to the ConfigMap: refused (it only cost every object its size)
+        (bad("spec.trainer.command", inline_prologue_argv([], escape_expansion(PROLOGUE))), "creation.prologue"),
+        (bad((*PATCH_POD, "volumes"), DELETE), "creation.prologue-volume"),
+        (bad((*PATCH_POD, "volumes", "0", "configMap", "optional"), True), "creation.prologue-volume"),
+        (bad((*PATCH_POD, "volumes", "0", "configMap", "name"), "dispatch-k8s-prologue-0000000000"),
+         "creation.prologue-volume"),
+        (bad((*PATCH_POD, "containers", "0", "volumeMounts", "0", "readOnly"), False), "creation.prologue-volume"),
+        (bad((*PATCH_POD, "containers", "0", "volumeMounts", "0", "mountPath"), "/prologue"),
+         "creation.prologue-volume"),
+        (lambda tj: pod_spec_of_entry(tj)["containers"][0]["volumeMounts"].append(
+            {"name": "dispatch-credential-0", "mountPath": "/var/run/dispatch-k8s/prologue/prologue.sh"}),
+         "creation.prologue-volume"),
         (bad("spec.trainer.args", []), "creation.args"),
         (bad("spec.trainer.env.0", {"name": "DISPATCH_DEBUG", "value": "1"}), "creation.env-reserved"),
         (bad("spec.trainer.env.0", {"name": "ZZZ", "value": "1"}), "creation.env"),
@@ -231,7 +251,7 @@ def test_the_runtime_copy_must_exist_and_meet_the_requirements():
 
 def test_spec_prologue_only_where_the_site_allows_it_and_then_with_a_warning():
     tj = created()
-    tj["spec"]["trainer"]["command"][2] = SPEC_PROLOGUE
+    tj["spec"]["trainer"]["command"] = inline_prologue_argv([], SPEC_PROLOGUE)
     assert denied_by(decide(request("CREATE", tj))) == "creation.prologue"
     verdict = decide(request("CREATE", tj), Config(allowSpecPrologue=True))
     assert verdict.allowed, verdict.message

@@ -17,13 +17,17 @@ from contract.keys import (
     LABEL_JOB_ID,
     LABEL_SUBMISSION,
     PREFIX,
+    PROLOGUE_MOUNT_DIR,
+    PROLOGUE_VOLUME,
     RUNTIME_PATCH_MANAGER,
+    TRAINER_CONTAINER,
     TRAINER_GROUP,
 )
 from contract.names import TrainJobName, parse_name
 from contract.objects import annotations, dig, labels
 from contract.ownership import is_kueue_mode, runtime_patches
-from contract.prologue import SPEC_PROLOGUE
+from contract.prologue import PROLOGUE_PATH, SPEC_PROLOGUE, inline_prologue_argv
+from contract.runtime_patch import paths_overlap, prologue_mount, prologue_volume
 from contract.trainer import escape_expansion, prefixes_from_env, trainer_command, trainer_env
 from contract.trainjob import comment
 from webhook.runtime_facts import RuntimeFacts, facts_or_none
@@ -33,9 +37,7 @@ SPEC_PROLOGUE_WARNING = (
     "nothing and report success, or compute a repeated or non-numeric DISPATCH_EPOCH (see docs/prologue.md)"
 )
 # The spec's text as the kubelet would see it either way: its $(...) forms name no variable.
-_SPEC_COMMANDS = [
-    [*trainer_command()[:2], text, *trainer_command()[3:]] for text in (SPEC_PROLOGUE, escape_expansion(SPEC_PROLOGUE))
-]
+_SPEC_COMMANDS = [inline_prologue_argv([], text) for text in (SPEC_PROLOGUE, escape_expansion(SPEC_PROLOGUE))]
 _LABELS_AT_BIRTH = {LABEL_JOB_ID, LABEL_SUBMISSION}
 _ANNOTATIONS_AT_BIRTH = {ANNOTATION_COMMENT}
 
@@ -151,9 +153,7 @@ def creation_problems(
             shown = (
                 [*command[:2], "<text>", *command[3:]] if isinstance(command, list) and len(command) > 3 else command
             )
-            problems.append(
-                _p("prologue", "spec.trainer.command", shown, "/bin/sh -c <the prologue> dispatch-prologue")
-            )
+            problems.append(_p("prologue", "spec.trainer.command", shown, f"/bin/sh {PROLOGUE_PATH}"))
     args = dig(spec, "trainer", "args")
     if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
         problems.append(_p("args", "spec.trainer.args", args, "the job's command and arguments, at least one word"))
@@ -231,6 +231,7 @@ def _patch_problems(
                 "job-id and submission",
             )
         )
+    problems += _prologue_mount_problems(jobs[0])
     if runtime is not None:
         trainer = runtime.trainer_job()
         if trainer is None:
@@ -244,4 +245,46 @@ def _patch_problems(
                     f"the runtime copy's trainer job, {trainer}",
                 )
             )
+    return problems
+
+
+def _prologue_mount_problems(job: Mapping[str, Any]) -> list[Problem]:
+    """The prologue's ConfigMap volume and its mount in the trainer container, exactly as the contract builds
+    them (contract/runtime_patch.py), and no other mount of the entry over its directory: the command runs the
+    file there. Written at creation only: Trainer keeps a patch entry's volumes and mounts immutable."""
+    spec = dig(job, "template", "spec", "template", "spec") or {}
+    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
+    named = [v for v in volumes if isinstance(v, Mapping) and v.get("name") == PROLOGUE_VOLUME]
+    problems = []
+    if named != [prologue_volume()]:
+        problems.append(
+            _p(
+                "prologue-volume",
+                "spec.runtimePatches[dispatch] pod volumes",
+                named,
+                f"one volume {PROLOGUE_VOLUME}: {prologue_volume()}",
+            )
+        )
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    trainer = [c for c in containers if isinstance(c, Mapping) and c.get("name") == TRAINER_CONTAINER]
+    mounts = (trainer[0].get("volumeMounts") if len(trainer) == 1 else None) or []
+    mounts = mounts if isinstance(mounts, list) else []
+    ours = [m for m in mounts if isinstance(m, Mapping) and m.get("name") == PROLOGUE_VOLUME]
+    over = [
+        m.get("mountPath")
+        for m in mounts
+        if isinstance(m, Mapping)
+        and m.get("name") != PROLOGUE_VOLUME
+        and isinstance(m.get("mountPath"), str)
+        and paths_overlap(m["mountPath"], PROLOGUE_MOUNT_DIR)
+    ]
+    if ours != [prologue_mount()] or over:
+        problems.append(
+            _p(
+                "prologue-volume",
+                f"spec.runtimePatches[dispatch] container {TRAINER_CONTAINER} volumeMounts",
+                {"prologue": ours, "over its directory": over},
+                f"the one mount {prologue_mount()}, and no other at or over {PROLOGUE_MOUNT_DIR}",
+            )
+        )
     return problems
