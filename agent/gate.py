@@ -118,8 +118,9 @@ def decide(
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
 
     ``multikueue``: the Workload's ClusterQueue lists a MultiKueue check (contract/multicluster.py). The gate
-    then numbers the dispatch itself, before its Ready: A and the floor := max(A, floor) + K, K = maxRestarts
-    + 1 of ``runtime_spec`` (the frozen runtime copy's spec; None when it could not be read: a hold).
+    then numbers each dispatch itself, before each Ready it writes: A and the floor := max(A, floor) + K,
+    K = maxRestarts + 1 of ``runtime_spec`` (the frozen runtime copy's spec; None when it could not be read:
+    a hold).
 
     ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods
     (agent/podowners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
@@ -148,7 +149,9 @@ def decide(
         return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
     try:
         a, raises = start_count(trainjob, admission_started(trainjob))
-        dispatch_raise = _dispatch_raise(trainjob, runtime_spec) if multikueue and raises else None
+        # MultiKueue: every Ready may send a copy that a worker starts before the manager's unsuspend records
+        # its A (admission-started), so the start_count condition is not enough there: raise before each Ready.
+        dispatch_raise = _dispatch_raise(trainjob, runtime_spec) if multikueue else None
     except ContractError as exc:
         return _set(Action.HOLD, workload, check, PENDING, f"cannot number the next execution: {exc}", now, foreign)
     # The JobSet's UID, the first time it is seen, and only the TrainJob's own (an orphan of an earlier

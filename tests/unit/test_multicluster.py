@@ -32,10 +32,13 @@ from contract.multicluster import (
     step,
 )
 from contract.runtime_requirements import runtime_problems
-from tests.unit.fixtures import runtime
+from contract.trainjob import build_runtime_copy, build_trainjob
+from tests.unit.fixtures import as_read, runtime, submission
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, _unsuspended, _with_counts, opened, workload
+from webhook.rules.creation import creation_problems
 from webhook.rules.updates import update_problems
+from webhook.runtime_facts import runtime_facts
 
 MK_CHECK = "multikueue"
 
@@ -197,10 +200,10 @@ def test_then_the_unsuspend_only_records_and_nothing_raises_twice():
     tj = managed(opened())
     raised = apply_json_patch(tj, decide_mk(tj, spec(2)).trainjob_patch)
     raised["metadata"]["resourceVersion"] = "101"
-    # The next pass of the gate (say its Ready was refused and it looks again): A is already new, no raise.
+    # A pass whose Ready was refused, or that crashed after the raise, raises again: a Ready that landed may have
+    # sent a copy a worker started before the manager's unsuspend recorded its A, so every Ready gets a new A.
     again = decide_mk(raised, spec(2))
-    assert (again.action, again.new_a, again.trainjob_patch) == (Action.ADMIT, 3, None)
-    assert again.message == "the next execution starts with A 3"
+    assert (again.action, again.new_a) == (Action.ADMIT, 6)
     # The manager's unsuspend (Kueue's, through record-start or the webhook) records A 3 and raises nothing.
     assert start_count(raised, admission_started(raised)) == (3, False)
     ops = unsuspend_ops({**raised, "spec": {**raised["spec"], "suspend": False}}, None, kueue=True)
@@ -252,6 +255,16 @@ def test_the_raise_needs_the_trainjob_suspended():
     tj["spec"]["suspend"] = False
     with pytest.raises(ContractError, match="suspended"):
         raise_dispatch(tj, 3)
+
+
+def test_a_dispatch_whose_a_was_never_recorded_as_started_still_gets_a_new_a():
+    # The gate raised to 3 and set Ready; MultiKueue's copy started on a worker; the manager was evicted before
+    # its own unsuspend, so admission-started was never written. The next dispatch must not reuse A 3.
+    tj = managed(opened())
+    raised = apply_json_patch(tj, decide_mk(tj, spec(2)).trainjob_patch)
+    assert admission_started(raised) is None
+    assert start_count(raised, None) == (3, False)  # the unsuspend's condition alone would not raise
+    assert decide_mk(raised, spec(2)).new_a == 6
 
 
 def test_outside_multikueue_mode_the_gate_leaves_the_raise_to_the_unsuspend():
@@ -315,3 +328,20 @@ def test_start_refuses_in_a_multikueue_queue_a_forbidden_rule_or_too_small_a_bud
     small = multikueue_start_problems(read, mk_workload(), checks, spec(999), min_dispatches=1000)
     assert len(small) == 1
     assert "affords 999 dispatch(es)" in small[0]
+
+
+# -- the webhook, at creation: Kueue's defaulting set managedBy before validation ------------------------
+
+
+def test_the_webhook_refuses_a_multikueue_trainjob_whose_runtime_copy_ignores_max_restarts():
+    sub = submission()
+    rt = runtime()
+    rt["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 2, "rules": [{"action": IGNORE_MAX_RESTARTS}]}
+    copy_ = as_read(build_runtime_copy(sub, rt), uid="rt-copy-uid")
+    tj = build_trainjob(sub, rt["spec"])
+    for runtime_copy in (copy_, runtime_facts(copy_)):
+        found, _ = creation_problems(tj, runtime_copy, allow_spec_prologue=False, allow_rank_restart=False)
+        assert [p.rule for p in found] == []  # not MultiKueue's: the rule is allowed (it raises J)
+        refused, _ = creation_problems(managed(tj), runtime_copy, allow_spec_prologue=False, allow_rank_restart=False)
+        assert [p.rule for p in refused] == ["runtime.multikueue-ignore-max-restarts"]
+        tj["spec"].pop("managedBy")
