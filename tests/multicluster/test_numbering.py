@@ -23,7 +23,7 @@ from ulid import ULID
 
 from agent.operations import Hold, Target, plan_hold, plan_open, plan_release
 from contract.admission import admission_started
-from contract.keys import FIELD_MANAGER
+from contract.keys import FIELD_MANAGER, POD_FINALIZER
 from contract.trainjob import Submission, build_runtime_copy
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
@@ -118,7 +118,7 @@ def manager(
                     saved.append((worker.admin, _bare(binding)))
                     worker.admin.delete(*VAP_BINDING, binding["metadata"]["name"])
         cp = mc.manager.control_plane
-        cp.create_namespace(system)
+        system = cp.create_namespace(system)
         agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}",
                             config={"leaseNamespace": system, "leaseName": "dispatch-admission"},
                             workdir=Path(tmp_path_factory.mktemp("agent")), until=LEADER)  # fmt: skip
@@ -133,6 +133,11 @@ def manager(
         for tj in admin.list(TRAINER_V, "TrainJob", ns):
             admin.delete(TRAINER_V, "TrainJob", tj["metadata"]["name"], ns)
         eventually(lambda: _true(not admin.list(KUEUE_V, "Workload", ns)), 90, "the test's Workloads gone")
+        for worker in mc.workers:  # no agent there removes dispatch's pod finalizer (the worker side is design)
+            for pod in worker.admin.list("v1", "Pod", ns):
+                if POD_FINALIZER in pod["metadata"].get("finalizers", []):
+                    worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
+                                             {"metadata": {"finalizers": None}}, ns)  # fmt: skip
         for http, binding in saved:
             http.apply(binding)
         admin.delete(KUEUE_V, "LocalQueue", QUEUE, ns)
@@ -140,6 +145,11 @@ def manager(
         admin.delete(KUEUE_V, "AdmissionCheck", check)
         for tb in mc.tiers:
             tb.admin.delete(TRAINER_V, "ClusterTrainingRuntime", rt)
+        if agent is not None:
+            rbac = "rbac.authorization.k8s.io/v1"
+            admin.delete(rbac, "ClusterRoleBinding", f"dispatch-agent-{system}")
+            admin.delete(rbac, "ClusterRole", f"dispatch-agent-{system}")
+            mc.manager.control_plane.delete_namespace(system)
 
 
 def _true(value: object) -> object:
