@@ -204,6 +204,7 @@ def _dispatched(m: Manager, tj: dict[str, Any], a: int, within: float = 180) -> 
     return eventually(probe, within, f"the dispatch numbered A {a} sent to a worker")
 
 
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
 def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(manager: Manager) -> None:
     m = manager
     trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", m.namespace))

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.admissioncheck import AdmissionCheckCache
-from agent.gate import Action
+from agent.api.settings import ApiSettings
+from agent.gate import Action, decide
 from agent.start import multikueue_start_problems, readback_changes
 from contract.admission import admission_count, admission_floor, admission_started, start_count, unsuspend_ops
 from contract.errors import ContractError
@@ -35,7 +36,7 @@ from contract.runtime_requirements import runtime_problems
 from contract.trainjob import build_runtime_copy, build_trainjob
 from tests.unit.fixtures import as_read, runtime, submission
 from tests.unit.kubelet import apply_json_patch
-from tests.unit.test_gate import CHECK, NOW, _unsuspended, _with_counts, opened, workload
+from tests.unit.test_gate import CHECK, NOW, _unsuspended, _with_counts, go, opened, workload
 from webhook.rules.creation import creation_problems
 from webhook.rules.updates import update_problems
 from webhook.runtime_facts import runtime_facts
@@ -67,8 +68,6 @@ def managed(tj: dict[str, Any]) -> dict[str, Any]:
 
 
 def decide_mk(tj: dict[str, Any], runtime_spec: dict[str, Any] | None, **kw: Any):
-    from agent.gate import decide
-
     return decide(
         workload=kw.pop("wl", None) or mk_workload(),
         check=CHECK,
@@ -268,8 +267,6 @@ def test_a_dispatch_whose_a_was_never_recorded_as_started_still_gets_a_new_a():
 
 
 def test_outside_multikueue_mode_the_gate_leaves_the_raise_to_the_unsuspend():
-    from tests.unit.test_gate import go
-
     d = go(tj=managed(opened()))
     assert (d.new_a, d.trainjob_patch) == (1, None)
 
@@ -345,3 +342,10 @@ def test_the_webhook_refuses_a_multikueue_trainjob_whose_runtime_copy_ignores_ma
         refused, _ = creation_problems(managed(tj), runtime_copy, allow_spec_prologue=False, allow_rank_restart=False)
         assert [p.rule for p in refused] == ["runtime.multikueue-ignore-max-restarts"]
         tj["spec"].pop("managedBy")
+
+
+def test_min_dispatches_is_an_api_setting_with_a_default_of_1000():
+    assert ApiSettings().min_dispatches == 1000
+    assert ApiSettings.model_validate({"minDispatches": 5}).min_dispatches == 5
+    with pytest.raises(ValueError, match="minDispatches"):
+        ApiSettings.model_validate({"minDispatches": 0})
