@@ -115,7 +115,10 @@ def manager(
             # The worker side is design: its harness-wide owner policies refuse MultiKueue's principal.
             for binding in worker.admin.list(*VAP_BINDING):
                 if binding["metadata"]["name"].startswith(HARNESS_POLICY_PREFIX):
-                    saved.append((worker.admin, _bare(binding)))
+                    # A LIST's items carry no apiVersion or kind.
+                    saved.append(
+                        (worker.admin, {"apiVersion": VAP_BINDING[0], "kind": VAP_BINDING[1], **_bare(binding)})
+                    )
                     worker.admin.delete(*VAP_BINDING, binding["metadata"]["name"])
         cp = mc.manager.control_plane
         system = cp.create_namespace(system)
@@ -218,6 +221,7 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
         assert tj["spec"].get("managedBy") == MULTIKUEUE_CONTROLLER, tj["spec"]
         assert (kit.a_of(tj), kit.floor_of(tj)) == (0, None)
 
+        eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
         _write(m, tj, lambda t, w: plan_open(t).writes)
         first, _ = _dispatched(m, tj, K)
 
