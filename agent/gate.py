@@ -13,6 +13,9 @@ A is not raised here: the write that starts the execution raises it (Kueue's uns
 MutatingAdmissionPolicy or mutating webhook: contract/admission.py ``unsuspend_ops``), so the raise and the
 start it numbers are one write, and the unsuspend policy refuses any start whose A is not above the last.
 The gate only checks that the next execution can be numbered, and holds, saying why, when it cannot.
+Except in MultiKueue mode (contract/multicluster.py): MultiKueue copies the TrainJob to a worker before the
+manager's unsuspend, so there the gate raises A itself, by K = maxRestarts + 1, in a preconditioned TrainJob
+patch written before its Ready; the unsuspend then only records it.
 
 The Ready write is preconditioned on the read made *before* the pod check: if Kueue evicts and resets the
 check in between, the write fails with a conflict, and no admission is ever approved on a look at the pods
@@ -29,7 +32,7 @@ from typing import Any
 from agent.nodeloss import Assessment
 from agent.podowners import ForeignPod
 from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import admission_started, preconditions, start_count
+from contract.admission import Raise, admission_started, preconditions, start_count
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons, jobset_uid_ops
 from contract.gates import is_opened_by_dispatch
@@ -40,6 +43,7 @@ from contract.keys import (
     ANNOTATION_OPENED,
     HOLD_ANNOTATIONS,
 )
+from contract.multicluster import multikueue_problems, raise_dispatch, step
 from contract.objects import annotations, dig
 from contract.ownership import is_dispatch
 
@@ -52,7 +56,8 @@ class Action(Enum):
     HOLD = "hold"
     """Dispatch's, and it may not start yet: keep the check Pending with the reason."""
     ADMIT = "admit"
-    """Dispatch's and clear: set the check Ready (the unsuspend that follows raises A)."""
+    """Dispatch's and clear: set the check Ready (the unsuspend that follows raises A; in MultiKueue mode the
+    TrainJob patch before it does, by K)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ class Decision:
     action: Action
     message: str
     trainjob_patch: list[dict[str, Any]] | None = None
-    """JSON Patch for the TrainJob: the JobSet UID, the first time it is seen."""
+    """JSON Patch for the TrainJob: the JobSet UID, the first time it is seen; in MultiKueue mode the raise of
+    A by K too, when one is due."""
     check_write: dict[str, Any] | None = None
     """Server-side apply body for workloads/status; None when nothing needs writing."""
     new_a: int | None = None
@@ -106,8 +112,15 @@ def decide(
     blockers: Sequence[Blocker],
     now: str,
     foreign_pods: Sequence[ForeignPod] = (),
+    multikueue: bool = False,
+    runtime_spec: Mapping[str, Any] | None = None,
 ) -> Decision:
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
+
+    ``multikueue``: the Workload's ClusterQueue lists a MultiKueue check (contract/multicluster.py). The gate
+    then numbers each dispatch itself, before each Ready it writes: A and the floor := max(A, floor) + K,
+    K = maxRestarts + 1 of ``runtime_spec`` (the frozen runtime copy's spec; None when it could not be read:
+    a hold).
 
     ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods
     (agent/podowners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
@@ -136,20 +149,45 @@ def decide(
         return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
     try:
         a, raises = start_count(trainjob, admission_started(trainjob))
+        # MultiKueue: every Ready may send a copy that a worker starts before the manager's unsuspend records
+        # its A (admission-started), so the start_count condition is not enough there: raise before each Ready.
+        dispatch_raise = _dispatch_raise(trainjob, runtime_spec) if multikueue else None
     except ContractError as exc:
         return _set(Action.HOLD, workload, check, PENDING, f"cannot number the next execution: {exc}", now, foreign)
     # The JobSet's UID, the first time it is seen, and only the TrainJob's own (an orphan of an earlier
     # TrainJob of this name is not the JobSet J counts for; recorded, it would never be corrected).
     record = jobset_uid_ops(trainjob, jobset)
     message = f"the next execution starts with A {a}" + (", raised in the write that admits it" if raises else "")
+    ops = [*preconditions(trainjob), *record] if record else []
+    if dispatch_raise is not None:
+        # MultiKueue copies the TrainJob to a worker once every other check is Ready, before the manager's
+        # unsuspend: the raise in the unsuspend would come too late, so it is made here, before the Ready.
+        k, raised = dispatch_raise
+        a, ops = raised.a, [*raised.patch, *record]
+        message = (
+            f"the next dispatch starts with A {a}, raised by K = maxRestarts + 1 = {k} by the gate before this "
+            "check turns Ready (MultiKueue copies the TrainJob to a worker then)"
+        )
     return Decision(
         Action.ADMIT,
         message,
-        trainjob_patch=[*preconditions(trainjob), *record] if record else None,
+        trainjob_patch=ops or None,
         check_write=check_state_apply(workload, check, READY, message, now),
         new_a=a,
         foreign=foreign,
     )
+
+
+def _dispatch_raise(trainjob: Mapping[str, Any], runtime_spec: Mapping[str, Any] | None) -> tuple[int, Raise]:
+    """MultiKueue mode's raise by K, and K; ContractError (a hold, saying why) when the runtime copy was not
+    read or fails the MultiKueue requirements."""
+    if runtime_spec is None:
+        raise ContractError("spec.runtimeRef", "the runtime copy, whose maxRestarts gives K, could not be read")
+    problems = multikueue_problems(runtime_spec)
+    if problems:
+        raise ContractError("runtime copy", "; ".join(map(str, problems)))
+    k = step(runtime_spec)
+    return k, raise_dispatch(trainjob, k)
 
 
 def hold_in_force(obj: Mapping[str, Any] | None) -> str | None:

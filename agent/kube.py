@@ -24,12 +24,14 @@ from agent.constants import (
     KUEUE_VERSION,
     REQUEST_TIMEOUT_SECONDS,
     TRAINER_VERSION,
+    TRAINING_RUNTIMES,
     TRAINJOBS,
     WORKLOADS,
 )
 from agent.events import EventRecorder
 from agent.podlists import SharedPodLists
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
+from contract.multicluster import multikueue_checks
 from contract.objects import dig
 from serving.kube import read_json
 
@@ -46,6 +48,8 @@ class CheckNames(Protocol):
     def synced(self) -> bool: ...
 
     def ours(self) -> frozenset[str]: ...
+
+    def multikueue(self) -> frozenset[str]: ...
 
 
 async def _or_none(call: Awaitable[Any]) -> Any:
@@ -102,6 +106,23 @@ class Kube:
             dig(ac, "metadata", "name")
             for ac in listed.get("items", [])
             if dig(ac, "spec", "controllerName") == ADMISSION_CHECK_CONTROLLER
+        )
+
+    async def multikueue_checks(self) -> frozenset[str]:
+        """Names of the AdmissionChecks whose controllerName is Kueue's MultiKueue."""
+        if self.checks is not None and self.checks.synced:
+            return self.checks.multikueue()
+        listed = await read_json(
+            self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, **self._opts())
+        )
+        return multikueue_checks(listed.get("items", []))
+
+    async def get_training_runtime(self, namespace: str, name: str) -> Obj | None:
+        """A TrainJob's runtime copy (MultiKueue mode: its maxRestarts gives K)."""
+        return await _or_none(
+            self.custom.get_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINING_RUNTIMES, name, **self._opts()
+            )
         )
 
     async def get_trainjob(self, namespace: str, name: str) -> Obj | None:

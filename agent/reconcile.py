@@ -10,7 +10,8 @@ c. The decision (agent/gate.py, pure).
 d. The writes, in this order: the JobSet UID record in the TrainJob, the first time and only if no one made
    it yet (preconditioned on the TrainJob as read); only then the check's state in the Workload
    (preconditioned on the Workload as read in a). A itself is raised by the write that starts the execution,
-   not here.
+   not here, except in MultiKueue mode (contract/multicluster.py): there the TrainJob write raises A by K,
+   with the record if due, before the Ready, because MultiKueue copies the TrainJob before the unsuspend.
    Each landed write's response goes into the cache when newer, so a next pass does not read our own
    pre-write copy.
 e. Reports: an Event when a held check's message changed, and each foreign reason once per TrainJob.
@@ -54,6 +55,7 @@ from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
 from contract.admission import admission_count
+from contract.multicluster import is_multikueue
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_api_error
@@ -145,6 +147,10 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     # b. What the decision needs: the TrainJob and JobSet (caches), the pods (a LIST after the pass began).
     trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(kube, workload, settings)
 
+    # MultiKueue mode: the gate numbers the dispatch before its Ready, by K from the runtime copy (one GET).
+    multikueue = is_multikueue(workload, await kube.multikueue_checks())
+    runtime_spec = await _runtime_spec(kube, trainjob) if multikueue else None
+
     # c. The decision.
     d = decide(
         workload=workload,
@@ -155,6 +161,8 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         blockers=blockers,
         now=utc_now(),
         foreign_pods=foreign_pods,
+        multikueue=multikueue,
+        runtime_spec=runtime_spec,
     )
     base = {"check": check, "quota_reserved_at": reserved_at}
 
@@ -241,6 +249,19 @@ def _log_decision(
         why,
         extra=fields(workload=str(key), trainjob=name, check=check, a=a, outcome=d.action.value, result=result),
     )
+
+
+async def _runtime_spec(kube: Kube, trainjob: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The spec of a dispatch TrainJob's runtime copy (its runtimeRef, in its namespace), or None: not a
+    dispatch TrainJob, or the copy is not there (the gate then holds, saying so)."""
+    if trainjob is None or not is_dispatch(trainjob):
+        return None
+    name = dig(trainjob, "spec", "runtimeRef", "name")
+    if not isinstance(name, str):
+        return None
+    found = await kube.get_training_runtime(dig(trainjob, "metadata", "namespace"), name)
+    spec = dig(found, "spec")
+    return spec if isinstance(spec, Mapping) else None
 
 
 def _admission_count(trainjob: Mapping[str, Any] | None) -> int | None:

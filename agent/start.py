@@ -2,9 +2,10 @@
 
 Start reads the TrainJob back and refuses it, stopping the object, if anything it wrote has changed —
 labels, annotations, runtimeRef, trainer, activeDeadlineSeconds, its runtime patch, or a managedBy set by
-someone else; and in plain mode spec.suspend, dispatch's own field there (its start gate). It does not
-compare fields others own by design, such as spec.suspend in Kueue mode (Kueue's). In Kueue mode the
-Workload must carry the gate and list dispatch's AdmissionCheck.
+someone else (MultiKueue's only where the queue lists the MultiKueue check: ``multikueue_start_problems``);
+and in plain mode spec.suspend, dispatch's own field there (its start gate). It does not compare fields
+others own by design, such as spec.suspend in Kueue mode (Kueue's). In Kueue mode the Workload must carry
+the gate and list dispatch's AdmissionCheck.
 
 Before anything else, Start makes sure the namespace has the prologue's ConfigMap (contract/prologue.py), which
 every trainer pod mounts and runs: it accepts one already there only if it is exactly dispatch's
@@ -18,11 +19,13 @@ would repeat the earlier one's first identity, and could run beside the earlier 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from contract.admission import admission_count, admission_floor
 from contract.gates import gates_of
 from contract.keys import GATE, TRAINER_GROUP
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, budget_problem, is_multikueue, multikueue_problems
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, configmap_differences
@@ -70,9 +73,37 @@ def readback_changes(written: Mapping[str, Any], read: Mapping[str, Any]) -> lis
             f"spec.suspend: wrote {dig(written, 'spec', 'suspend')!r}, read {dig(read, 'spec', 'suspend')!r}"
         )
     managed_by = dig(read, "spec", "managedBy")
-    if managed_by not in (None, DEFAULT_MANAGED_BY, dig(written, "spec", "managedBy")):
+    # MultiKueue's: accepted here, and then only where the queue lists the MultiKueue check (multikueue_problems).
+    if managed_by not in (None, DEFAULT_MANAGED_BY, MULTIKUEUE_MANAGED_BY, dig(written, "spec", "managedBy")):
         changes.append(f"spec.managedBy is {managed_by!r}, set by someone else")
     return changes
+
+
+def multikueue_start_problems(
+    read: Mapping[str, Any],
+    workload: Mapping[str, Any] | None,
+    checks: Collection[str],
+    runtime_spec: Mapping[str, Any],
+    *,
+    min_dispatches: int,
+) -> list[str]:
+    """Start's MultiKueue checks of the TrainJob as read back, once its Workload is there: ``managedBy``
+    MultiKueue's only where the queue's ClusterQueue lists a MultiKueue check (``checks``: their names; Kueue
+    copies the ClusterQueue's checks into the Workload); and, in a MultiKueue queue, the runtime copy
+    (``runtime_spec``) free of what lets J pass maxRestarts and affording ``min_dispatches`` dispatches."""
+    managed = dig(read, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY
+    if not is_multikueue(workload, checks):
+        if managed:
+            return [
+                f"spec.managedBy is {MULTIKUEUE_MANAGED_BY!r}, but the queue's ClusterQueue lists no MultiKueue check"
+            ]
+        return []
+    problems = [str(p) for p in multikueue_problems(runtime_spec)]
+    if problems:
+        return problems
+    a = max((c for c in (admission_count(read), admission_floor(read)) if c is not None), default=0)
+    refusal = budget_problem(runtime_spec, a, min_dispatches)
+    return [refusal] if refusal else []
 
 
 def workload_problems(workload: Mapping[str, Any] | None, checks: Iterable[str]) -> list[str]:

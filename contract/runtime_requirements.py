@@ -12,14 +12,23 @@ from typing import Any
 
 from contract.errors import ContractError, Problem
 from contract.keys import TRAINER_CONTAINER
+from contract.multicluster import multikueue_problems
 from contract.objects import dig
 from contract.runtime_patch import trainer_replicated_job
 
 _RESTART_ONE_JOB = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 
 
-def runtime_problems(runtime_spec: Mapping[str, Any], *, allow_rank_restart: bool) -> list[Problem]:
-    """Every way the runtime's trainer job could run a second execution under the same identity."""
+def runtime_problems(
+    runtime_spec: Mapping[str, Any], *, allow_rank_restart: bool, multikueue: bool = False
+) -> list[Problem]:
+    """Every way the runtime's trainer job could run a second execution under the same identity;
+    ``multikueue``: in a MultiKueue queue, also what lets J pass maxRestarts (contract/multicluster.py)."""
+    if multikueue:
+        return [
+            *runtime_problems(runtime_spec, allow_rank_restart=allow_rank_restart),
+            *multikueue_problems(runtime_spec),
+        ]
     try:
         job = trainer_replicated_job(runtime_spec)
     except ContractError as exc:

@@ -55,6 +55,7 @@ from contract.keys import (
     PROLOGUE_KEY,
     RUNTIME_PATCH_MANAGER,
 )
+from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from contract.patches import FOREIGN_POD_SPEC
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from webhook import owners
@@ -334,13 +335,21 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "expression": "(variables.oldA == variables.newA && variables.oldFloor == variables.newFloor) || "
                     "variables.newA == '' || (variables.oldFloor != '' && variables.newFloor == '') || "
                     "((variables.dispatch || variables.unsuspends) && variables.newA == variables.newFloor && "
+                    # In a MultiKueue queue dispatch's gate raises by K = maxRestarts + 1 (contract/multicluster.py).
+                    f"(variables.dispatch && object.spec.?managedBy.orValue('') == {_q(MULTIKUEUE_MANAGED_BY)} ? "
+                    "int(variables.newA) > "
+                    "(int(variables.oldA == '' ? '0' : variables.oldA) > "
+                    "int(variables.oldFloor == '' ? '0' : variables.oldFloor) ? "
+                    "int(variables.oldA == '' ? '0' : variables.oldA) : "
+                    "int(variables.oldFloor == '' ? '0' : variables.oldFloor)) : "
                     "int(variables.newA) == "
                     "(int(variables.oldA == '' ? '0' : variables.oldA) > "
                     "int(variables.oldFloor == '' ? '0' : variables.oldFloor) ? "
                     "int(variables.oldA == '' ? '0' : variables.oldA) : "
-                    "int(variables.oldFloor == '' ? '0' : variables.oldFloor)) + 1)",
+                    "int(variables.oldFloor == '' ? '0' : variables.oldFloor)) + 1))",
                     "messageExpression": "'only dispatch, or admission in the write that unsuspends, raises A and the "
-                    "admission floor, together, to max(A, floor) + 1: saw A ' + variables.oldA + ' -> ' + "
+                    "admission floor, together, to max(A, floor) + 1 (dispatch, in a MultiKueue queue, above it): "
+                    "saw A ' + variables.oldA + ' -> ' + "
                     "variables.newA + ', floor ' + variables.oldFloor"
                     " + ' -> ' + variables.newFloor",
                     "reason": "Forbidden",

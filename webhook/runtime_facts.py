@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from contract.errors import ContractError, Problem
+from contract.multicluster import multikueue_problems
 from contract.objects import dig
 from contract.runtime_patch import trainer_replicated_job
 from contract.runtime_requirements import runtime_problems
@@ -40,6 +41,8 @@ class Requirements:
     """runtime_problems with ``allow_rank_restart=False``."""
     lenient: _Outcome
     """runtime_problems with ``allow_rank_restart=True``."""
+    multikueue: _Outcome = ()
+    """contract/multicluster.py ``multikueue_problems``: added for a TrainJob MultiKueue manages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,10 @@ class RuntimeFacts:
         """``runtime_problems(spec or {}, allow_rank_restart=...)``."""
         r = self.requirements
         return list(_result(r.lenient if allow_rank_restart else r.strict))
+
+    def multikueue_problems(self) -> list[Problem]:
+        """``multikueue_problems(spec or {})``: what lets J pass maxRestarts in a MultiKueue queue."""
+        return list(_result(self.requirements.multikueue))
 
 
 def _result(outcome: T | BaseException) -> T:
@@ -92,6 +99,7 @@ def requirements_of(spec: object) -> Requirements:
         trainer=_outcome(lambda: _trainer(spec)),
         strict=_outcome(lambda: tuple(runtime_problems(spec or {}, allow_rank_restart=False))),  # type: ignore[arg-type]
         lenient=_outcome(lambda: tuple(runtime_problems(spec or {}, allow_rank_restart=True))),  # type: ignore[arg-type]
+        multikueue=_outcome(lambda: tuple(multikueue_problems(spec or {}))),  # type: ignore[arg-type]
     )
     key = repr(value)
     found = _INTERNED.get(key)

@@ -59,6 +59,7 @@ from agent.start import (
     NOT_MANAGED,
     earlier_incarnation,
     earlier_incarnation_message,
+    multikueue_start_problems,
     prologue_configmap_refusal,
     readback_changes,
     workload_problems,
@@ -75,6 +76,7 @@ from contract.keys import (
     PROBE_IMAGE,
     TRAINER_CONTAINER,
 )
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, multikueue_checks
 from contract.objects import dig
 from contract.ownership import is_dispatch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
@@ -232,7 +234,7 @@ class Service:
             trainjob = await self._create_trainjob(tj_path, built)
         uid = str(dig(trainjob, "metadata", "uid"))
         await self._own_copy(copy_read, trainjob)
-        refusal = await self._verify(tj_path, built, uid)
+        refusal = await self._verify(tj_path, built, uid, copy_read.get("spec") or {})
         if refusal is not None:
             await self._discard(sub.namespace, name, uid, copy_read)
             raise refusal
@@ -269,10 +271,13 @@ class Service:
         if left:
             raise ApiError(ErrorKind.CONFLICT, earlier_incarnation_message(namespace, name, left), orphans=list(left))
 
-    async def _verify(self, path: str, built: Mapping[str, Any], uid: str) -> ApiError | None:
+    async def _verify(
+        self, path: str, built: Mapping[str, Any], uid: str, runtime_spec: Mapping[str, Any]
+    ) -> ApiError | None:
         """Why Start must stop the TrainJob it created: changed since written, or (Kueue mode) not managed by
-        Kueue as dispatch needs. None when it may stand. A failure to read is raised, not a refusal: the
-        object may be fine, and a retried Start takes it up again."""
+        Kueue as dispatch needs, or (MultiKueue) not numberable as dispatch needs (``runtime_spec``: the runtime
+        copy's). None when it may stand. A failure to read is raised, not a refusal: the object may be fine,
+        and a retried Start takes it up again."""
         where = f"TrainJob {built['metadata']['namespace']}/{built['metadata']['name']}"
         read = await self._read(path, where)
         if read is None or dig(read, "metadata", "uid") != uid:
@@ -283,9 +288,12 @@ class Service:
                 ErrorKind.CONFLICT, f"{where} changed after creation, so it was stopped: " + "; ".join(changes)
             )
         if is_kueue_mode(read):
-            problems = await self._wait_for_workload(built["metadata"]["namespace"], uid)
+            problems = await self._wait_for_workload(built["metadata"]["namespace"], uid, read, runtime_spec)
             if problems:
                 return ApiError(ErrorKind.REJECTED, "; ".join(problems) + f"; {where} was stopped")
+        elif dig(read, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY:
+            return ApiError(ErrorKind.CONFLICT, f"{where} changed after creation, so it was stopped: spec.managedBy "
+                            f"is {MULTIKUEUE_MANAGED_BY!r} on a TrainJob without a queue")  # fmt: skip
         return None
 
     def _take_existing(self, built: Mapping[str, Any], existing: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -371,12 +379,16 @@ class Service:
                 raise ApiError(ErrorKind.CONFLICT, f"runtime copy {ns}/{name} was deleted or replaced during Start")
             copy_read = reread
 
-    async def _wait_for_workload(self, namespace: str, uid: str) -> list[str]:
+    async def _wait_for_workload(
+        self, namespace: str, uid: str, read: Mapping[str, Any], runtime_spec: Mapping[str, Any]
+    ) -> list[str]:
         """Kueue mode: the Workload with the gate and dispatch's check, within timeouts.workload; and one
         that Kueue will not admit past that check. Several Workloads claiming the TrainJob are a problem like
-        a missing one: waited on, then the TrainJob is stopped and Start refused, naming them."""
+        a missing one: waited on, then the TrainJob is stopped and Start refused, naming them. Once it is
+        there, MultiKueue's conditions (agent/start.py ``multikueue_start_problems``)."""
         deadline = time.monotonic() + self.settings.workload_timeout
-        checks = d.our_checks(await self._admission_checks())
+        listed = await self._admission_checks()
+        checks = d.our_checks(listed)
         while True:
             try:
                 workload = await self._workload(namespace, uid)
@@ -385,7 +397,12 @@ class Service:
                 workload, problems = None, [exc.message]
             if not problems or time.monotonic() >= deadline:
                 unchecked = d.unchecked(workload)
-                return problems + ([f"{NOT_MANAGED}: {unchecked}"] if unchecked else [])
+                problems += [f"{NOT_MANAGED}: {unchecked}"] if unchecked else []
+                if problems:
+                    return problems
+                return multikueue_start_problems(
+                    read, workload, multikueue_checks(listed), runtime_spec, min_dispatches=self.settings.min_dispatches
+                )
             await asyncio.sleep(POLL_SECONDS)
 
     async def _discard(self, namespace: str, name: str, uid: str, copy_read: Mapping[str, Any]) -> None:

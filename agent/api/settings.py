@@ -11,7 +11,9 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contract.errors import ContractError
+from contract.identity import R_BOUND
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
+from contract.multicluster import DEFAULT_MIN_DISPATCHES
 from contract.site import check_site_keys
 
 DEFAULT_PORT: Final = 8443
@@ -65,6 +67,9 @@ class ApiSettings(BaseModel):
     """Start observe-only, until a Preflight passes (otherwise only a failed Preflight makes it so)."""
     request_timeout: float = Field(30.0, alias="requestTimeout", gt=0, le=300)
     """Seconds one request to the API server may take (a log stream is not limited by it)."""
+    min_dispatches: int = Field(DEFAULT_MIN_DISPATCHES, alias="minDispatches", ge=1, le=R_BOUND)
+    """MultiKueue: Start refuses a job whose runtime affords fewer dispatches than this (each dispatch spends
+    K = maxRestarts + 1 of R's million; contract/multicluster.py)."""
 
     @field_validator("site_labels", "site_annotations")
     @classmethod

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.admission import raise_admission
+from contract.admission import admission_count, admission_floor, raise_admission
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
@@ -18,6 +18,7 @@ from contract.keys import (
     ANNOTATION_JOBSET_UID,
     POD_FINALIZER,
 )
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, raise_dispatch
 from contract.runtime_patch import trainer_replicated_job
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
@@ -225,6 +226,22 @@ def test_item_7_only_dispatch_raises_a_and_only_by_one(who, namespace, policies)
 
 
 FLOOR_PATH = "/metadata/annotations/dispatch.phpboyscout.uk~1admission-floor"
+
+
+def test_in_a_multikueue_queue_dispatch_alone_raises_by_k(who, namespace, policies):
+    # Kueue's defaulting sets spec.managedBy in a queue with the MultiKueue check; tier A plays it at creation.
+    sub = submission(namespace=namespace, n=7)
+    who.dispatch.create(build_runtime_copy(sub, runtime()))
+    built = build_trainjob(sub, runtime()["spec"])
+    built["spec"]["managedBy"] = MULTIKUEUE_MANAGED_BY
+    tj = who.dispatch.create(built)
+    by_k = raise_dispatch(tj, 3).patch
+    err = denied(who.stranger, tj, _patched_a(tj, "3"), content_type=JSON_PATCH)
+    assert "only dispatch, or admission in the write that unsuspends, raises A" in err
+    after = json_patch(who.dispatch, tj, by_k)  # the gate's raise: A and the floor 0 -> 3
+    assert (admission_count(after), admission_floor(after)) == (3, 3)
+    plain = create(who, namespace)  # not MultiKueue's: dispatch too raises by 1 only
+    assert "max(A, floor) + 1" in denied(who.dispatch, plain, raise_dispatch(plain, 3).patch, content_type=JSON_PATCH)
 
 
 @pytest.mark.parametrize("queue", ["team-a-queue", None])

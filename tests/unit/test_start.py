@@ -44,8 +44,9 @@ def test_an_untouched_read_back_passes_despite_what_others_add():
         (lambda tj: tj["spec"].update(activeDeadlineSeconds=5), "spec.activeDeadlineSeconds"),
         (lambda tj: tj["spec"]["runtimePatches"].pop(0), "dispatch's runtime patch"),
         (
-            lambda tj: tj["spec"].update(managedBy="kueue.x-k8s.io/multikueue"),
-            "spec.managedBy is 'kueue.x-k8s.io/multikueue'",
+            # MultiKueue's is judged once the Workload shows the queue (tests/unit/test_multicluster.py).
+            lambda tj: tj["spec"].update(managedBy="example.com/other-controller"),
+            "spec.managedBy is 'example.com/other-controller'",
         ),
     ],
 )

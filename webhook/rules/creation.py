@@ -23,6 +23,7 @@ from contract.keys import (
     TRAINER_CONTAINER,
     TRAINER_GROUP,
 )
+from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from contract.names import TrainJobName, parse_name
 from contract.objects import annotations, dig, labels
 from contract.ownership import is_kueue_mode, runtime_patches
@@ -204,6 +205,8 @@ def creation_problems(
         )
     else:
         problems += runtime.problems(allow_rank_restart=allow_rank_restart)
+        if dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY:  # set by Kueue's defaulting, before us
+            problems += runtime.multikueue_problems()
     return problems, warnings
 
 

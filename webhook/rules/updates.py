@@ -30,6 +30,7 @@ from contract.keys import (
     OPENED_TRUE,
     RUNTIME_PATCH_MANAGER,
 )
+from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.patches import merged_admission
@@ -122,7 +123,11 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any], *, dispatch:
         elif isinstance(before, int) and (after is None or after < before):
             seen = f"{before} -> {'removed' if after is None else after}"
             problems.append(Problem("update.counter", field, seen, f"never below {before}, never removed"))
-    problems += _raise_problems(a_before, a_after, floor_before, floor_after, dispatch=dispatch or unsuspends(old, new))
+    # In a MultiKueue queue dispatch's gate raises by K = maxRestarts + 1 (contract/multicluster.py).
+    by_k = dispatch and dig(new, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY
+    problems += _raise_problems(
+        a_before, a_after, floor_before, floor_after, dispatch=dispatch or unsuspends(old, new), by_k=by_k
+    )
     problems += _started_problems(old, new, a_after)
 
     queue_before, queue_after = labels(old).get(LABEL_QUEUE_NAME), labels(new).get(LABEL_QUEUE_NAME)
@@ -168,10 +173,17 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any], *, dispatch:
 
 
 def _raise_problems(
-    a_before: object, a_after: object, floor_before: object, floor_after: object, *, dispatch: bool
+    a_before: object,
+    a_after: object,
+    floor_before: object,
+    floor_after: object,
+    *,
+    dispatch: bool,
+    by_k: bool = False,
 ) -> list[Problem]:
     """A and the floor rise only by dispatch or in an unsuspend (``dispatch`` true for both), together, and only
-    to max(A, floor) + 1: a stranger pushing A to the bound would make every later raise fail."""
+    to max(A, floor) + 1: a stranger pushing A to the bound would make every later raise fail. ``by_k``:
+    dispatch's own write in a MultiKueue queue, where its gate raises by K, so any value above max(A, floor)."""
     counts = (a_before, a_after, floor_before, floor_after)
     if any(isinstance(c, ContractError) for c in counts) or (a_before, floor_before) == (a_after, floor_after):
         return []
@@ -187,6 +199,8 @@ def _raise_problems(
             )
         ]
     expected = max(c for c in (a_before, floor_before, 0) if isinstance(c, int)) + 1
+    if by_k and isinstance(a_after, int) and a_after >= expected and floor_after == a_after:
+        return []
     if a_after != expected or floor_after != expected:
         return [
             Problem(

@@ -1,0 +1,143 @@
+"""MultiKueue: the names, and the formulas that number each dispatch on the manager (docs/multicluster.md).
+
+A dispatch is one admission on the manager. Its execution runs on a worker as a new TrainJob, so a new
+JobSet, where J starts again at 0 and may reach maxRestarts: the dispatch with count A runs R = A + J with
+0 <= J <= maxRestarts. So on the manager the readmission gate raises A by K = maxRestarts + 1, not by 1,
+before it sets its check Ready (MultiKueue copies the TrainJob to a worker once every other check is Ready):
+the ranges [A, A + K - 1] of successive dispatches never overlap, and R only rises across them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Final
+
+from contract.admission import Raise, admission_count, admission_floor, admission_path, preconditions
+from contract.errors import ContractError, Problem
+from contract.identity import R_BOUND
+from contract.keys import ANNOTATION_ADMISSION_FLOOR
+from contract.objects import add_op, dig
+
+MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
+"""The ``spec.controllerName`` of Kueue's MultiKueue AdmissionCheck."""
+MULTIKUEUE_MANAGED_BY: Final = "kueue.x-k8s.io/multikueue"
+"""The ``spec.managedBy`` Kueue's defaulting sets on a TrainJob whose queue has the MultiKueue check."""
+IGNORE_MAX_RESTARTS: Final = "RestartJobSetAndIgnoreMaxRestarts"
+"""The JobSet failure-policy action that restarts without counting: J could pass maxRestarts."""
+MAX_RESTARTS_FIELD: Final = "spec.template.spec.failurePolicy.maxRestarts"
+DEFAULT_MIN_DISPATCHES: Final = 1000
+
+
+def max_restarts(runtime_spec: Mapping[str, Any]) -> int:
+    """The JobSet failure policy's maxRestarts in a runtime's spec: the highest J a dispatch can reach (0 when
+    absent: JobSet then never restarts the group)."""
+    value = dig(runtime_spec, "template", "spec", "failurePolicy", "maxRestarts")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ContractError(MAX_RESTARTS_FIELD, f"{value!r} is not a count")
+    return value
+
+
+def step(runtime_spec: Mapping[str, Any]) -> int:
+    """K = maxRestarts + 1: how far A rises per dispatch, so that no two dispatches share an R."""
+    return max_restarts(runtime_spec) + 1
+
+
+def dispatches_afforded(a: int, restarts: int) -> int:
+    """How many more dispatches a job at count ``a`` can number: the n-th gets A = a + n K and runs R up to
+    a + n K + maxRestarts, which must stay below R_BOUND, so n <= (R_BOUND - 1 - maxRestarts - a) / K."""
+    return max(0, (R_BOUND - 1 - restarts - a) // (restarts + 1))
+
+
+def multikueue_checks(admission_checks: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The names of the AdmissionChecks whose controller is MultiKueue."""
+    return frozenset(
+        dig(ac, "metadata", "name")
+        for ac in admission_checks
+        if dig(ac, "spec", "controllerName") == MULTIKUEUE_CONTROLLER
+    )
+
+
+def is_multikueue(workload: Mapping[str, Any] | None, checks: Collection[str]) -> bool:
+    """MultiKueue mode: the Workload's ClusterQueue lists a MultiKueue check (Kueue copies the ClusterQueue's
+    checks into the Workload's ``status.admissionChecks``); ``checks`` are the MultiKueue checks' names."""
+    entries = dig(workload, "status", "admissionChecks")
+    names = {e.get("name") for e in entries if isinstance(e, Mapping)} if isinstance(entries, list) else set()
+    return bool(names & set(checks))
+
+
+def multikueue_problems(runtime_spec: Mapping[str, Any]) -> list[Problem]:
+    """What a runtime must not have in a MultiKueue queue, beyond docs/webhook.md's runtime requirements: a
+    failure-policy rule that restarts without counting lets J pass maxRestarts, into the next dispatch's
+    range; and a maxRestarts that is not a count."""
+    problems = []
+    try:
+        max_restarts(runtime_spec)
+    except ContractError as exc:
+        problems.append(Problem("runtime.max-restarts", exc.field, dig(runtime_spec, *_MAX_RESTARTS), exc.message))
+    rules = dig(runtime_spec, "template", "spec", "failurePolicy", "rules")
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        if isinstance(rule, Mapping) and rule.get("action") == IGNORE_MAX_RESTARTS:
+            problems.append(
+                Problem(
+                    "runtime.multikueue-ignore-max-restarts",
+                    f"spec.template.spec.failurePolicy.rules[{i}].action",
+                    IGNORE_MAX_RESTARTS,
+                    "must not be used in a MultiKueue queue: J could pass maxRestarts and repeat the R of the "
+                    "next dispatch, which starts at A + maxRestarts + 1",
+                )
+            )
+    return problems
+
+
+_MAX_RESTARTS = ("template", "spec", "failurePolicy", "maxRestarts")
+
+
+def raise_dispatch(trainjob: Mapping[str, Any], k: int) -> Raise:
+    """A and the floor := max(A, floor) + K, as one JSON Patch preconditioned on the TrainJob as read.
+
+    Refuses (ContractError) when the TrainJob is not suspended (Trainer lets A change only then), when
+    dispatch's entry is gone, when neither A nor the floor is there (raising from nothing could repeat an R),
+    and when the dispatch's range [A, A + K - 1] would reach R_BOUND."""
+    if dig(trainjob, "spec", "suspend") is not True:
+        raise ContractError("spec.suspend", "A can change only while the TrainJob is suspended")
+    if k < 1:
+        raise ContractError("K", f"{k} is not a step: K = maxRestarts + 1 is at least 1")
+    path = admission_path(trainjob)
+    a, floor = admission_count(trainjob), admission_floor(trainjob)
+    if a is None and floor is None:
+        raise ContractError(
+            "spec.runtimePatches",
+            "neither A nor the admission floor is there; raising A from nothing could repeat an R",
+        )
+    new_a = max(a or 0, floor or 0) + k
+    if new_a + k - 1 >= R_BOUND:
+        raise ContractError(
+            "A",
+            f"raising A to {new_a} (by K {k}) lets this dispatch reach R {new_a + k - 1}, past the epoch bound "
+            f"{R_BOUND}: the job's dispatches are spent",
+        )
+    value = str(new_a)
+    return Raise(
+        a=new_a,
+        patch=[
+            *preconditions(trainjob),
+            add_op(trainjob, path, value),
+            add_op(trainjob, ("metadata", "annotations", ANNOTATION_ADMISSION_FLOOR), value),
+        ],
+    )
+
+
+def budget_problem(runtime_spec: Mapping[str, Any], a: int, min_dispatches: int) -> str | None:
+    """Start's refusal, naming the figures, of a job whose runtime affords fewer dispatches from count ``a``
+    than the site's minDispatches; None when it affords enough."""
+    restarts = max_restarts(runtime_spec)
+    afforded = dispatches_afforded(a, restarts)
+    if afforded >= min_dispatches:
+        return None
+    return (
+        f"the runtime's maxRestarts {restarts} (K = {restarts + 1}) affords {afforded} dispatch(es) from A {a} "
+        f"(floor(({R_BOUND} - 1 - {restarts} - {a}) / {restarts + 1})), fewer than the site's minDispatches "
+        f"{min_dispatches}: lower {MAX_RESTARTS_FIELD}"
+    )

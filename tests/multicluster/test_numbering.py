@@ -1,0 +1,239 @@
+"""Numbering each dispatch on a MultiKueue manager (docs/multicluster.md, guarantees 1 and 2), against the real
+MultiKueue of harness.multicluster: dispatch's agent on the manager, its check beside the MultiKueue check on a
+ClusterQueue of the test's own.
+
+The gate raises A by K = maxRestarts + 1 before it sets its check Ready, so the copy MultiKueue makes on a worker
+carries the raised A; the manager's unsuspend (the record-start policy tier B installs) then only records it. A
+second dispatch (Hold, then Release) raises A again by K: R only rises. The worker side is still design, so the
+test plays its plumbing: it creates the runtime copy on each worker, and unbinds the workers' harness-wide owner
+policies, which would refuse MultiKueue's principal creating dispatch's TrainJob there."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ulid import ULID
+
+from agent.operations import Hold, Target, plan_hold, plan_open, plan_release
+from contract.admission import admission_started
+from contract.keys import FIELD_MANAGER, POD_FINALIZER
+from contract.trainjob import Submission, build_runtime_copy
+from harness.agent_process import LEADER, AgentProcess, grant, start_agent
+from harness.kube_http import ApiError, KubeHttp
+from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MULTIKUEUE_CONTROLLER, MultiCluster
+from harness.sandbox import site
+from harness.tier_b import CLUSTER_QUEUE_QUOTA, HARNESS_POLICY_PREFIX, RESOURCE_FLAVOR
+from tests.e2e import kit
+from tests.e2e.kit import TRAINER_V, eventually
+
+pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
+
+QUEUE = "dispatch-mk"
+MAX_RESTARTS = 2
+K = MAX_RESTARTS + 1
+RAISED_BY_K = (
+    "the next dispatch starts with A {}, raised by K = maxRestarts + 1 = 3 by the gate before this check turns "
+    "Ready (MultiKueue copies the TrainJob to a worker then)"
+)
+JSON_PATCH = "application/json-patch+json"
+VAP_BINDING = ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")
+
+
+@dataclass
+class Manager:
+    mc: MultiCluster
+    namespace: str
+    check: str
+    runtime: dict[str, Any]
+    agent: AgentProcess
+
+    @property
+    def admin(self) -> KubeHttp:
+        return self.mc.manager.admin
+
+
+def _queue(name: str, check: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_V,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": list(CLUSTER_QUEUE_QUOTA),
+                    "flavors": [
+                        {
+                            "name": RESOURCE_FLAVOR,
+                            "resources": [{"name": k, "nominalQuota": v} for k, v in CLUSTER_QUEUE_QUOTA.items()],
+                        }
+                    ],
+                }
+            ],
+            "admissionChecksStrategy": {"admissionChecks": [{"name": ADMISSION_CHECK}, {"name": check}]},
+        },
+    }
+
+
+def _bare(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences"):
+        out["metadata"].pop(key, None)
+    out.pop("status", None)
+    return out
+
+
+@pytest.fixture
+def manager(
+    multicluster: MultiCluster, multicluster_namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Manager]:
+    mc, ns = multicluster, multicluster_namespace
+    admin = mc.manager.admin
+    suffix = secrets.token_hex(3)
+    check, cq, rt = f"dispatch-mk-{suffix}", f"dispatch-mk-{suffix}", f"dispatch-mk-{suffix}"
+    system = f"dispatch-mk-system-{suffix}"
+    saved: list[tuple[KubeHttp, dict[str, Any]]] = []
+    agent: AgentProcess | None = None
+    try:
+        admin.create(site.admission_check(check))
+        admin.create(_queue(cq, check))
+        runtime = kit.training_runtime(rt, cpu="1", failure_policy={"maxRestarts": MAX_RESTARTS})
+        for tb in mc.tiers:
+            tb.admin.create(copy.deepcopy(runtime))
+        runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", rt)
+        admin.apply({"apiVersion": KUEUE_V, "kind": "LocalQueue", "metadata": {"namespace": ns, "name": QUEUE},
+                     "spec": {"clusterQueue": cq}})  # fmt: skip
+        for worker in mc.workers:
+            worker.tier_b.create_local_queue(ns, QUEUE)
+            # The worker side is design: its harness-wide owner policies refuse MultiKueue's principal.
+            for binding in worker.admin.list(*VAP_BINDING):
+                if binding["metadata"]["name"].startswith(HARNESS_POLICY_PREFIX):
+                    # A LIST's items carry no apiVersion or kind.
+                    saved.append(
+                        (worker.admin, {"apiVersion": VAP_BINDING[0], "kind": VAP_BINDING[1], **_bare(binding)})
+                    )
+                    worker.admin.delete(*VAP_BINDING, binding["metadata"]["name"])
+        cp = mc.manager.control_plane
+        system = cp.create_namespace(system)
+        agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}",
+                            config={"leaseNamespace": system, "leaseName": "dispatch-admission"},
+                            workdir=Path(tmp_path_factory.mktemp("agent")), until=LEADER)  # fmt: skip
+        eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "ClusterQueue", cq), "Active")), 60,
+                   "the ClusterQueue with both checks Active")  # fmt: skip
+        eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "LocalQueue", QUEUE, ns), "Active")), 30,
+                   "LocalQueue Active")  # fmt: skip
+        yield Manager(mc, ns, check, runtime, agent)
+    finally:
+        if agent is not None:
+            mc.manager.control_plane.supervisor.stop(agent.name)
+        for tj in admin.list(TRAINER_V, "TrainJob", ns):
+            admin.delete(TRAINER_V, "TrainJob", tj["metadata"]["name"], ns)
+        eventually(lambda: _true(not admin.list(KUEUE_V, "Workload", ns)), 90, "the test's Workloads gone")
+        for worker in mc.workers:  # no agent there removes dispatch's pod finalizer (the worker side is design)
+            for pod in worker.admin.list("v1", "Pod", ns):
+                if POD_FINALIZER in pod["metadata"].get("finalizers", []):
+                    worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
+                                             {"metadata": {"finalizers": None}}, ns)  # fmt: skip
+        for http, binding in saved:
+            http.apply(binding)
+        admin.delete(KUEUE_V, "LocalQueue", QUEUE, ns)
+        admin.delete(KUEUE_V, "ClusterQueue", cq)
+        admin.delete(KUEUE_V, "AdmissionCheck", check)
+        for tb in mc.tiers:
+            tb.admin.delete(TRAINER_V, "ClusterTrainingRuntime", rt)
+        if agent is not None:
+            rbac = "rbac.authorization.k8s.io/v1"
+            admin.delete(rbac, "ClusterRoleBinding", f"dispatch-agent-{system}")
+            admin.delete(rbac, "ClusterRole", f"dispatch-agent-{system}")
+            mc.manager.control_plane.delete_namespace(system)
+
+
+def _true(value: object) -> object:
+    assert value
+    return value
+
+
+def _json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    admin.request("PATCH", admin.object_path(obj), ops, query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
+
+
+def _get(m: Manager, tj: dict[str, Any]) -> dict[str, Any]:
+    return m.admin.get(TRAINER_V, "TrainJob", tj["metadata"]["name"], m.namespace)
+
+
+def _write(m: Manager, tj: dict[str, Any], plan: Any) -> None:
+    """Open, Hold or Release as the supervisor API makes them: each write preconditioned on a fresh read, read
+    again after a conflict (Kueue writes too)."""
+    for _ in range(20):
+        trainjob, wl = _get(m, tj), kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"])
+        writes = plan(trainjob, wl)
+        if not writes:
+            return
+        target = trainjob if writes[0].target is Target.TRAINJOB else wl
+        try:
+            _json_patch(m.admin, target, writes[0].patch)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            time.sleep(0.2)
+    raise AssertionError("the writes kept conflicting")
+
+
+def _dispatched(m: Manager, tj: dict[str, Any], a: int, within: float = 180) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dispatch numbered A: the manager's check Ready with the gate's message, the copy on the chosen worker
+    carrying A, and the manager's TrainJob unsuspended with A recorded as started and not raised again."""
+    uid, name = tj["metadata"]["uid"], tj["metadata"]["name"]
+
+    def probe() -> tuple[dict[str, Any], dict[str, Any]]:
+        wl = kit.workload_of(m.admin, m.namespace, uid)
+        entry = kit.check_entry(wl, m.check)
+        assert (entry["state"], entry["message"]) == ("Ready", RAISED_BY_K.format(a)), entry
+        cluster = wl.get("status", {}).get("clusterName")
+        assert cluster in m.mc.cluster_names, wl.get("status")
+        remote = m.mc.worker(cluster).admin.get(TRAINER_V, "TrainJob", name, m.namespace)
+        assert kit.a_of(remote) == a, "the copy on the worker does not carry the raised A"
+        here = _get(m, tj)
+        assert here["spec"].get("suspend") is False, "the manager has not unsuspended it yet"
+        assert (kit.a_of(here), kit.floor_of(here), admission_started(here)) == (a, a, a)
+        return here, remote
+
+    return eventually(probe, within, f"the dispatch numbered A {a} sent to a worker")
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
+def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(manager: Manager) -> None:
+    m = manager
+    trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", m.namespace))
+    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
+                     image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
+    try:
+        copy_ = build_runtime_copy(sub, m.runtime)
+        for worker in m.mc.workers:  # the runtime copy on every worker (docs/multicluster.md, Plumbing)
+            worker.admin.create(copy.deepcopy(copy_))
+        tj = kit.create_as_start(m.admin, sub, m.runtime)
+        assert tj["spec"].get("managedBy") == MULTIKUEUE_CONTROLLER, tj["spec"]
+        assert (kit.a_of(tj), kit.floor_of(tj)) == (0, None)
+
+        eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
+        _write(m, tj, lambda t, w: plan_open(t).writes)
+        first, _ = _dispatched(m, tj, K)
+
+        # A second dispatch: Hold evicts it on the manager (MultiKueue removes the copy), Release readmits it.
+        hold = Hold(instance="mc", since=kit.now(), who="tests/multicluster", reason="a second dispatch")
+        _write(m, tj, lambda t, w: plan_hold(t, w, hold).writes)
+        eventually(lambda: _true(_get(m, tj)["spec"].get("suspend") is True), 120, "suspended on the manager")
+        _write(m, tj, lambda t, w: plan_release(t, w).writes)
+        second, _ = _dispatched(m, tj, 2 * K)
+        assert kit.a_of(second) >= kit.a_of(first) + K  # R only rises: above the first dispatch's whole range
+
+        # The history: A rose only while suspended, and each unsuspend recorded it without raising it again.
+        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K, 2 * K]
+    finally:
+        trainjobs.stop()
