@@ -109,14 +109,18 @@ def raise_admission(trainjob: Mapping[str, Any]) -> Raise:
     """
     if dig(trainjob, "spec", "suspend") is not True:
         raise ContractError("spec.suspend", "A can change only while the TrainJob is suspended")
-    path = admission_path(trainjob)
-    new_a = _raised(admission_count(trainjob), admission_floor(trainjob))
+    return raise_to(trainjob, _raised(admission_count(trainjob), admission_floor(trainjob)))
+
+
+def raise_to(trainjob: Mapping[str, Any], new_a: int) -> Raise:
+    """A and the floor := ``new_a``, as one JSON Patch preconditioned on the TrainJob as read. The callers
+    decide ``new_a`` (by 1 here, by K in contract/multicluster.py) and check that the TrainJob is suspended."""
     value = str(new_a)
     return Raise(
         a=new_a,
         patch=[
             *preconditions(trainjob),
-            add_op(trainjob, path, value),
+            add_op(trainjob, admission_path(trainjob), value),
             add_op(trainjob, ("metadata", "annotations", ANNOTATION_ADMISSION_FLOOR), value),
         ],
     )

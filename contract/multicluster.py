@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 
-from contract.admission import Raise, admission_count, admission_floor, admission_path, preconditions
+from contract.admission import Raise, admission_count, admission_floor, raise_to
 from contract.errors import ContractError, Problem
 from contract.identity import R_BOUND
-from contract.keys import ANNOTATION_ADMISSION_FLOOR
-from contract.objects import add_op, dig
+from contract.objects import dig
 
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
 """The ``spec.controllerName`` of Kueue's MultiKueue AdmissionCheck."""
@@ -104,7 +103,6 @@ def raise_dispatch(trainjob: Mapping[str, Any], k: int) -> Raise:
         raise ContractError("spec.suspend", "A can change only while the TrainJob is suspended")
     if k < 1:
         raise ContractError("K", f"{k} is not a step: K = maxRestarts + 1 is at least 1")
-    path = admission_path(trainjob)
     a, floor = admission_count(trainjob), admission_floor(trainjob)
     if a is None and floor is None:
         raise ContractError(
@@ -118,15 +116,7 @@ def raise_dispatch(trainjob: Mapping[str, Any], k: int) -> Raise:
             f"raising A to {new_a} (by K {k}) lets this dispatch reach R {new_a + k - 1}, past the epoch bound "
             f"{R_BOUND}: the job's dispatches are spent",
         )
-    value = str(new_a)
-    return Raise(
-        a=new_a,
-        patch=[
-            *preconditions(trainjob),
-            add_op(trainjob, path, value),
-            add_op(trainjob, ("metadata", "annotations", ANNOTATION_ADMISSION_FLOOR), value),
-        ],
-    )
+    return raise_to(trainjob, new_a)
 
 
 def budget_problem(runtime_spec: Mapping[str, Any], a: int, min_dispatches: int) -> str | None:
