@@ -82,8 +82,16 @@ def trainer_replicated_job(runtime_spec: object) -> Mapping[str, Any]:
     return found[0]
 
 
+def canonical_path(path: str) -> bool:
+    """Absolute and written as the container runtime resolves it: no empty, ``.`` or ``..`` segment and no trailing
+    slash. A rule that compares mount paths as text (a CEL policy cannot normalise) reads only such paths."""
+    return path.startswith("/") and not path.startswith("//") and posixpath.normpath(path) == path
+
+
 def paths_overlap(a: str, b: str) -> bool:
-    """One mount path at, above or below the other: the later mount hides or replaces what the first shows."""
+    """One mount path at, above or below the other, as the container runtime resolves them (``/x//y/./z/`` is
+    ``/x/y/z``): the later mount hides or replaces what the first shows."""
+    a, b = ("/" + posixpath.normpath("/" + p).lstrip("/") for p in (a, b))  # normpath keeps a leading //
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
@@ -115,7 +123,7 @@ def check_credentials(credentials: Sequence[Credential]) -> None:
         if not isinstance(cred.secret, str) or len(cred.secret) > 253 or not _DNS_SUBDOMAIN.fullmatch(cred.secret):
             raise ContractError(f"{field}.secret", f"{cred.secret!r} is not a Secret name (a DNS subdomain)")
         path = cred.mount_path
-        if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+        if not isinstance(path, str) or not canonical_path(path) or path == "/":
             raise ContractError(f"{field}.mountPath", f"{path!r} must be an absolute, normalised path other than /")
         for ours, what in _OURS:
             if paths_overlap(path, ours):

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract.errors import ContractError, Problem
-from contract.keys import TRAINER_CONTAINER
+from contract.keys import PROLOGUE_MOUNT_DIR, PROLOGUE_VOLUME, TRAINER_CONTAINER
 from contract.multicluster import multikueue_problems
 from contract.objects import dig
-from contract.runtime_patch import trainer_replicated_job
+from contract.runtime_patch import canonical_path, paths_overlap, trainer_replicated_job
 
 _RESTART_ONE_JOB = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 
@@ -67,6 +67,7 @@ def runtime_problems(
                 c.get("restartPolicy") or c.get("restartPolicyRules"),
                 "restartPolicy and restartPolicyRules must be unset: they restart the trainer in place",
             )
+    problems += prologue_mount_problems(pod_spec, base)
     failure = failure if isinstance(failure, Mapping) else {}
     if failure.get("restartStrategy") == "InPlaceRestart":
         # Not waived by allowRankRestart: it restarts the healthy pods of the whole group in place, not a
@@ -109,4 +110,43 @@ def runtime_problems(
                 "Ignore",
                 "an ignored failure lets the Job replace the rank under the same J" + unless,
             )
+    return problems
+
+
+def prologue_mount_problems(pod_spec: Mapping[str, Any], base: str) -> list[Problem]:
+    """The trainer runs the prologue from PROLOGUE_MOUNT_DIR, which dispatch's runtime patch mounts: a volume of the
+    runtime's under the patch's volume name would be merged into it (Trainer's strategic merge joins volumes by
+    name), and a mount or device of the trainer container at, above or below the directory would hide or replace
+    the file. Paths must be canonical (contract.runtime_patch.canonical_path), as the runtime-copies policy reads
+    them as text. Not waived by allowRankRestart."""
+    problems = []
+    volumes = pod_spec.get("volumes")
+    for v in volumes if isinstance(volumes, list) else []:
+        if isinstance(v, Mapping) and v.get("name") == PROLOGUE_VOLUME:
+            problems.append(
+                Problem(
+                    "runtime.prologue-mount",
+                    f"{base}.template.spec.volumes[{PROLOGUE_VOLUME}]",
+                    PROLOGUE_VOLUME,
+                    "must be renamed: dispatch's runtime patch mounts the prologue under this name, and Trainer merges "
+                    "volumes by name",
+                )
+            )
+    containers = pod_spec.get("containers")
+    for c in containers if isinstance(containers, list) else []:
+        if not isinstance(c, Mapping) or c.get("name") != TRAINER_CONTAINER:
+            continue
+        where = f"{base}.template.spec.containers[{TRAINER_CONTAINER}]"
+        for field, key in (("volumeMounts", "mountPath"), ("volumeDevices", "devicePath")):
+            items = c.get(field)
+            for i, item in enumerate(items if isinstance(items, list) else []):
+                path = item.get(key) if isinstance(item, Mapping) else None
+                path = path if isinstance(path, str) else ""
+                if not canonical_path(path):
+                    accepted = "must be an absolute path written canonically (no //, . or .. segment, no trailing /)"
+                elif paths_overlap(path, PROLOGUE_MOUNT_DIR):
+                    accepted = f"must be neither at, above nor below {PROLOGUE_MOUNT_DIR}: the prologue is there"
+                else:
+                    continue
+                problems.append(Problem("runtime.prologue-mount", f"{where}.{field}[{i}].{key}", path, accepted))
     return problems

@@ -21,7 +21,8 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
   its first start, by everyone (Kueue suspends the Job of a TrainJob whose Workload is gone, and JobSet resumes
   it: its rank would run again under the A and J of the execution that just ended).
 * ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``) nor restarts
-  the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J; and its spec never changes.
+  the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J; its trainer mounts nothing
+  over the prologue's directory; and its spec never changes.
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
   change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
@@ -53,7 +54,10 @@ from contract.keys import (
     PREFIX,
     PROLOGUE_CONFIGMAP_PREFIX,
     PROLOGUE_KEY,
+    PROLOGUE_MOUNT_DIR,
+    PROLOGUE_VOLUME,
     RUNTIME_PATCH_MANAGER,
+    TRAINER_CONTAINER,
 )
 from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from contract.patches import FOREIGN_POD_SPEC
@@ -80,6 +84,27 @@ _NO_TRAINER_JOB_RESTART: Final = (
     "(r.?targetReplicatedJobs.orValue([]).size() == 0 || r.targetReplicatedJobs.exists(t, "
     "object.spec.?template.?spec.?replicatedJobs.orValue([]).exists(j, j.?name.orValue('') == t && "
     f"j.?template.?metadata.?labels[?'{LABEL_ANCESTOR_STEP}'].orValue('') == '{ANCESTOR_TRAINER}'))))"
+)
+
+# runtime.prologue-mount (contract.runtime_requirements.prologue_mount_problems): in the trainer job, no volume under
+# the prologue volume's name, and the trainer container's mount and device paths canonical and clear of the
+# prologue's directory. CEL cannot normalise a path, so, as the webhook's rule, it reads only canonical ones.
+_CANONICAL: Final = (
+    "p.startsWith('/') && !p.contains('//') && !p.contains('/./') && !p.contains('/../') && !p.endsWith('/.') && "
+    "!p.endsWith('/..') && (p == '/' || !p.endsWith('/'))"
+)
+_CLEAR_OF_PROLOGUE: Final = (
+    f"!p.startsWith('{PROLOGUE_MOUNT_DIR}/') && !'{PROLOGUE_MOUNT_DIR}/'.startsWith(p == '/' ? p : p + '/')"
+)
+_NO_MOUNT_OVER_PROLOGUE: Final = (
+    "object.spec.?template.?spec.?replicatedJobs.orValue([]).all(j, "
+    f"j.?template.?metadata.?labels[?'{LABEL_ANCESTOR_STEP}'].orValue('') != '{ANCESTOR_TRAINER}' || "
+    f"(j.?template.?spec.?template.?spec.?volumes.orValue([]).all(v, v.?name.orValue('') != '{PROLOGUE_VOLUME}') && "
+    "j.?template.?spec.?template.?spec.?containers.orValue([]).all(c, "
+    f"c.?name.orValue('') != '{TRAINER_CONTAINER}' || "
+    "(c.?volumeMounts.orValue([]).map(m, m.?mountPath.orValue('')) + "
+    "c.?volumeDevices.orValue([]).map(d, d.?devicePath.orValue(''))).all(p, "
+    f"{_CANONICAL} && {_CLEAR_OF_PROLOGUE}))))"
 )
 
 
@@ -512,6 +537,14 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "expression": _NO_TRAINER_JOB_RESTART,
                     "message": "a dispatch runtime's failure rules never RestartJob the trainer job (it reruns every "
                     "rank under the same A and J), even with allowRankRestart; RestartJobSet raises J",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": _NO_MOUNT_OVER_PROLOGUE,
+                    "message": f"a dispatch runtime's trainer job has no volume named {PROLOGUE_VOLUME}, and its "
+                    f"{TRAINER_CONTAINER} container mounts nothing at, above or below {PROLOGUE_MOUNT_DIR}, where "
+                    "dispatch mounts the prologue; its mount paths are written canonically (no //, . or .. segment, "
+                    "no trailing /)",
                     "reason": "Forbidden",
                 },
             ],

@@ -20,6 +20,7 @@ from contract.keys import (
 )
 from contract.multicluster import MULTIKUEUE_MANAGED_BY, raise_dispatch
 from contract.runtime_patch import trainer_replicated_job
+from contract.runtime_requirements import prologue_mount_problems
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
 from tests.cluster.principals import Principals, json_patch, merge_patch, principals
@@ -572,6 +573,64 @@ def test_item_10_failure_rules_that_raise_j_pass_the_runtime_copies_policy(who, 
     copy_["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 1, "rules": rules}
     collection = who.dispatch.collection_path(copy_["apiVersion"], copy_["kind"], namespace)
     who.dispatch.request("POST", collection, copy_, query={"dryRun": "All"})
+
+
+_MOUNT_PATHS = [
+    "/var/run/dispatch-k8s/prologue", "/var/run/dispatch-k8s/prologue/prologue.sh", "/var/run/dispatch-k8s", "/",
+    "/var/run/dispatch-k8s//prologue/prologue.sh", "/var/run/dispatch-k8s/./prologue", "/x/../var/run", "/data/",
+    "//data", "data", "", "/var/run/dispatch-k8s/prologues", "/var/run/secrets", "/data", "/opt/dispatch-x",
+]  # fmt: skip
+
+
+def test_the_runtime_copies_policy_refuses_a_trainer_mount_over_the_prologue_as_the_webhook_does(who, namespace,
+                                                                                                   policies):  # fmt: skip
+    """runtime.prologue-mount and its CEL twin decide alike on every path (they read only canonical ones: CEL
+    cannot normalise), for mounts and devices of the trainer container and for a volume under the prologue's
+    volume name; mounts of other containers pass both."""
+    sub = submission(namespace=namespace)
+    base = build_runtime_copy(sub, runtime())
+    collection = who.dispatch.collection_path(base["apiVersion"], base["kind"], namespace)
+
+    def variant(change) -> dict:
+        copy_ = copy.deepcopy(base)
+        job = trainer_replicated_job(copy_["spec"])
+        change(job["template"]["spec"]["template"]["spec"])
+        return copy_
+
+    def refused(copy_: dict) -> bool:
+        try:
+            who.dispatch.request("POST", collection, copy_, query={"dryRun": "All"})
+        except ApiError as err:
+            refusal = err
+        else:
+            return False
+        assert refusal.status == 403, refusal
+        assert "mounts nothing at, above or below /var/run/dispatch-k8s/prologue" in refusal.body, refusal.body
+        return True
+
+    def webhook_refuses(copy_: dict) -> bool:
+        job = trainer_replicated_job(copy_["spec"])
+        return bool(prologue_mount_problems(job["template"]["spec"]["template"]["spec"], "x"))
+
+    over = variant(lambda pod: pod["containers"][0].update(volumeMounts=[{"name": "x", "mountPath": "/var"}]))
+    deadline = time.monotonic() + 30
+    while not refused(over):  # the policy loads asynchronously
+        assert time.monotonic() < deadline, "a mount over the prologue was not refused within 30 s"
+        time.sleep(0.2)
+    cases = [(f"mount {p!r}", variant(lambda pod, p=p: pod["containers"][0].update(
+        volumeMounts=[{"name": "x", "mountPath": p}]))) for p in _MOUNT_PATHS]  # fmt: skip
+    cases += [(f"device {p!r}", variant(lambda pod, p=p: pod["containers"][0].update(
+        volumeDevices=[{"name": "x", "devicePath": p}]))) for p in _MOUNT_PATHS[:6]]  # fmt: skip
+    cases.append(("volume named dispatch-prologue", variant(lambda pod: pod.update(
+        volumes=[{"name": "dispatch-prologue", "emptyDir": {}}]))))  # fmt: skip
+    cases.append(("a sidecar's mount", variant(lambda pod: pod["containers"].append(
+        {"name": "sidecar", "image": "busybox", "volumeMounts": [{"name": "x", "mountPath": "/var/run"}]}))))  # fmt: skip
+    decisions = {what: (refused(c), webhook_refuses(c)) for what, c in cases}
+    assert {what: d for what, d in decisions.items() if d[0] != d[1]} == {}, "the policy and the rule disagree"
+    assert decisions["mount '/data'"] == (False, False)
+    assert decisions["device '/var/run/dispatch-k8s'"] == (True, True)
+    assert decisions["volume named dispatch-prologue"] == (True, True)
+    assert decisions["a sidecar's mount"] == (False, False)
 
 
 # -- dispatch's pod finalizer and what ties a trainer pod to its execution (issue 10, item 11) --------

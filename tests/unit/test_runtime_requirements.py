@@ -122,3 +122,78 @@ def test_no_trainer_job():
     problems = runtime_problems(s, allow_rank_restart=False)
     assert [p.rule for p in problems] == ["runtime.trainer-job"]
     assert "0 replicated jobs carry" in str(problems[0])
+
+
+def node_container(s: dict[str, Any]) -> dict[str, Any]:
+    return trainer_job(s)["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("allow", [False, True])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/var/run/dispatch-k8s/prologue",  # at: replaces the directory
+        "/var/run/dispatch-k8s/prologue/prologue.sh",  # below: replaces the file
+        "/var/run/dispatch-k8s",  # above
+        "/var",
+        "/",
+    ],
+)
+def test_a_trainer_mount_over_the_prologue_is_refused(path, allow):
+    """dispatch's runtime patch mounts the prologue at /var/run/dispatch-k8s/prologue and the trainer runs the file
+    there: a mount of the runtime's own at, above or below it could shadow the text."""
+    s = spec()
+    node_container(s)["volumeMounts"] = [{"name": "data", "mountPath": "/data"}, {"name": "x", "mountPath": path}]
+    problems = runtime_problems(s, allow_rank_restart=allow)
+    assert [p.rule for p in problems] == ["runtime.prologue-mount"]
+    assert problems[0].field.endswith("containers[node].volumeMounts[1].mountPath")
+    assert problems[0].seen == path
+    assert "neither at, above nor below /var/run/dispatch-k8s/prologue" in problems[0].accepted
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/var/run/dispatch-k8s//prologue/prologue.sh", "/var/run/dispatch-k8s/./prologue", "/data/", "//data",
+     "/x/../var/run/dispatch-k8s/prologue", "data", "", None],
+)  # fmt: skip
+def test_a_trainer_mount_path_not_written_canonically_is_refused(path):
+    """The runtime-copies policy compares paths as text; both read only canonical ones, so they agree."""
+    s = spec()
+    node_container(s)["volumeMounts"] = [{"name": "x", "mountPath": path}]
+    problems = runtime_problems(s, allow_rank_restart=True)
+    assert [p.rule for p in problems] == ["runtime.prologue-mount"]
+    assert "canonically" in problems[0].accepted
+
+
+def test_a_trainer_device_over_the_prologue_is_refused():
+    s = spec()
+    node_container(s)["volumeDevices"] = [{"name": "disk", "devicePath": "/var/run/dispatch-k8s/prologue/prologue.sh"}]
+    assert [p.field for p in runtime_problems(s, allow_rank_restart=False)] == [
+        "spec.template.spec.replicatedJobs[node].template.spec.template.spec.containers[node].volumeDevices[0].devicePath"
+    ]
+
+
+def test_a_runtime_volume_under_the_prologue_volume_name_is_refused():
+    """Trainer's strategic merge would join it with dispatch's volume of that name."""
+    s = spec()
+    trainer_job(s)["template"]["spec"]["volumes"] = [{"name": "dispatch-prologue", "emptyDir": {}}]
+    problems = runtime_problems(s, allow_rank_restart=True)
+    assert [p.rule for p in problems] == ["runtime.prologue-mount"]
+    assert "renamed" in problems[0].accepted
+
+
+def test_mounts_beside_the_prologue_and_in_other_containers_pass():
+    s = spec()
+    node_container(s)["volumeMounts"] = [
+        {"name": "a", "mountPath": "/var/run/dispatch-k8s/prologues"},
+        {"name": "b", "mountPath": "/var/run/secrets"},
+        {"name": "c", "mountPath": "/opt"},
+    ]
+    node_container(s)["volumeDevices"] = [{"name": "d", "devicePath": "/dev/xvda"}]
+    trainer_job(s)["template"]["spec"]["containers"].append(
+        {"name": "sidecar", "volumeMounts": [{"name": "e", "mountPath": "/var/run/dispatch-k8s/prologue"}]}
+    )
+    s["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "dispatch-prologue", "emptyDir": {}}
+    ]  # another replicated job: dispatch's patch does not touch it
+    assert rules(s) == []

@@ -199,6 +199,10 @@ def pod_spec_of_entry(tj):
         (lambda tj: pod_spec_of_entry(tj)["containers"][0]["volumeMounts"].append(
             {"name": "dispatch-credential-0", "mountPath": "/var/run/dispatch-k8s/prologue/prologue.sh"}),
          "creation.prologue-volume"),
+        # the same, written so that only a normalised comparison sees it
+        (lambda tj: pod_spec_of_entry(tj)["containers"][0]["volumeMounts"].append(
+            {"name": "dispatch-credential-0", "mountPath": "/var/run/dispatch-k8s//prologue/./prologue.sh/"}),
+         "creation.prologue-volume"),
         (bad("spec.trainer.args", []), "creation.args"),
         (bad("spec.trainer.env.0", {"name": "DISPATCH_DEBUG", "value": "1"}), "creation.env-reserved"),
         (bad("spec.trainer.env.0", {"name": "ZZZ", "value": "1"}), "creation.env"),
