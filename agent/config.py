@@ -18,6 +18,7 @@ from agent.constants import (
     RETRY_PERIOD_SECONDS,
 )
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
+from contract.multicluster import ROLE_SINGLE, Role
 from serving.config import ConfigError, load_yaml_model
 
 __all__ = ["OVERRIDDEN_API_KEYS", "AgentConfig", "ConfigError", "load_config", "served_api_settings"]
@@ -75,6 +76,8 @@ class AgentConfig(BaseModel):
     """The supervisor API, served over HTTPS when the TLS files are given (docs/api.md)."""
     health_port: int = Field(DEFAULT_HEALTH_PORT, alias="healthPort", ge=1, le=65535)
     """Plain HTTP: /healthz, /readyz and /metrics."""
+    multicluster_role: Role = Field(ROLE_SINGLE, alias="multiclusterRole")
+    """This cluster's part under MultiKueue (contract.multicluster.Role; docs/multicluster.md)."""
 
     @model_validator(mode="after")
     def _election(self) -> AgentConfig:

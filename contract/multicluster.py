@@ -10,7 +10,7 @@ the ranges [A, A + K - 1] of successive dispatches never overlap, and R only ris
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from contract.admission import Raise, admission_count, admission_floor, raise_to
 from contract.errors import ContractError, Problem
@@ -25,6 +25,16 @@ IGNORE_MAX_RESTARTS: Final = "RestartJobSetAndIgnoreMaxRestarts"
 """The JobSet failure-policy action that restarts without counting: J could pass maxRestarts."""
 MAX_RESTARTS_FIELD: Final = "spec.template.spec.failurePolicy.maxRestarts"
 DEFAULT_MIN_DISPATCHES: Final = 1000
+MULTIKUEUE_ORIGIN_LABEL: Final = "kueue.x-k8s.io/multikueue-origin"
+"""The label MultiKueue puts on the remote Workload and the remote TrainJob it creates on a worker."""
+
+ROLE_SINGLE: Final = ""
+ROLE_MANAGER: Final = "manager"
+ROLE_WORKER: Final = "worker"
+Role = Literal["", "manager", "worker"]
+"""A cluster's part (the chart's ``multicluster.role``, the agent's and the webhook's ``multiclusterRole``): one
+cluster alone (""), a MultiKueue manager that queues and numbers dispatch jobs but runs none, or a worker that
+runs the copies a manager dispatched to it and never numbers them."""
 
 
 def max_restarts(runtime_spec: Mapping[str, Any]) -> int:

@@ -8,6 +8,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.keys import ADMISSION_CHECK_NAME
+from contract.multicluster import ROLE_SINGLE, Role
 from serving.config import ConfigError, load_yaml_model
 from webhook.owners import (
     BREAK_GLASS,
@@ -101,6 +102,8 @@ class Config(BaseModel):
     """Accept runtimes that let a failed rank be replaced without a new execution identity."""
     owners: Owners = Field(default_factory=Owners)
     """Who else owns part of a dispatch job's objects: the default-deny policies (webhook/owners.py)."""
+    multicluster_role: Role = Field(ROLE_SINGLE, alias="multiclusterRole")
+    """This cluster's part under MultiKueue (contract.multicluster.Role; docs/multicluster.md)."""
 
     def principals(self, role: str) -> Principals:
         """The principals of a role of webhook/owners.py."""
