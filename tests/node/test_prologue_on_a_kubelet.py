@@ -9,6 +9,7 @@ the kubelet with its client certificate) and checks it against the contract's fo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -188,14 +189,7 @@ def test_a_pod_started_behind_dispatchs_back_exits_125_and_fails_the_jobset(tier
     run the command (exit 125, one line), the Job fails at once (backoffLimit 0) and the JobSet fails (no
     restart left), as the runtime requirements intend."""
     admin = gate.admin
-    runtime_name = f"dispatch-real-plain-{secrets.token_hex(3)}"
-    admin.create(real_runtime(tier_c, runtime_name, cpu="100m", max_restarts=0))
-    try:
-        runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
-        sub = dataclasses.replace(submission(ns, tier_c.node.artifacts.base_image, gate.low), queue=None,
-                                  priority_class=None)  # fmt: skip
-        tj = create(gate, sub, runtime)
-        name = tj["metadata"]["name"]
+    with _plain_job(tier_c, gate, ns, "plain") as name:
         admin.merge_patch(TRAINER_V, "TrainJob", name, {"spec": {"suspend": False}}, ns)
 
         def failed_pod() -> dict[str, Any]:
@@ -221,8 +215,6 @@ def test_a_pod_started_behind_dispatchs_back_exits_125_and_fails_the_jobset(tier
         eventually(jobset_failed, 60, "the JobSet Failed")
         pods = admin.list("v1", "Pod", ns, label_selector=f"{LABEL_JOBSET_NAME}={name}")
         assert [p["status"]["phase"] for p in pods] == ["Failed"], "the JobSet restarted"
-    finally:
-        admin.delete(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
 
 
 def test_a_pod_without_the_prologues_configmap_does_not_start_until_it_is_back(
@@ -233,14 +225,7 @@ def test_a_pod_without_the_prologues_configmap_does_not_start_until_it_is_back(
     container at all (FailedMount), so nothing runs without the prologue; once it is back, the kubelet's retry
     mounts it and the container runs the prologue from it (here it refuses A = 0, exit 125, as it must)."""
     admin = gate.admin
-    runtime_name = f"dispatch-real-mount-{secrets.token_hex(3)}"
-    admin.create(real_runtime(tier_c, runtime_name, cpu="100m", max_restarts=0))
-    try:
-        runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
-        sub = dataclasses.replace(submission(ns, tier_c.node.artifacts.base_image, gate.low), queue=None,
-                                  priority_class=None)  # fmt: skip
-        tj = create(gate, sub, runtime)
-        name = tj["metadata"]["name"]
+    with _plain_job(tier_c, gate, ns, "mount") as name:
         admin.delete("v1", "ConfigMap", PROLOGUE_CONFIGMAP, ns)
         admin.merge_patch(TRAINER_V, "TrainJob", name, {"spec": {"suspend": False}}, ns)
 
@@ -276,6 +261,20 @@ def test_a_pod_without_the_prologues_configmap_does_not_start_until_it_is_back(
         assert str(log).splitlines() == [
             "dispatch: DISPATCH_K8S_ADMISSION '0': no gate admitted this pod, so dispatch did not start it"
         ], log
+
+
+@contextlib.contextmanager
+def _plain_job(tier_c: TierC, gate: Gate, ns: str, what: str) -> Iterator[str]:
+    """A dispatch TrainJob in plain mode (no queue), created closed on a runtime of its own that runs on the real
+    node; yields its name and deletes the runtime after."""
+    admin = gate.admin
+    runtime_name = f"dispatch-real-{what}-{secrets.token_hex(3)}"
+    admin.create(real_runtime(tier_c, runtime_name, cpu="100m", max_restarts=0))
+    try:
+        runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
+        sub = dataclasses.replace(submission(ns, tier_c.node.artifacts.base_image, gate.low), queue=None,
+                                  priority_class=None)  # fmt: skip
+        yield create(gate, sub, runtime)["metadata"]["name"]
     finally:
         admin.delete(TRAINER_V, "ClusterTrainingRuntime", runtime_name)
 
