@@ -26,7 +26,12 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
   change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
-The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config.
+* ``dispatch-k8s-manager-runs-nothing`` (role manager only): the create of a dispatch job's JobSet, Job or pod, by
+  everyone (docs/multicluster.md, "Nothing runs on the manager").
+
+The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config. In
+role worker, the manager's MultiKueue owns some writes of its own copies (webhook/owners.py ``MULTIKUEUE``), and
+``reserved-keys`` lets it create them with dispatch's keys.
 """
 
 from __future__ import annotations
