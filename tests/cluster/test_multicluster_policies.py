@@ -4,7 +4,7 @@
   everyone, and passes in the other roles;
 * role worker: the manager's MultiKueue creates and deletes its copies of dispatch's TrainJobs and Workloads
   (Kueue's origin label on them), updates those Workloads and their status, and nothing more. A stranger and
-  Kueue act as they did before.
+  Kueue act as they did before (Kueue creates no object with dispatch's keys).
 
 Every principal acts through impersonation (the admin's right) with cluster-admin's RBAC, so what one may do and
 another may not is the policies' doing. Writes are dry runs: admission runs, nothing is stored.
@@ -65,6 +65,8 @@ class Armed:
     clients: dict[str, KubeHttp]
     admin: KubeHttp
     stored: dict[str, dict[str, Any]]
+    policies: list[str]
+    """The names of the ValidatingAdmissionPolicies installed."""
 
 
 def _arm(
@@ -97,7 +99,8 @@ def _arm(
             }
         cp.admin.create(doc)
     clients = {w: KubeHttp(cp.admin_credentials, impersonate=(_user(w), None)) for w in PRINCIPALS}
-    yield Armed(config.multicluster_role, namespace, clients, cp.admin, stored)
+    names = [d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    yield Armed(config.multicluster_role, namespace, clients, cp.admin, stored, names)
     for doc in reversed(docs):
         cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
     cp.admin.delete(RBAC, "ClusterRoleBinding", binding)
@@ -164,6 +167,22 @@ def _children(namespace: str, name: str) -> dict[str, dict[str, Any]]:
             "spec": _pod_spec(),
         },
     }
+
+
+def _type_checks_cleanly(armed: Armed) -> None:
+    deadline = time.monotonic() + 15
+    for name in armed.policies:
+        while True:
+            status = armed.admin.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name).get("status")
+            if "typeChecking" in (status or {}) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert (status or {}).get("typeChecking", {}).get("expressionWarnings", []) == [], (name, status)
+
+
+def test_each_roles_policies_type_check_cleanly(field_rules, worker):
+    _type_checks_cleanly(field_rules)
+    _type_checks_cleanly(worker)
 
 
 # --- role manager: nothing runs there ---------------------------------------------------------------------
@@ -281,10 +300,11 @@ def test_on_a_worker_multikueue_creates_its_copies_and_a_stranger_and_kueue_do_n
     assert _refused_as_not_its_own(_enforced(_create(c[KUEUE], copy)))
     # Not its copy: no origin label.
     assert _refused_as_not_its_own(_enforced(_create(c[MULTIKUEUE], _trainjob(ns, copy=False))))
-    # Its copies of Workloads: MultiKueue and Kueue create them, a stranger does not.
+    # Its copies of Workloads, with dispatch's keys: MultiKueue creates them. Kueue creates Workloads, but the
+    # exemption for dispatch's keys is MultiKueue's copy's alone; a stranger creates none.
     workload = _workload(ns, copy=True)
     assert _refusal(_create(c[MULTIKUEUE], workload)) is None
-    assert _refusal(_create(c[KUEUE], workload)) is None
+    assert "only dispatch adds" in _enforced(_create(c[KUEUE], workload))
     assert _refused_as_not_its_own(_enforced(_create(c[STRANGER], workload)))
     assert _refused_as_not_its_own(_enforced(_create(c[MULTIKUEUE], _workload(ns, copy=False))))
 
