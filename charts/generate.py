@@ -28,10 +28,11 @@ import readme  # charts/readme.py, beside this script (its folder is the first o
 import yaml
 
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
+from contract.multicluster import ROLE_MANAGER, ROLE_WORKER
 from webhook.config import Config, Owners, Principals
 from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
-from webhook.owners import DISPATCH, KUEUE
-from webhook.policies import admission_policies
+from webhook.owners import DISPATCH, KUEUE, MULTIKUEUE
+from webhook.policies import admission_policies, manager_policies
 
 CHART = Path(__file__).parent / "dispatch-k8s"
 TEMPLATES = CHART / "templates"
@@ -49,7 +50,7 @@ TIMEOUT = "__DISPATCH_TIMEOUT_SECONDS__"
 
 # Stand-ins for the principals of each role (dispatch, Kueue and the owners of webhook/owners.py): the policies
 # are built with these, and each expression that uses them becomes a Helm expression over the chart's values.
-_ROLES = (DISPATCH, KUEUE, *Owners.model_fields)
+_ROLES = (DISPATCH, KUEUE, MULTIKUEUE, *Owners.model_fields)
 _MARK = "__DISPATCH_PRINCIPALS_EXPRESSION_{}__"
 
 
@@ -62,6 +63,10 @@ def _values(role: str, what: str) -> str:
     if role == DISPATCH:
         helper = "dispatchUsernames" if what == "USERNAMES" else "dispatchGroups"
         return f'(include "dispatch-k8s.{helper}" . | fromJsonArray)'
+    if role == MULTIKUEUE:
+        # Nobody outside role worker (webhook.config.Config.principals decides the same).
+        worker = f'(eq .Values.multicluster.role "{ROLE_WORKER}")'
+        return f"(ternary .Values.multicluster.multikueue.{what.lower()} (list) {worker})"
     where = "webhook.kueue" if role == KUEUE else f"webhook.owners.{role}"
     return f".Values.{where}.{what.lower()}"
 
@@ -69,6 +74,8 @@ def _values(role: str, what: str) -> str:
 # Stand-in for the name of dispatch's AdmissionCheck (the chart's admissionCheck.name).
 _CHECK = "__DISPATCH_ADMISSION_CHECK__"
 CHECK_TEMPLATE = "{{ .Values.admissionCheck.name }}"
+MANAGER_ONLY = f'eq .Values.multicluster.role "{ROLE_MANAGER}"'
+"""Helm: the chart is installed on a MultiKueue manager (webhook.policies.manager_policies)."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -125,8 +132,14 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
         kueue=stand_ins[KUEUE],
         owners=Owners(**{r: stand_ins[r] for r in Owners.model_fields}),
         admissionChecks=(_CHECK,),
+        multikueue=stand_ins[MULTIKUEUE],
+        multiclusterRole=ROLE_WORKER,
     )
+    # Role worker's policies are every role's, with MultiKueue's principals (empty outside role worker); role
+    # manager's own policy is rendered only there (MANAGER_ONLY).
     docs = admission_policies(config, namespace=NAMESPACE)
+    manager = manager_policies(NAMESPACE)
+    docs += manager
     mutating = [d for d in docs if d["kind"].startswith("Mutating")]
     policies = [d for d in docs if not d["kind"].startswith("Mutating")]
     for doc in mutating:
@@ -143,7 +156,8 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
             if "__DISPATCH_" in variable["expression"]:
                 expressions.append(variable["expression"])
                 variable["expression"] = _MARK.format(len(expressions) - 1)
-    text = _strip_component(_dump(policies))
+    text = _strip_component(_dump([d for d in policies if d not in manager]))
+    text += f"{{{{- if {MANAGER_ONLY} }}}}\n---\n" + _strip_component(_dump(manager)) + "{{- end }}\n"
     if "__DISPATCH_" in re.sub(r"__DISPATCH_PRINCIPALS_EXPRESSION_[0-9]+__", "", text.replace(_CHECK, "")):
         raise ValueError("principals are used outside the variables that are templated")
     text = text.replace(_CHECK, CHECK_TEMPLATE)

@@ -24,12 +24,22 @@ from typing import Any, Final
 
 import yaml
 
+from contract.multicluster import ROLE_WORKER
 from harness.binaries import TIER_B_BINARIES, Artifacts, locate
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.kube_http import Credentials, KubeHttp
 from harness.kubeconfig import kubeconfig
 from harness.processes import wait_until
-from harness.tier_b import CLUSTER_QUEUE, KUEUE_NAMESPACE, LOCAL_QUEUE, TierB, cluster_queue, start_tier_b
+from harness.tier_b import (
+    CLUSTER_QUEUE,
+    KUEUE_NAMESPACE,
+    LOCAL_QUEUE,
+    TierB,
+    cluster_queue,
+    install_owner_policies,
+    start_tier_b,
+)
+from webhook.config import Principals
 
 KUEUE_V: Final = "kueue.x-k8s.io/v1beta2"
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
@@ -223,8 +233,13 @@ def worker_kubeconfig(worker: ControlPlane, cluster_name: str) -> bytes:
 
 
 def _connect(manager: TierB, name: str, worker: TierB) -> Worker:
-    """The worker's RBAC for MultiKueue, and its Secret and MultiKueueCluster on the manager."""
+    """The worker's RBAC for MultiKueue, its owner policies as the chart's in role worker (MultiKueue's principal
+    creates and deletes its copies of dispatch's TrainJobs and Workloads), and its Secret and MultiKueueCluster on
+    the manager."""
     _grant_multikueue(worker.control_plane)
+    install_owner_policies(
+        worker.control_plane, multicluster_role=ROLE_WORKER, multikueue=Principals(usernames=(MULTIKUEUE_USER,))
+    )
     data = worker_kubeconfig(worker.control_plane, name)
     secret = f"multikueue-{name}"
     manager.admin.apply(

@@ -24,6 +24,7 @@ import yaml
 
 from certs import pki
 from contract.keys import POD_FINALIZER
+from contract.multicluster import ROLE_SINGLE, Role
 from harness.binaries import TIER_B_BINARIES
 from harness.cluster import LOOPBACK, ControlPlane, free_port, load_yaml_docs
 from harness.kube_http import ApiError, KubeHttp
@@ -370,7 +371,9 @@ def component_kubeconfig(cp: ControlPlane, component: str) -> Path:
     return write_kubeconfig(path, cp.admin_credentials, component, impersonate=(user, groups))
 
 
-def _install_owner_policies(cp: ControlPlane) -> None:
+def install_owner_policies(
+    cp: ControlPlane, *, multicluster_role: Role = ROLE_SINGLE, multikueue: Principals | None = None
+) -> None:
     """dispatch's owner policies (webhook/owners.py) over every namespace of tier B, from its start: whatever a test
     does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
     kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their own;
@@ -379,10 +382,13 @@ def _install_owner_policies(cp: ControlPlane) -> None:
     MutatingAdmissionPolicy ``record-start`` (webhook/policies.py ``record_start_policy``), as the chart binds it:
     in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no readmission
     would be numbered. A test that polices strangers installs the chart's other policies on its namespace
-    besides."""
+    besides. A MultiKueue worker's (harness.multicluster) are installed again as the chart's in role worker, with
+    the manager's MultiKueue principal (``multikueue``)."""
     config = Config(
         dispatch=Principals(groups=("system:serviceaccounts",)),
         owners=Owners(breakGlass=Principals(groups=("system:masters",))),
+        multiclusterRole=multicluster_role,
+        multikueue=multikueue or Principals(),
     )
     for policy in owner_policies(config):
         name = policy["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
@@ -790,7 +796,7 @@ def start_tier_b(
         cp.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
     _grant_components(cp)
-    _install_owner_policies(cp)
+    install_owner_policies(cp)
     before = {p.name for p in cp.supervisor.processes}
     _start_kube_components(tb)
     _start_kwok(tb)

@@ -105,13 +105,20 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
     resource = _resource(request)
     old, new = request.old_object, request.object
     stranger = not config.dispatch.includes(request.user)
+    # On a worker, the manager's MultiKueue creating its copy of a dispatch TrainJob or Workload: the manager's
+    # webhook and policies judged the original; the copy's later writes are judged as a stranger's.
+    copy = (
+        request.operation == "CREATE"
+        and resource in (TRAINJOBS, WORKLOADS)
+        and config.multikueue_copy(request.user, new)
+    )
     if request.sub_resource or request.operation not in WRITES:
         return _validate_other(request, config, resource, stranger)
     problems: list[Problem] = []
     warnings: list[str] = []
     exempt: frozenset[str] = frozenset()
     if resource == TRAINJOBS and new is not None:
-        if request.operation == "CREATE" and is_dispatch(new):
+        if request.operation == "CREATE" and is_dispatch(new) and not copy:
             if stranger:
                 problems.append(_principal(request, "dispatch TrainJobs"))
             else:
@@ -150,7 +157,11 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         problems += workload_update_problems(old, new, dispatch=not stranger, kueue=config.kueue.includes(request.user))
     elif resource == JOBSETS and request.operation == "CREATE" and new is not None and owned_by_dispatch(new):
         problems += jobset_create_problems(new)  # for everyone: Trainer's recreation is the case it stops
-    if resource in (TRAINJOBS, TRAINING_RUNTIMES, WORKLOADS) and stranger:
+    if (
+        resource in (TRAINJOBS, TRAINING_RUNTIMES, WORKLOADS)
+        and stranger
+        and not (copy and resource != TRAINING_RUNTIMES)
+    ):
         # After the rules above, so that a denial leads with the reason that matters most.
         gate_carrier = resource == WORKLOADS and config.kueue.includes(request.user)
         problems += reserved_key_problems(old, new, gate_carrier=gate_carrier, exempt=exempt)

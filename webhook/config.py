@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract.keys import ADMISSION_CHECK_NAME
-from contract.multicluster import ROLE_SINGLE, Role
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_SINGLE, ROLE_WORKER, Role
+from contract.objects import dig
 from serving.config import ConfigError, load_yaml_model
 from webhook.owners import (
     BREAK_GLASS,
@@ -20,6 +22,7 @@ from webhook.owners import (
     JOBSET,
     KUBELET,
     KUEUE,
+    MULTIKUEUE,
     NODE_LIFECYCLE,
     POD_GARBAGE_COLLECTOR,
     SCHEDULER,
@@ -104,14 +107,37 @@ class Config(BaseModel):
     """Who else owns part of a dispatch job's objects: the default-deny policies (webhook/owners.py)."""
     multicluster_role: Role = Field(ROLE_SINGLE, alias="multiclusterRole")
     """This cluster's part under MultiKueue (contract.multicluster.Role; docs/multicluster.md)."""
+    multikueue: Principals = Field(default_factory=Principals)
+    """Role worker only: the manager's MultiKueue on this worker (the user of its MultiKueueCluster's kubeconfig),
+    which creates and deletes the copies of dispatch's TrainJobs and Workloads (webhook/owners.py MULTIKUEUE)."""
+
+    @model_validator(mode="after")
+    def _multikueue_on_a_worker(self) -> Config:
+        # Elsewhere it would be ignored, and its operator would believe MultiKueue may write here.
+        if self.multikueue != Principals() and self.multicluster_role != ROLE_WORKER:
+            raise ValueError(
+                f"multikueue is set, but multiclusterRole is {self.multicluster_role!r}: MultiKueue's principal "
+                f"is used on a worker only ({ROLE_WORKER!r})"
+            )
+        return self
 
     def principals(self, role: str) -> Principals:
-        """The principals of a role of webhook/owners.py."""
+        """The principals of a role of webhook/owners.py (MultiKueue's: nobody but in role worker)."""
         if role == DISPATCH:
             return self.dispatch
         if role == KUEUE:
             return self.kueue
+        if role == MULTIKUEUE:
+            return self.multikueue if self.multicluster_role == ROLE_WORKER else Principals()
         return getattr(self.owners, role)
+
+    def multikueue_copy(self, user: User, obj: Mapping[str, Any] | None) -> bool:
+        """A write by the manager's MultiKueue, on a worker, of one of its copies (its origin label on it)."""
+        return (
+            self.principals(MULTIKUEUE).includes(user)
+            and isinstance(dig(obj, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL), str)
+            and dig(obj, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL) != ""
+        )
 
 
 def load_config(path: str | Path | None) -> Config:

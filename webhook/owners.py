@@ -34,6 +34,7 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINER_GROUP,
 )
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
 
 BELONGS: Final = "belongs to a dispatch job"
 """In every refusal of an owner policy (dispatch-webhook selftest recognises it)."""
@@ -51,6 +52,9 @@ SCHEDULER: Final = "scheduler"
 KUBELET: Final = "kubelet"
 BREAK_GLASS: Final = "breakGlass"
 EVERYONE: Final = "everyone"
+MULTIKUEUE: Final = "multikueue"
+"""The manager's MultiKueue on a worker (the user of its MultiKueueCluster's kubeconfig): a principal only in
+role worker, and there only on the copies it made, the objects carrying its origin label (``ONLY_ON``)."""
 
 ROLE_TITLES: Final = {
     DISPATCH: "dispatch",
@@ -65,6 +69,7 @@ ROLE_TITLES: Final = {
     KUBELET: "a kubelet",
     BREAK_GLASS: "break-glass",
     EVERYONE: "anyone",
+    MULTIKUEUE: "MultiKueue (on a worker, its copies)",
 }
 
 # The principals of the roles other than dispatch and Kueue (webhook.config's own), as their upstream
@@ -99,6 +104,16 @@ DEFAULT_USERNAMES: Final = {
 }
 DEFAULT_GROUPS: Final = {role: () for role in DEFAULT_USERNAMES} | {KUBELET: ("system:nodes",)}
 """A kubelet is any member of system:nodes: NodeRestriction confines each to its own node's pods."""
+
+
+def _origin(o: str) -> str:
+    return f"{o}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
+
+
+ONLY_ON: Final[dict[str, Callable[[str], str]]] = {MULTIKUEUE: _origin}
+"""Roles that own their writes only on some of a kind's objects: CEL over the object named, which must hold of
+the object and of its old version (MultiKueue's copies on a worker carry its origin label from their creation;
+dispatch's own objects never do)."""
 
 
 # -- What each kind's owners may write ---------------------------------------------------------------
@@ -186,14 +201,15 @@ TRAINJOBS: Final = Kind(
     TRAINER_GROUP,
     "trainjobs",
     {
-        ("CREATE", ""): (DISPATCH,),
+        # MultiKueue creates the remote TrainJob on a worker, a copy of the manager's, and deletes it.
+        ("CREATE", ""): (DISPATCH, MULTIKUEUE),
         # Kueue suspends, unsuspends and fills its runtime-patch entry; the garbage collector removes the
         # finalizers of a foreground or orphaning delete. Trainer writes the status only.
         ("UPDATE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR),
         ("UPDATE", "status"): (TRAINER,),
         # Kueue too, where a site sets its workloadRetentionPolicy: a deleted TrainJob leaves its pods, held
         # by dispatch's finalizer until their processes are proven gone.
-        ("DELETE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR),
+        ("DELETE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR, MULTIKUEUE),
     },
     lambda o: _any(_named(o), _dispatch_patch(o), _keys(o), _gated(o)),
 )
@@ -215,10 +231,13 @@ WORKLOADS: Final = Kind(
     "kueue.x-k8s.io",
     "workloads",
     {
-        ("CREATE", ""): (KUEUE,),
-        ("UPDATE", ""): (KUEUE, DISPATCH, GARBAGE_COLLECTOR),
-        ("UPDATE", "status"): (KUEUE, DISPATCH),
-        ("DELETE", ""): (KUEUE, GARBAGE_COLLECTOR),
+        # MultiKueue creates the remote Workload on a worker and deletes it, removing Kueue's resource-in-use
+        # finalizer first (an UPDATE); it updates its priority as the manager's changes, and opens its
+        # preemption gate (status). The reserved-keys and workloads policies still bind it there.
+        ("CREATE", ""): (KUEUE, MULTIKUEUE),
+        ("UPDATE", ""): (KUEUE, DISPATCH, GARBAGE_COLLECTOR, MULTIKUEUE),
+        ("UPDATE", "status"): (KUEUE, DISPATCH, MULTIKUEUE),
+        ("DELETE", ""): (KUEUE, GARBAGE_COLLECTOR, MULTIKUEUE),
     },
     # Kueue names a TrainJob's Workload trainjob-<name>-<hash>, with a controller reference to it.
     lambda o: _any(

@@ -26,7 +26,12 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 * ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
   change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
-The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config.
+* ``dispatch-k8s-manager-runs-nothing`` (role manager only): the create of a dispatch job's JobSet, Job or pod, by
+  everyone (docs/multicluster.md, "Nothing runs on the manager").
+
+The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config. In
+role worker, the manager's MultiKueue owns some writes of its own copies (webhook/owners.py ``MULTIKUEUE``), and
+``reserved-keys`` lets it create them with dispatch's keys.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER
 from contract.patches import FOREIGN_POD_SPEC
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from webhook import owners
@@ -282,7 +287,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         ["CREATE", "UPDATE"],
         {
             "variables": [
-                {"name": "dispatch", "expression": _is_dispatch(config)},
+                {"name": "dispatch", "expression": f"{_is_dispatch(config)} || {multikueue_copy_created(config)}"},
                 {"name": "oldLabels", "expression": _map("oldObject", "labels")},
                 {"name": "newLabels", "expression": _map("object", "labels")},
                 {"name": "oldAnnotations", "expression": _map("oldObject", "annotations")},
@@ -563,7 +568,62 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
     ]
     for policy in [*(owner_policies(config) if owners_too else []), *policies]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
+    if config.multicluster_role == ROLE_MANAGER:
+        docs += manager_policies(namespace)
     return docs + record_start_policy(namespace)
+
+
+def multikueue_copy_created(config: Config) -> str:
+    """CEL: on a worker, the manager's MultiKueue creating its copy of a dispatch TrainJob or Workload (its origin
+    label on it). The copy carries the manager's object's keys as dispatch and the manager's policies left
+    them, A, the floor and admission-started included; any later change of them is refused as to a stranger."""
+    principal = _is(config.principals(owners.MULTIKUEUE))
+    return (
+        f"(request.operation == 'CREATE' && request.resource.resource in ['trainjobs', 'workloads'] && "
+        f"({principal}) && object.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != '')"
+    )
+
+
+MANAGER_RUNS_NOTHING: Final = f"{NAME}-manager-runs-nothing"
+MANAGER_RUNS_NOTHING_MESSAGE: Final = (
+    "this cluster is a MultiKueue manager (multicluster.role manager): it queues and numbers dispatch jobs and runs "
+    "none. MultiKueue runs each on a worker; Trainer v2.2.1 ignores spec.managedBy, so a JobSet, Job or pod of a "
+    "dispatch job here would be a second copy of it"
+)
+
+
+def manager_runs_nothing_policy() -> dict[str, Any]:
+    """Role manager: the CREATE of a dispatch job's JobSet, Job or pod is refused, to everyone (break-glass too),
+    the objects known as the owner policies know them (webhook/owners.py ``belongs``)."""
+    kinds = (owners.JOBSETS, owners.JOBS, owners.PODS)
+    belongs = " || ".join(
+        f"(request.resource.group == {_q(k.group)} && request.resource.resource == {_q(k.resource)} && "
+        f"({k.belongs('object')}))"
+        for k in kinds
+    )
+    return _policy(
+        MANAGER_RUNS_NOTHING,
+        [(k.group, "*", k.resource) for k in kinds],
+        ["CREATE"],
+        {
+            "matchConditions": [{"name": "dispatch-job-objects", "expression": belongs}],
+            "validations": [
+                {
+                    "expression": "false",
+                    "messageExpression": "request.kind.kind + ' ' + object.metadata.?name.orValue("
+                    f"object.metadata.?generateName.orValue('')) + ' {owners.BELONGS}: ' + "
+                    f"{_q(MANAGER_RUNS_NOTHING_MESSAGE)}",
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    )
+
+
+def manager_policies(namespace: str) -> list[dict[str, Any]]:
+    """Role manager's own policy and its binding (the chart renders them only in that role)."""
+    policy = manager_runs_nothing_policy()
+    return [policy, _binding(policy["metadata"]["name"], namespace)]
 
 
 def _dispatch_jobset(obj: str) -> str:
@@ -773,6 +833,15 @@ def _roles_test(roles: tuple[str, ...]) -> str:
     return "true" if owners.EVERYONE in roles else " || ".join(f"variables.{r}" for r in roles)
 
 
+def _owner_test(config: Config, role: str) -> str:
+    """CEL: the request's principal is one of ``role``'s, on an object the role owns (owners.ONLY_ON)."""
+    only_on = owners.ONLY_ON.get(role)
+    if only_on is None:
+        return _is(config.principals(role))
+    on_both = " && ".join(f"({o} == null || {only_on(o)})" for o in ("object", "oldObject"))
+    return f"({_is(config.principals(role))}) && {on_both}"
+
+
 def _who(roles: tuple[str, ...]) -> str:
     return ", ".join(owners.ROLE_TITLES[r] for r in roles)
 
@@ -830,7 +899,7 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
                 "name": "write",
                 "expression": "request.operation + (variables.subresource == '' ? '' : ' ' + variables.subresource)",
             },
-            *({"name": r, "expression": _is(config.principals(r))} for r in roles),
+            *({"name": r, "expression": _owner_test(config, r)} for r in roles),
         ],
         "validations": validations,
     }

@@ -43,6 +43,7 @@ NOT_OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     # (file, the block's first line): (its reader, why it is not a Kubernetes object)
     ("docs/install.md", "topologySpreadConstraints:"): ("values", "a values.yaml fragment for the chart"),
     ("docs/install.md", "webhook:"): ("values", "a values.yaml fragment for the chart"),
+    ("docs/install.md", "multicluster:"): ("values", "a values.yaml fragment for the chart (a manager's, a worker's)"),
     ("docs/api.md", "leaseNamespace: dispatch-system"): ("agent-config", "the agent's configuration file (--config)"),
     ("docs/webhook.md", "dispatch:"): ("webhook-config", "the webhook's configuration file (--config)"),
     ("docs/certs.md", "initContainers:"): ("chart-pod-spec", "a part of the chart's Deployment's pod spec"),

@@ -4,9 +4,10 @@ ClusterQueue of the test's own.
 
 The gate raises A by K = maxRestarts + 1 before it sets its check Ready, so the copy MultiKueue makes on a worker
 carries the raised A; the manager's unsuspend (the record-start policy tier B installs) then only records it. A
-second dispatch (Hold, then Release) raises A again by K: R only rises. The worker side is still design, so the
-test plays its plumbing: it creates the runtime copy on each worker, and unbinds the workers' harness-wide owner
-policies, which would refuse MultiKueue's principal creating dispatch's TrainJob there."""
+second dispatch (Hold, then Release) raises A again by K: R only rises. The workers' owner policies are the
+chart's in role worker (harness.multicluster), so MultiKueue's principal creates and deletes its copies there under
+them. The rest of the worker side is still design, so the test plays its plumbing: it creates the runtime copy on
+each worker."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
 from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MULTIKUEUE_CONTROLLER, MultiCluster
 from harness.sandbox import site
-from harness.tier_b import CLUSTER_QUEUE_QUOTA, HARNESS_POLICY_PREFIX, RESOURCE_FLAVOR
+from harness.tier_b import CLUSTER_QUEUE_QUOTA, RESOURCE_FLAVOR
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
 
@@ -43,7 +44,6 @@ RAISED_BY_K = (
     "Ready (MultiKueue copies the TrainJob to a worker then)"
 )
 JSON_PATCH = "application/json-patch+json"
-VAP_BINDING = ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")
 
 
 @dataclass
@@ -82,14 +82,6 @@ def _queue(name: str, check: str) -> dict[str, Any]:
     }
 
 
-def _bare(obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
-    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences"):
-        out["metadata"].pop(key, None)
-    out.pop("status", None)
-    return out
-
-
 @pytest.fixture
 def manager(
     multicluster: MultiCluster, multicluster_namespace: str, tmp_path_factory: pytest.TempPathFactory
@@ -99,7 +91,6 @@ def manager(
     suffix = secrets.token_hex(3)
     check, cq, rt = f"dispatch-mk-{suffix}", f"dispatch-mk-{suffix}", f"dispatch-mk-{suffix}"
     system = f"dispatch-mk-system-{suffix}"
-    saved: list[tuple[KubeHttp, dict[str, Any]]] = []
     agent: AgentProcess | None = None
     try:
         admin.create(site.admission_check(check))
@@ -112,14 +103,6 @@ def manager(
                      "spec": {"clusterQueue": cq}})  # fmt: skip
         for worker in mc.workers:
             worker.tier_b.create_local_queue(ns, QUEUE)
-            # The worker side is design: its harness-wide owner policies refuse MultiKueue's principal.
-            for binding in worker.admin.list(*VAP_BINDING):
-                if binding["metadata"]["name"].startswith(HARNESS_POLICY_PREFIX):
-                    # A LIST's items carry no apiVersion or kind.
-                    saved.append(
-                        (worker.admin, {"apiVersion": VAP_BINDING[0], "kind": VAP_BINDING[1], **_bare(binding)})
-                    )
-                    worker.admin.delete(*VAP_BINDING, binding["metadata"]["name"])
         cp = mc.manager.control_plane
         system = cp.create_namespace(system)
         agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}",
@@ -141,8 +124,6 @@ def manager(
                 if POD_FINALIZER in pod["metadata"].get("finalizers", []):
                     worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
                                              {"metadata": {"finalizers": None}}, ns)  # fmt: skip
-        for http, binding in saved:
-            http.apply(binding)
         admin.delete(KUEUE_V, "LocalQueue", QUEUE, ns)
         admin.delete(KUEUE_V, "ClusterQueue", cq)
         admin.delete(KUEUE_V, "AdmissionCheck", check)

@@ -19,7 +19,7 @@ def test_every_role_of_the_table_has_principals_in_the_config():
     config = Config()
     for role in roles | {owners.BREAK_GLASS}:
         assert config.principals(role) is not None
-    assert set(Owners.model_fields) | {owners.DISPATCH, owners.KUEUE} >= roles
+    assert set(Owners.model_fields) | {owners.DISPATCH, owners.KUEUE, owners.MULTIKUEUE} >= roles
 
 
 def test_break_glass_is_nobody_by_default_and_a_stranger_owns_nothing_but_pod_deletes_and_evictions():
@@ -34,14 +34,16 @@ def test_break_glass_is_nobody_by_default_and_a_stranger_owns_nothing_but_pod_de
     assert open_to_all == {("pods", ("DELETE", "")), ("pods", ("CREATE", "eviction"))}
 
 
-def test_creates_belong_to_one_creator_each():
+def test_creates_belong_to_one_creator_each_and_on_a_worker_to_multikueue_for_its_copies():
     creators = {kind.resource: kind.writes[("CREATE", "")] for kind in owners.KINDS}
     assert creators == {
-        "trainjobs": (owners.DISPATCH,),
+        "trainjobs": (owners.DISPATCH, owners.MULTIKUEUE),
         "trainingruntimes": (owners.DISPATCH,),
         "jobsets": (owners.TRAINER,),
         "jobs": (owners.JOBSET,),
         "pods": (owners.JOB_CONTROLLER,),
-        "workloads": (owners.KUEUE,),
+        "workloads": (owners.KUEUE, owners.MULTIKUEUE),
         "configmaps": (owners.DISPATCH,),
     }
+    # MultiKueue owns nothing outside role worker, and there only its copies (owners.ONLY_ON).
+    assert set(owners.ONLY_ON) == {owners.MULTIKUEUE}

@@ -1,0 +1,134 @@
+"""The chart's MultiKueue roles (multicluster.role, multicluster.multikueue) and api.minDispatches, as the real
+helm renders them: into the webhook's and the agent's config files, read by their own loaders, and into the
+policies, compared with the Python generators' for the same config (docs/multicluster.md, docs/install.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.config import load_config as load_agent_config
+from contract.multicluster import DEFAULT_MIN_DISPATCHES, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
+from tests.chart.helm import Rendered, template, template_error
+from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
+from webhook.config import Config, Principals
+from webhook.config import load_config as load_webhook_config
+from webhook.policies import MANAGER_RUNS_NOTHING, admission_policies
+
+MULTIKUEUE_USER = "multikueue-manager"
+WORKER = {"multicluster": {"role": ROLE_WORKER, "multikueue": {"usernames": [MULTIKUEUE_USER], "groups": []}}}
+MANAGER = {"multicluster": {"role": ROLE_MANAGER}}
+
+
+def _webhook_config(r: Rendered, tmp_path: Path) -> Config:
+    webhook = containers(r)["webhook"]
+    return load(tmp_path, config_file(r, webhook, parse_args(webhook).config), load_webhook_config)
+
+
+def _agent_config(r: Rendered, tmp_path: Path) -> Any:
+    agent = containers(r)["agent"]
+    return load(tmp_path, config_file(r, agent, parse_args(agent).config), load_agent_config)
+
+
+def _policies(r: Rendered) -> dict[tuple[str, str], Any]:
+    got = r.of("ValidatingAdmissionPolicy") + r.of("ValidatingAdmissionPolicyBinding")
+    return {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in got}
+
+
+def _expected(r: Rendered, config: Config) -> dict[tuple[str, str], Any]:
+    docs = [d for d in admission_policies(config, namespace=r.namespace) if d["kind"].startswith("Validating")]
+    for doc in docs:
+        doc["metadata"]["name"] = doc["metadata"]["name"].replace("dispatch-k8s", fullname(r), 1)
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = doc["spec"]["policyName"].replace("dispatch-k8s", fullname(r), 1)
+    return {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in docs}
+
+
+@pytest.mark.parametrize(
+    ("values", "role", "multikueue"),
+    [
+        ({}, ROLE_SINGLE, Principals()),
+        (MANAGER, ROLE_MANAGER, Principals()),
+        (WORKER, ROLE_WORKER, Principals(usernames=(MULTIKUEUE_USER,))),
+    ],
+)
+def test_the_role_reaches_the_webhook_and_the_agent_and_the_policies_are_the_generators_for_it(
+    values, role, multikueue, tmp_path
+):
+    r = template(values)
+    webhook = _webhook_config(r, tmp_path)
+    assert webhook.multicluster_role == role
+    assert webhook.multikueue == multikueue
+    assert _agent_config(r, tmp_path).multicluster_role == role
+    expected = _expected(r, Config(dispatch=webhook.dispatch, kueue=webhook.kueue, multiclusterRole=role,
+                                   multikueue=multikueue))  # fmt: skip
+    assert _policies(r) == expected
+
+
+def test_only_a_manager_renders_the_policy_that_refuses_a_dispatch_jobs_jobset_job_and_pod():
+    name = MANAGER_RUNS_NOTHING  # the release dispatch-k8s: the generators' names
+    for values, rendered in (({}, False), (WORKER, False), (MANAGER, True)):
+        r = template(values)
+        names = {p["metadata"]["name"] for p in r.of("ValidatingAdmissionPolicy")}
+        bindings = {b["spec"]["policyName"] for b in r.of("ValidatingAdmissionPolicyBinding")}
+        assert (name in names, name in bindings) == (rendered, rendered), values
+    policy = template(MANAGER).one("ValidatingAdmissionPolicy", name)
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {(r["apiGroups"][0], r["resources"][0], tuple(r["operations"])) for r in rules} == {
+        ("jobset.x-k8s.io", "jobsets", ("CREATE",)),
+        ("batch", "jobs", ("CREATE",)),
+        ("", "pods", ("CREATE",)),
+    }
+    assert "breakGlass" not in str(policy), "refused to everyone, break-glass too"
+
+
+def test_multikueues_principal_is_nobody_outside_role_worker():
+    """The owner policies' multikueue variable lists the principal in role worker only."""
+
+    def multikueue_variables(r: Rendered) -> list[str]:
+        return [
+            v["expression"]
+            for p in r.of("ValidatingAdmissionPolicy")
+            for v in p["spec"].get("variables", [])
+            if v["name"] == "multikueue"
+        ]
+
+    worker = multikueue_variables(template(WORKER))
+    assert worker
+    assert all(f'["{MULTIKUEUE_USER}"]' in e for e in worker)
+    single = multikueue_variables(template({}))
+    assert single
+    assert all(MULTIKUEUE_USER not in e and "username in []" in e for e in single)
+
+
+def test_min_dispatches_reaches_the_agents_api_settings(tmp_path):
+    assert _agent_config(template({}), tmp_path).api.min_dispatches == DEFAULT_MIN_DISPATCHES
+    assert _agent_config(template({"api": {"minDispatches": 5}}), tmp_path).api.min_dispatches == 5
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"multicluster": {"role": "primary"}}, "/multicluster/role"),
+        ({"multicluster": {"role": "Manager"}}, "/multicluster/role"),
+        ({"multicluster": {"multikueue": {"users": ["x"]}}}, "'users'"),
+        ({"api": {"minDispatches": 0}}, "/api/minDispatches"),
+        ({"api": {"minDispatches": "many"}}, "/api/minDispatches"),
+    ],
+)
+def test_the_schema_refuses_a_bad_value_naming_it(values, named):
+    error = template_error(values)
+    assert named in error, error
+
+
+def test_a_worker_without_multikueues_principal_is_refused_naming_the_value():
+    error = template_error({"multicluster": {"role": ROLE_WORKER}})
+    assert "multicluster.role worker needs multicluster.multikueue.usernames or groups" in error, error
+
+
+@pytest.mark.parametrize("role", [ROLE_SINGLE, ROLE_MANAGER])
+def test_multikueues_principal_outside_role_worker_is_refused_naming_the_value(role):
+    error = template_error({"multicluster": {"role": role, "multikueue": {"usernames": ["x"], "groups": []}}})
+    assert f'multicluster.multikueue is set, but multicluster.role is "{role}"' in error, error

@@ -1,0 +1,122 @@
+"""The roles of a cluster under MultiKueue in the webhook and the policies (docs/multicluster.md): MultiKueue's
+principal on a worker, and nothing of a dispatch job running on a manager. The policies' behaviour on the API
+server is tests/cluster/test_multicluster_policies.py's."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
+from tests.unit.fixtures import trainjob
+from tests.unit.test_webhook_rules import STRANGER, decide, denied_by, request
+from webhook import owners
+from webhook.config import Config, Principals
+from webhook.policies import MANAGER_RUNS_NOTHING, admission_policies
+from webhook.review import User
+
+MULTIKUEUE = User("multikueue-manager", ())
+WORKER = Config(multiclusterRole=ROLE_WORKER, multikueue=Principals(usernames=(MULTIKUEUE.username,)))
+
+
+def remote(tj: dict[str, Any]) -> dict[str, Any]:
+    """MultiKueue's copy on a worker: the manager's object, with its origin label."""
+    copied = copy.deepcopy(tj)
+    copied["metadata"].setdefault("labels", {})[MULTIKUEUE_ORIGIN_LABEL] = "manager"
+    return copied
+
+
+def remote_trainjob() -> dict[str, Any]:
+    tj = remote(trainjob())
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        tj["metadata"].pop(key, None)
+    return tj
+
+
+def test_multikueues_principal_is_a_workers_alone():
+    assert WORKER.principals(owners.MULTIKUEUE).includes(MULTIKUEUE)
+    assert Config(multiclusterRole=ROLE_MANAGER).principals(owners.MULTIKUEUE) == Principals()
+    assert Config().principals(owners.MULTIKUEUE) == Principals()
+    for role in (ROLE_SINGLE, ROLE_MANAGER):
+        with pytest.raises(ValueError, match="MultiKueue's principal is used on a worker only"):
+            Config(multiclusterRole=role, multikueue=Principals(usernames=("x",)))
+
+
+def test_on_a_worker_multikueue_creates_its_copy_of_a_dispatch_trainjob():
+    assert decide(request("CREATE", remote_trainjob(), user=MULTIKUEUE), WORKER).allowed
+
+
+@pytest.mark.parametrize(
+    ("config", "user", "labelled"),
+    [
+        (Config(), MULTIKUEUE, True),  # one cluster alone: MultiKueue is a stranger
+        (WORKER, MULTIKUEUE, False),  # not its copy: no origin label
+        (WORKER, STRANGER, True),  # anyone else, with the label
+    ],
+)
+def test_every_other_create_of_a_dispatch_trainjob_but_dispatchs_is_refused(config, user, labelled):
+    tj = remote_trainjob()
+    if not labelled:
+        tj["metadata"]["labels"].pop(MULTIKUEUE_ORIGIN_LABEL)
+    assert denied_by(decide(request("CREATE", tj, user=user), config)) == "creation.principal"
+
+
+def test_after_the_create_multikueue_changes_a_copys_keys_no_more_than_a_stranger():
+    old = remote(trainjob())
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission-floor"] = "99"
+    assert not decide(request("UPDATE", new, old, user=MULTIKUEUE), WORKER).allowed
+
+
+def test_on_a_worker_multikueue_creates_its_copy_of_a_dispatch_workload():
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "trainjob-dj-01hx0000000000000000000000-s1-abcde",
+            "namespace": "team-a",
+            "labels": {MULTIKUEUE_ORIGIN_LABEL: "manager"},
+            "annotations": {"dispatch.phpboyscout.uk/opened": "true"},
+        },
+        "spec": {"queueName": "q"},
+    }
+    kw = {"resource": "workloads", "kind": "Workload", "group": "kueue.x-k8s.io"}
+    assert decide(request("CREATE", workload, user=MULTIKUEUE, **kw), WORKER).allowed
+    assert not decide(request("CREATE", workload, user=MULTIKUEUE, **kw), Config()).allowed
+    unlabelled = copy.deepcopy(workload)
+    unlabelled["metadata"]["labels"] = {}
+    assert not decide(request("CREATE", unlabelled, user=MULTIKUEUE, **kw), WORKER).allowed
+
+
+def _names(config: Config) -> set[str]:
+    return {d["metadata"]["name"] for d in admission_policies(config, namespace="dispatch-system")}
+
+
+def test_the_manager_policy_is_a_managers_alone_and_refuses_everyone():
+    assert MANAGER_RUNS_NOTHING in _names(Config(multiclusterRole=ROLE_MANAGER))
+    assert MANAGER_RUNS_NOTHING not in _names(Config())
+    assert MANAGER_RUNS_NOTHING not in _names(WORKER)
+    (policy,) = [
+        d
+        for d in admission_policies(Config(multiclusterRole=ROLE_MANAGER), namespace="dispatch-system")
+        if d["metadata"]["name"] == MANAGER_RUNS_NOTHING and d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    assert [v["expression"] for v in policy["spec"]["validations"]] == ["false"]
+    assert "variables" not in policy["spec"], "no principal is exempt, break-glass included"
+
+
+def test_the_owner_policies_give_multikueue_only_its_copies():
+    docs = admission_policies(WORKER, namespace="dispatch-system")
+    variables = [
+        v["expression"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        for v in d["spec"].get("variables", [])
+        if v["name"] == "multikueue"
+    ]
+    assert len(variables) == 2, "the TrainJobs' and the Workloads' owner policies"
+    for expression in variables:
+        assert f'["{MULTIKUEUE.username}"]' in expression
+        assert expression.count(MULTIKUEUE_ORIGIN_LABEL) == 2, "on the object and on its old version"
