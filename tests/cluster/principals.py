@@ -70,3 +70,16 @@ def json_patch(http: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) -
 
 def merge_patch(http: KubeHttp, obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return http.request("PATCH", http.object_path(obj), patch, content_type="application/merge-patch+json")
+
+
+def bound_here(docs: list[dict[str, Any]], namespace: str, suffix: str) -> list[dict[str, Any]]:
+    """Policies and bindings renamed with ``suffix`` and bound to ``namespace`` alone, so that a test's own copies
+    police only its namespace and never another test's."""
+    for doc in docs:
+        doc["metadata"]["name"] += f"-{suffix}"
+        if doc["kind"].endswith("Binding"):
+            doc["spec"]["policyName"] += f"-{suffix}"
+            doc["spec"]["matchResources"] = {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            }
+    return docs

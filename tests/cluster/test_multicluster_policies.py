@@ -32,6 +32,7 @@ from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SI
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
+from tests.cluster.principals import bound_here
 from tests.unit.fixtures import runtime, submission
 from webhook.config import Config, Principals
 from webhook.policies import MANAGER_RUNS_NOTHING_MESSAGE, admission_policies
@@ -90,13 +91,7 @@ def _arm(
         for d in admission_policies(config, namespace="dispatch-system", owners_too=owners_too)
         if d["kind"].startswith("Validating")
     ]
-    for doc in docs:
-        doc["metadata"]["name"] += f"-{suffix}"
-        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
-            doc["spec"]["policyName"] += f"-{suffix}"
-            doc["spec"]["matchResources"] = {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            }
+    for doc in bound_here(docs, namespace, suffix):
         cp.admin.create(doc)
     clients = {w: KubeHttp(cp.admin_credentials, impersonate=(_user(w), None)) for w in PRINCIPALS}
     names = [d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]

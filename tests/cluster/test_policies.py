@@ -23,7 +23,7 @@ from contract.runtime_patch import trainer_replicated_job
 from contract.runtime_requirements import prologue_mount_problems
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
-from tests.cluster.principals import Principals, json_patch, merge_patch, principals
+from tests.cluster.principals import Principals, bound_here, json_patch, merge_patch, principals
 from tests.unit.fixtures import runtime, submission
 from webhook.config import Config
 from webhook.config import Principals as ConfigPrincipals
@@ -50,14 +50,7 @@ def policies(control_plane, namespace, who) -> Iterator[list[dict]]:
     docs = admission_policies(config, namespace="dispatch-system", owners_too=False)
     # The validating ones: the record of A that the mutating policy adds is tests/cluster/test_record_start.py's.
     docs = [d for d in docs if d["kind"].startswith("Validating")]
-    for doc in docs:
-        doc["metadata"]["name"] += f"-{suffix}"
-        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
-            doc["spec"]["policyName"] += f"-{suffix}"
-            doc["spec"]["matchResources"] = {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            }
-    for doc in docs:
+    for doc in bound_here(docs, namespace, suffix):
         control_plane.admin.create(doc)
     _wait_enforced(who, namespace)
     yield docs
