@@ -23,6 +23,7 @@ from webhook.owners import (
     KUBELET,
     KUEUE,
     MULTIKUEUE,
+    MULTIKUEUE_STATUS,
     NODE_LIFECYCLE,
     POD_GARBAGE_COLLECTOR,
     SCHEDULER,
@@ -125,7 +126,7 @@ class Config(BaseModel):
         """The principals of a role of webhook/owners.py (MultiKueue's: nobody but in role worker)."""
         if role == DISPATCH:
             return self.dispatch
-        if role == KUEUE:
+        if role in (KUEUE, MULTIKUEUE_STATUS):
             return self.kueue
         if role == MULTIKUEUE:
             return self.multikueue if self.multicluster_role == ROLE_WORKER else Principals()

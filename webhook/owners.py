@@ -34,7 +34,7 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINER_GROUP,
 )
-from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL
 
 BELONGS: Final = "belongs to a dispatch job"
 """In every refusal of an owner policy (dispatch-webhook selftest recognises it)."""
@@ -55,6 +55,11 @@ EVERYONE: Final = "everyone"
 MULTIKUEUE: Final = "multikueue"
 """The manager's MultiKueue on a worker (the user of its MultiKueueCluster's kubeconfig): a principal only in
 role worker, and there only on the copies it made, the objects carrying its origin label (``ONLY_ON``)."""
+MULTIKUEUE_STATUS: Final = "multikueueStatus"
+"""Kueue's MultiKueue on a manager, as Kueue's own principals: it copies the worker's TrainJob status to the
+manager's TrainJob, and only on the TrainJobs it manages (``ONLY_ON``: ``spec.managedBy`` is MultiKueue's, on the
+old and the new object; Trainer's CRD makes the field immutable). ``managedBy`` is upstream's word for who owns a
+job's status."""
 
 ROLE_TITLES: Final = {
     DISPATCH: "dispatch",
@@ -70,6 +75,7 @@ ROLE_TITLES: Final = {
     BREAK_GLASS: "break-glass",
     EVERYONE: "anyone",
     MULTIKUEUE: "MultiKueue (on a worker, its copies)",
+    MULTIKUEUE_STATUS: "Kueue's MultiKueue (the TrainJobs it manages)",
 }
 
 # The principals of the roles other than dispatch and Kueue (webhook.config's own), as their upstream
@@ -110,10 +116,14 @@ def _origin(o: str) -> str:
     return f"{o}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
 
 
-ONLY_ON: Final[dict[str, Callable[[str], str]]] = {MULTIKUEUE: _origin}
+def _managed_by_multikueue(o: str) -> str:
+    return f"{o}.?spec.?managedBy.orValue('') == {_q(MULTIKUEUE_MANAGED_BY)}"
+
+
+ONLY_ON: Final[dict[str, Callable[[str], str]]] = {MULTIKUEUE: _origin, MULTIKUEUE_STATUS: _managed_by_multikueue}
 """Roles that own their writes only on some of a kind's objects: CEL over the object named, which must hold of
 the object and of its old version (MultiKueue's copies on a worker carry its origin label from their creation;
-dispatch's own objects never do)."""
+dispatch's own objects never do; a TrainJob's managedBy never changes)."""
 
 
 # -- What each kind's owners may write ---------------------------------------------------------------
@@ -204,9 +214,10 @@ TRAINJOBS: Final = Kind(
         # MultiKueue creates the remote TrainJob on a worker, a copy of the manager's, and deletes it.
         ("CREATE", ""): (DISPATCH, MULTIKUEUE),
         # Kueue suspends, unsuspends and fills its runtime-patch entry; the garbage collector removes the
-        # finalizers of a foreground or orphaning delete. Trainer writes the status only.
+        # finalizers of a foreground or orphaning delete. Trainer writes the status only, and on a MultiKueue
+        # manager Kueue copies it from the worker's TrainJob to the one it manages.
         ("UPDATE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR),
-        ("UPDATE", "status"): (TRAINER,),
+        ("UPDATE", "status"): (TRAINER, MULTIKUEUE_STATUS),
         # Kueue too, where a site sets its workloadRetentionPolicy: a deleted TrainJob leaves its pods, held
         # by dispatch's finalizer until their processes are proven gone.
         ("DELETE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR, MULTIKUEUE),

@@ -28,7 +28,13 @@ from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_OPENED,
 )
-from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
+from contract.multicluster import (
+    MULTIKUEUE_MANAGED_BY,
+    MULTIKUEUE_ORIGIN_LABEL,
+    ROLE_MANAGER,
+    ROLE_SINGLE,
+    ROLE_WORKER,
+)
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
@@ -348,3 +354,25 @@ def test_on_a_worker_multikueue_creates_no_other_kind_of_a_dispatch_job(worker):
     for resource, obj in _children(ns, _name()).items():
         obj["metadata"].setdefault("labels", {})[MULTIKUEUE_ORIGIN_LABEL] = "manager"
         assert "CREATE is made only by" in _enforced(_create(c[MULTIKUEUE], obj)), resource
+
+
+# --- role manager: Kueue's MultiKueue copies the worker's TrainJob status back ------------------------------
+
+
+def _manager_objects(namespace: str) -> dict[str, dict[str, Any]]:
+    managed = _trainjob(namespace, copy=False)
+    managed["spec"]["managedBy"] = MULTIKUEUE_MANAGED_BY
+    return {"managed": managed, "own": _trainjob(namespace, copy=False)}
+
+
+def test_on_a_manager_kueue_copies_the_status_of_the_trainjobs_multikueue_manages_and_of_no_other(control_plane):
+    for armed in _arm(control_plane, _config(ROLE_MANAGER), owners_too=True, before=_manager_objects):
+        c, managed, own = armed.clients, armed.stored["managed"], armed.stored["own"]
+        status = {"status": {"conditions": []}}
+        # Trainer's own write of a TrainJob's status, refused to Kueue once the owner policy is loaded.
+        refusal = _enforced(_patch(c[KUEUE], own, status, "status"))
+        assert "UPDATE status is made only by Trainer, Kueue's MultiKueue (the TrainJobs it manages)" in refusal
+        # MultiKueue's copy of the worker's status onto the TrainJob it manages.
+        assert _refusal(_patch(c[KUEUE], managed, status, "status")) is None
+        assert "UPDATE status is made only by" in _enforced(_patch(c[STRANGER], managed, status, "status"))
+        assert "UPDATE status is made only by" in _enforced(_patch(c[DISPATCH], managed, status, "status"))

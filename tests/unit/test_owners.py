@@ -19,7 +19,9 @@ def test_every_role_of_the_table_has_principals_in_the_config():
     config = Config()
     for role in roles | {owners.BREAK_GLASS}:
         assert config.principals(role) is not None
-    assert set(Owners.model_fields) | {owners.DISPATCH, owners.KUEUE, owners.MULTIKUEUE} >= roles
+    assert (
+        set(Owners.model_fields) | {owners.DISPATCH, owners.KUEUE, owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS} >= roles
+    )
 
 
 def test_break_glass_is_nobody_by_default_and_a_stranger_owns_nothing_but_pod_deletes_and_evictions():
@@ -46,4 +48,15 @@ def test_creates_belong_to_one_creator_each_and_on_a_worker_to_multikueue_for_it
         "configmaps": (owners.DISPATCH,),
     }
     # MultiKueue owns nothing outside role worker, and there only its copies (owners.ONLY_ON).
-    assert set(owners.ONLY_ON) == {owners.MULTIKUEUE}
+    assert set(owners.ONLY_ON) == {owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS}
+
+
+def test_kueue_s_multikueue_writes_only_the_status_of_the_trainjobs_it_manages():
+    writes = {
+        (kind.resource, w)
+        for kind in owners.KINDS
+        for w, roles in kind.writes.items()
+        if owners.MULTIKUEUE_STATUS in roles
+    }
+    assert writes == {("trainjobs", ("UPDATE", "status"))}
+    assert Config().principals(owners.MULTIKUEUE_STATUS) == Config().kueue
