@@ -205,6 +205,9 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
         eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
         _write(m, tj, lambda t, w: plan_open(t).writes)
         first, _ = _dispatched(m, tj, K)
+        # MultiKueue copies the worker's TrainJob status to the manager's: Kueue's controller, on the TrainJob it
+        # manages (docs/security.md, "Several clusters"). Refused, it stalls the re-dispatch below.
+        eventually(lambda: _true(_get(m, tj).get("status", {}).get("jobsStatus")), 120, "the worker's status copied")
 
         # A second dispatch: Hold evicts it on the manager (MultiKueue removes the copy), Release readmits it.
         hold = Hold(instance="mc", since=kit.now(), who="tests/multicluster", reason="a second dispatch")
