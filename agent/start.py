@@ -25,7 +25,13 @@ from typing import Any, Final
 from contract.admission import admission_count, admission_floor
 from contract.gates import gates_of
 from contract.keys import GATE, TRAINER_GROUP
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, budget_problem, is_multikueue, multikueue_problems
+from contract.multicluster import (
+    MULTIKUEUE_MANAGED_BY,
+    budget_problem,
+    is_multikueue,
+    managed_by_multikueue,
+    multikueue_problems,
+)
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, configmap_differences
@@ -91,7 +97,7 @@ def multikueue_start_problems(
     MultiKueue's only where the queue's ClusterQueue lists a MultiKueue check (``checks``: their names; Kueue
     copies the ClusterQueue's checks into the Workload); and, in a MultiKueue queue, the runtime copy
     (``runtime_spec``) free of what lets J pass maxRestarts and affording ``min_dispatches`` dispatches."""
-    managed = dig(read, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY
+    managed = managed_by_multikueue(read)
     if not is_multikueue(workload, checks):
         if managed:
             return [

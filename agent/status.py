@@ -30,6 +30,7 @@ from contract.keys import (
     LABEL_RESTART_ATTEMPT,
     POD_FINALIZER,
 )
+from contract.multicluster import managed_by_multikueue
 from contract.objects import annotations, dig, labels, parse_rfc3339
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.trainer import prefixes_from_env
@@ -210,6 +211,9 @@ def ceased(
     3. the current execution creates no more pods (``pods_may_appear``): a pod not created yet is not listed
        either. The gate has this from Kueue, which reserves quota again only once the job is inactive.
 
+    A TrainJob MultiKueue runs (on a manager) is not Ceased once an execution was admitted: its pods are on a
+    worker this agent does not read.
+
     A TrainJob whose trainer pods do not carry the finalizer (created before it existed) keeps the older
     rule: a pod gone from the API is no evidence, so a trainer pod of the current A must be listed.
     """
@@ -223,6 +227,13 @@ def ceased(
     current = max(floor or 0, a or 0)
     if current == 0:
         return True, f"no execution was ever admitted and none can start: {why_not}"
+    if managed_by_multikueue(trainjob):
+        # Its pods are on a worker, which the manager's agent does not read: this cluster's empty pod list is no
+        # evidence, and MultiKueue deletes a worker's copy without waiting for its pods (docs/multicluster.md).
+        return False, (
+            f"it runs through MultiKueue: the pods of its executions (A={current}) are on a worker, which this "
+            "agent does not read, so that their processes are gone is not proven here"
+        )
     appearing = pods_may_appear(trainjob, jobset)
     if appearing is not None:
         return False, f"the current execution (A={current}) may still create pods: {appearing}"

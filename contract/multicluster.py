@@ -37,6 +37,12 @@ cluster alone (""), a MultiKueue manager that queues and numbers dispatch jobs b
 runs the copies a manager dispatched to it and never numbers them."""
 
 
+def managed_by_multikueue(trainjob: Mapping[str, Any] | None) -> bool:
+    """The TrainJob is a manager's, run by MultiKueue on a worker: Kueue's defaulting set its ``spec.managedBy``
+    (immutable) because its queue lists a MultiKueue check."""
+    return dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY
+
+
 def max_restarts(runtime_spec: Mapping[str, Any]) -> int:
     """The JobSet failure policy's maxRestarts in a runtime's spec: the highest J a dispatch can reach (0 when
     absent: JobSet then never restarts the group)."""

@@ -409,3 +409,18 @@ def test_a_suspended_kueue_job_held_on_its_trainjob_alone_cannot_restart():
     )
     tj["spec"]["suspend"] = False  # a Hold not finished on a running job: its JobSet may still start pods
     assert _ceased(tj, [ended], wl=workload())[0] is False
+
+
+def test_a_job_multikueue_runs_is_never_ceased_on_the_manager_once_a_dispatch_was_admitted():
+    """Its pods are on a worker: the manager's empty pod list proves nothing, whatever ended or is held here."""
+    for tj, wl, js, pods, nodes in (ends[0] for ends in ENDS.values()):
+        assert _ceased(tj, pods, wl, js, nodes)[0] is True
+        managed = copy.deepcopy(tj)
+        managed["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+        ceased, why = _ceased(managed, pods, wl, js, nodes)
+        assert ceased is False
+        assert "runs through MultiKueue" in why or "may still run" in why, why
+    # Never dispatched: no copy was ever made (the manager's gate raises A before its first Ready).
+    gated = trainjob()
+    gated["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    assert _ceased(gated, wl=workload(reserved=False))[0] is True
