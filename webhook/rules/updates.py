@@ -298,3 +298,26 @@ def kueue_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> 
             )
         ]
     return []
+
+
+def copy_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+    """On a MultiKueue worker, the start of MultiKueue's copy (contract/multicluster.py ``records_only``): the
+    manager numbered this dispatch, so the write that starts the copy records A and raises neither A nor the
+    floor. A second start of the same copy (A already recorded as started) is refused by ``unsuspend_problems``,
+    as A is not above the record: the copy was evicted here and goes back through the manager, which sends it
+    again with a new A (docs/multicluster.md, guarantee 3)."""
+    if not unsuspends(old, new):
+        return []
+    before = (_count(admission_count, old), _count(admission_floor, old))
+    after = (_count(admission_count, new), _count(admission_floor, new))
+    if before == after:
+        return []
+    return [
+        Problem(
+            "update.unsuspend",
+            _A,
+            f"A {before[0]} -> {after[0]}, floor {before[1]} -> {after[1]}",
+            "on a MultiKueue worker the start of MultiKueue's copy records A and never raises it: the manager "
+            "numbers each dispatch, and a copy started here before goes back through the manager",
+        )
+    ]
