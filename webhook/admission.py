@@ -20,7 +20,7 @@ from contract.keys import (
     GATE,
     JOBSET_GROUP,
 )
-from contract.multicluster import records_only
+from contract.multicluster import ROLE_WORKER, records_only
 from contract.names import TrainJobName, parse_name
 from contract.objects import add_op, dig
 from contract.ownership import is_dispatch, is_kueue_mode, owned_by_dispatch
@@ -34,6 +34,7 @@ from webhook.rules.runtime_copy import copy_creation_problems, copy_update_probl
 from webhook.rules.updates import (
     copy_unsuspend_problems,
     kueue_unsuspend_problems,
+    origin_problems,
     unsuspend_problems,
     unsuspends,
     update_problems,
@@ -140,6 +141,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
             problems += unsuspend_problems(old, new)
             if records_only(config.multicluster_role, old, new):
                 problems += copy_unsuspend_problems(old, new)
+            if config.multicluster_role == ROLE_WORKER:
+                problems += origin_problems(old, new)
             problems += update_problems(old, new, dispatch=not stranger)
             problems += foreign_entry_problems(old, new)
             if stranger and not config.kueue.includes(request.user):
@@ -164,6 +167,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         and (owned_by_dispatch(old) or owned_by_dispatch(new))
     ):
         problems += workload_update_problems(old, new, dispatch=not stranger, kueue=config.kueue.includes(request.user))
+        if config.multicluster_role == ROLE_WORKER:
+            problems += origin_problems(old, new)
     elif resource == JOBSETS and request.operation == "CREATE" and new is not None and owned_by_dispatch(new):
         problems += jobset_create_problems(new)  # for everyone: Trainer's recreation is the case it stops
     if (

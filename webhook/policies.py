@@ -31,7 +31,10 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 
 The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config. In
 role worker, the manager's MultiKueue owns some writes of its own copies (webhook/owners.py ``MULTIKUEUE``), and
-``reserved-keys`` lets it create them with dispatch's keys.
+``reserved-keys`` lets it create them with dispatch's keys. Also in role worker (docs/multicluster.md, guarantee 3):
+the start of MultiKueue's copy of a TrainJob (its origin label) records A and never raises it (``record-start``
+records only; ``unsuspend`` refuses a raise, and with its rule "A above the record" a second start of the copy), and
+the origin label of a dispatch TrainJob (``identity``) or Workload (``workloads``) never changes.
 """
 
 from __future__ import annotations
@@ -425,6 +428,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     + ", as Kueue's does: not the trainer container, its volumes or dispatch's keys",
                     "reason": "Forbidden",
                 },
+                *([_origin_kept()] if config.multicluster_role == ROLE_WORKER else []),
             ],
         },
     )
@@ -521,6 +525,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "message": "dispatch holds this Workload: only Release reactivates it, removing the hold",
                     "reason": "Forbidden",
                 },
+                *([_origin_kept()] if config.multicluster_role == ROLE_WORKER else []),
             ],
         },
     )
@@ -584,6 +589,18 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
 def _copy(obj: str) -> str:
     """CEL: ``obj`` is MultiKueue's copy on a worker (its origin label; contract/multicluster.py ``is_copy``)."""
     return f"{obj}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
+
+
+def _origin_kept() -> dict[str, Any]:
+    """Role worker, in the identity and workloads policies: MultiKueue's origin label on a dispatch TrainJob or
+    Workload never changes (webhook/rules/updates.py ``origin_problems``)."""
+    label = f"metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('')"
+    return {
+        "expression": f"oldObject.{label} == object.{label}",
+        "message": f"on a MultiKueue worker MultiKueue's origin label {MULTIKUEUE_ORIGIN_LABEL} is set at create and "
+        "never changes: it says the manager numbered this copy",
+        "reason": "Forbidden",
+    }
 
 
 def _copy_records_only() -> dict[str, Any]:

@@ -167,3 +167,17 @@ def _apply(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
     return apply_json_patch(
         obj, [op for op in patch if op["path"] not in ("/metadata/uid", "/metadata/resourceVersion")]
     )
+
+
+def test_on_a_worker_the_origin_label_of_a_copy_never_changes(armed: Armed, control_plane):
+    tj = _trainjob(control_plane, armed.namespace, is_copy=True)
+    unlabelled = copy.deepcopy(tj)
+    del unlabelled["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL]
+    refusal = _refusal(
+        lambda: armed.kueue.request("PUT", armed.kueue.object_path(tj), unlabelled, query={"dryRun": "All"})
+    )
+    if armed.role == ROLE_WORKER:
+        assert refusal is not None
+        assert "origin label" in refusal
+    else:
+        assert refusal is None

@@ -18,7 +18,7 @@ from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SI
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, opened, workload
 from tests.unit.test_multicluster_roles import WORKER, remote
-from tests.unit.test_webhook_rules import KUEUE, admit, denied_by, opened_kueue, request
+from tests.unit.test_webhook_rules import DISPATCH, KUEUE, admit, denied_by, opened_kueue, request
 from webhook.admission import mutate
 from webhook.config import Config
 
@@ -244,3 +244,16 @@ def test_no_two_starts_of_a_copy_share_an_identity_and_r_only_rises():
     assert len(identities) == 1
     assert len({i for i, _ in identities}) == len(identities)
     assert [e for _, e in identities] == sorted({e for _, e in identities})
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "workload"])
+def test_on_a_worker_the_origin_label_of_a_copy_never_changes(kind):
+    # Removed, a restart of the copy would be numbered on the worker, and its Workload approved again.
+    old = copy_trainjob() if kind == "trainjob" else copy_workload(owned=True, recorded="t")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"].pop(MULTIKUEUE_ORIGIN_LABEL)
+    extra = {} if kind == "trainjob" else {"resource": "workloads", "kind": "Workload", "group": "kueue.x-k8s.io"}
+    for user in (KUEUE, DISPATCH):
+        verdict = admit(request("UPDATE", new, old, user=user, **extra), WORKER)
+        assert denied_by(verdict) == "update.origin"
+    assert admit(request("UPDATE", new, old, user=KUEUE, **extra), Config()).allowed  # elsewhere, no rule of this
