@@ -91,7 +91,12 @@ def armed(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterat
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUEUE_USER}],
     })  # fmt: skip
-    config = Config(kueue=Principals(usernames=(KUEUE_USER,)), multiclusterRole=role)
+    # The admin plays dispatch (it creates, opens and raises the jobs, and MultiKueue's copies, as those would).
+    config = Config(
+        dispatch=Principals(groups=("system:masters",)),
+        kueue=Principals(usernames=(KUEUE_USER,)),
+        multiclusterRole=role,
+    )
     docs = bound_here(admission_policies(config, namespace="dispatch-system", owners_too=False), namespace, suffix)
     for doc in docs:
         cp.admin.create(doc)
