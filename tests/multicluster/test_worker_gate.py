@@ -24,6 +24,7 @@ from ulid import ULID
 
 from agent.gate import WORKER_FIRST_MESSAGE, worker_held_message
 from agent.operations import plan_open
+from contract.admission import admission_started
 from contract.keys import ANNOTATION_WORKER_ADMITTED, POD_FINALIZER
 from contract.multicluster import ROLE_WORKER
 from contract.trainjob import Submission, build_runtime_copy
@@ -210,6 +211,14 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
         # Back in touch (or given up after workerLostTimeout): the manager dispatches again, A raised by K.
         mc.restore_connection(worker)
         _dispatched(m, tj, 2 * K, within=300)
+        chosen = mc.worker(kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"])["status"]["clusterName"])
+
+        def started_there() -> None:
+            there = chosen.admin.get(TRAINER_V, "TrainJob", name, m.namespace)
+            assert there["spec"].get("suspend") is False, "the new copy not started yet"
+            assert (kit.a_of(there), admission_started(there)) == (2 * K, 2 * K)
+
+        eventually(started_there, 120, "the new copy started on its worker with A raised by K")
 
         # The histories: the held copy's check turned Ready once; each copy started once, with the A the manager
         # gave it; no two executions share an identity and R only rises.
