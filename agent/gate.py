@@ -17,6 +17,12 @@ Except in MultiKueue mode (contract/multicluster.py): MultiKueue copies the Trai
 manager's unsuspend, so there the gate raises A itself, by K = maxRestarts + 1, in a preconditioned TrainJob
 patch written before its Ready; the unsuspend then only records it.
 
+On a MultiKueue worker (role worker) a remote Workload, MultiKueue's copy (its origin label), is approved at its
+first admission on this worker only (``worker_copy``): the gate records ``worker-admitted`` on it, in a JSON
+Patch preconditioned on the Workload as read, and only then sets the check Ready. Every later admission of the
+copy is held: it was evicted here, and a local restart would repeat the dispatch's A with J at 0 in a new JobSet.
+The copy goes back through the manager instead, which numbers a new dispatch (docs/multicluster.md, guarantee 3).
+
 The Ready write is preconditioned on the read made *before* the pod check: if Kueue evicts and resets the
 check in between, the write fails with a conflict, and no admission is ever approved on a look at the pods
 that came before its eviction.
@@ -27,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from agent.nodeloss import Assessment
 from agent.podowners import ForeignPod
@@ -41,10 +47,11 @@ from contract.keys import (
     ANNOTATION_HOLD_REASON,
     ANNOTATION_HOLD_WHO,
     ANNOTATION_OPENED,
+    ANNOTATION_WORKER_ADMITTED,
     HOLD_ANNOTATIONS,
 )
-from contract.multicluster import multikueue_problems, raise_dispatch, step
-from contract.objects import annotations, dig
+from contract.multicluster import ROLE_SINGLE, ROLE_WORKER, Role, is_copy, multikueue_problems, raise_dispatch, step
+from contract.objects import add_op, annotations, dig
 from contract.ownership import is_dispatch
 
 
@@ -77,6 +84,9 @@ class Decision:
     A by K too, when one is due."""
     check_write: dict[str, Any] | None = None
     """Server-side apply body for workloads/status; None when nothing needs writing."""
+    workload_patch: list[dict[str, Any]] | None = None
+    """JSON Patch for the Workload, preconditioned on it as read, written before ``check_write``: on a worker, the
+    record of the first admission of MultiKueue's copy (``worker_copy``)."""
     new_a: int | None = None
     """The A the approved execution will start with."""
     foreign: tuple[str, ...] = field(default_factory=tuple)
@@ -114,6 +124,7 @@ def decide(
     foreign_pods: Sequence[ForeignPod] = (),
     multikueue: bool = False,
     runtime_spec: Mapping[str, Any] | None = None,
+    role: Role = ROLE_SINGLE,
 ) -> Decision:
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
 
@@ -126,10 +137,17 @@ def decide(
     (agent/podowners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
     them that may still run, as the node-loss classification says, and ``foreign_pods`` the labelled pods
     that are provably not its own: reported, never waited on.
+
+    ``role``: this cluster's part under MultiKueue. On a worker, MultiKueue's copy is decided by ``worker_copy``;
+    everything else as in one cluster alone.
     """
     waiting = waiting_reason(workload, check)
     if waiting is not None:
         return Decision(Action.WAIT, waiting)
+    if role == ROLE_WORKER and is_copy(workload):
+        decided = worker_copy(workload, check, trainjob, now)
+        if decided is not None:
+            return decided
     owner = owner_trainjob(workload)
     if owner is None:
         return _set(Action.APPROVE, workload, check, READY, "not a TrainJob: the readmission gate does not apply", now)
@@ -176,6 +194,58 @@ def decide(
         new_a=a,
         foreign=foreign,
     )
+
+
+def worker_held_message(recorded: str) -> str:
+    return (
+        f"MultiKueue's copy was admitted on this worker before ({ANNOTATION_WORKER_ADMITTED} {recorded}) and evicted "
+        "here: it does not run again under the A the manager gave it. It goes back through the manager, which "
+        "dispatches it again with a new A"
+    )
+
+
+WORKER_FIRST_MESSAGE: Final = (
+    f"the first admission of MultiKueue's copy on this worker, recorded as {ANNOTATION_WORKER_ADMITTED} before this "
+    "check turns Ready: a later admission of this copy here is held and goes back through the manager"
+)
+
+
+def worker_copy(
+    workload: Mapping[str, Any], check: str, trainjob: Mapping[str, Any] | None, now: str
+) -> Decision | None:
+    """On a worker, the gate's decision for MultiKueue's copy of a Workload (``workload``, due and carrying the
+    origin label), or None when the copy is someone else's: decided as in one cluster alone.
+
+    Its first admission here is approved, the record ``worker-admitted`` written first (``workload_patch``,
+    preconditioned on the Workload as read, so it lands only in this admission cycle); any admission of a copy
+    that carries the record is held. The first admission comes before MultiKueue creates the TrainJob on this
+    worker, so the copy has no owner yet, and its job's kind is not known: it is recorded whatever it is, and
+    once its owner is known to be another kind or a TrainJob not of dispatch's, it is decided as today."""
+    if _someone_elses(workload, trainjob):
+        return None
+    recorded = annotations(workload).get(ANNOTATION_WORKER_ADMITTED)
+    if recorded is not None:
+        return _set(Action.HOLD, workload, check, PENDING, worker_held_message(recorded), now)
+    return Decision(
+        Action.ADMIT,
+        WORKER_FIRST_MESSAGE,
+        workload_patch=[
+            *preconditions(workload),
+            add_op(workload, ("metadata", "annotations", ANNOTATION_WORKER_ADMITTED), now),
+        ],
+        check_write=check_state_apply(workload, check, READY, WORKER_FIRST_MESSAGE, now),
+    )
+
+
+def _someone_elses(workload: Mapping[str, Any], trainjob: Mapping[str, Any] | None) -> bool:
+    """The Workload's controller is known and not a dispatch TrainJob: another kind, or a TrainJob read and not
+    dispatch's."""
+    refs = dig(workload, "metadata", "ownerReferences")
+    controlled = any(isinstance(r, Mapping) and r.get("controller") is True for r in refs or [])
+    owner = owner_trainjob(workload)
+    if owner is None:
+        return controlled
+    return trainjob is not None and dig(trainjob, "metadata", "uid") == owner[1] and not is_dispatch(trainjob)
 
 
 def _dispatch_raise(trainjob: Mapping[str, Any], runtime_spec: Mapping[str, Any] | None) -> tuple[int, Raise]:

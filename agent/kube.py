@@ -190,6 +190,23 @@ class Kube:
             )
         )
 
+    async def patch_workload(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
+        """A JSON Patch of a Workload (only ever, on a worker, the record of a copy's first admission); the caller's
+        ops carry the uid and resourceVersion preconditions."""
+        return await read_json(
+            self.custom.patch_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                namespace,
+                WORKLOADS,
+                name,
+                ops,
+                field_manager=FIELD_MANAGER,
+                _content_type=JSON_PATCH,
+                **self._opts(),
+            )
+        )
+
     async def apply_workload_status(self, body: Mapping[str, Any]) -> Obj:
         """Server-side apply on workloads/status; the body's uid and resourceVersion are its preconditions."""
         meta = body["metadata"]

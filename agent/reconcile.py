@@ -7,7 +7,9 @@ b. What the decision needs: the owning TrainJob and its JobSet (watch caches, el
    consistent LIST issued after the pass began (agent/podlists.py); the Jobs those pods name and the Nodes
    they run on, by fresh GETs.
 c. The decision (agent/gate.py, pure).
-d. The writes, in this order: the JobSet UID record in the TrainJob, the first time and only if no one made
+d. The writes, in this order: on a worker, the record of a copy's first admission in the Workload (agent/gate.py
+   ``worker_copy``; the Ready then carries the resourceVersion that record's response gives); the JobSet UID
+   record in the TrainJob, the first time and only if no one made
    it yet (preconditioned on the TrainJob as read); only then the check's state in the Workload
    (preconditioned on the Workload as read in a). A itself is raised by the write that starts the execution,
    not here, except in MultiKueue mode (contract/multicluster.py): there the TrainJob write raises A by K,
@@ -55,7 +57,7 @@ from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
 from contract.admission import admission_count
-from contract.multicluster import is_multikueue
+from contract.multicluster import Role, is_multikueue
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_api_error
@@ -80,6 +82,9 @@ class Settings(Protocol):
 
     @property
     def node_loss_taints(self) -> Sequence[str]: ...
+
+    @property
+    def multicluster_role(self) -> Role: ...
 
 
 Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -163,6 +168,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         foreign_pods=foreign_pods,
         multikueue=multikueue,
         runtime_spec=runtime_spec,
+        role=settings.multicluster_role,
     )
     base = {"check": check, "quota_reserved_at": reserved_at}
 
@@ -188,10 +194,32 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         if hooks.after_record is not None:
             await hooks.after_record(trainjob)
 
-    wrote = False
-    if d.check_write is not None:
+    check_write = d.check_write
+    if d.workload_patch is not None:
+        # On a worker, the record of the copy's first admission, before its Ready: a crash or a refused Ready
+        # after it leaves the copy held, never admitted twice.
         try:
-            written = await kube.apply_workload_status(keep_our_entries(d.check_write, workload, ours))
+            recorded_wl = await kube.patch_workload(key.namespace, key.name, d.workload_patch)
+        except ApiException as exc:
+            _log_decision(key, trainjob, check, d, "record refused", describe_api_error(exc))
+            return Outcome(
+                d.action,
+                f"the record of the first admission was refused: {describe_api_error(exc)}",
+                requeue=True,
+                conflict="workload" if exc.status in (409, 422) else None,
+                **base,
+            )
+        kube.reads.wrote_workload(recorded_wl)
+        if check_write is not None:
+            # The record was preconditioned on the read of step a, so its resourceVersion follows that read
+            # with no other write between: the Ready, preconditioned on it, still lands only in this cycle.
+            meta = {**check_write["metadata"], "resourceVersion": dig(recorded_wl, "metadata", "resourceVersion")}
+            check_write = {**check_write, "metadata": meta}
+
+    wrote = False
+    if check_write is not None:
+        try:
+            written = await kube.apply_workload_status(keep_our_entries(check_write, workload, ours))
             kube.reads.wrote_workload(written)
             wrote = True
         except ApiException as exc:

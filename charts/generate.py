@@ -28,7 +28,7 @@ import readme  # charts/readme.py, beside this script (its folder is the first o
 import yaml
 
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
-from contract.multicluster import ROLE_MANAGER, ROLE_WORKER
+from contract.multicluster import ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from webhook.config import Config, Owners, Principals
 from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
 from webhook.owners import DISPATCH, KUEUE, MULTIKUEUE
@@ -76,6 +76,8 @@ _CHECK = "__DISPATCH_ADMISSION_CHECK__"
 CHECK_TEMPLATE = "{{ .Values.admissionCheck.name }}"
 MANAGER_ONLY = f'eq .Values.multicluster.role "{ROLE_MANAGER}"'
 """Helm: the chart is installed on a MultiKueue manager (webhook.policies.manager_policies)."""
+WORKER_ONLY = f'eq .Values.multicluster.role "{ROLE_WORKER}"'
+"""Helm: the chart is installed on a MultiKueue worker (the documents that differ by role, ``_role_variants``)."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -123,6 +125,50 @@ def _principals_template(expression: str) -> str:
     return f"{{{{ printf `{fmt}` {' '.join(args)} | toJson }}}}"
 
 
+def _templated(doc: dict[str, Any]) -> set[str]:
+    """The names of ``doc``'s variables that name principals (the stand-ins)."""
+    return {v["name"] for v in doc["spec"].get("variables", []) if "__DISPATCH_" in v["expression"]}
+
+
+def _comparable(doc: dict[str, Any], templated: set[str]) -> dict[str, Any]:
+    """``doc`` less its variables named in ``templated``, those that name principals: they are Helm expressions
+    over each role's values already (MultiKueue's are empty outside role worker, ``_values``), so two roles'
+    documents that differ only there are one template."""
+    doc = copy.deepcopy(doc)
+    for variable in doc["spec"].get("variables", []):
+        if variable["name"] in templated:
+            variable["expression"] = "principals"
+    return doc
+
+
+def _role_variants(docs: list[dict[str, Any]], others: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The documents of role worker (``docs``) that differ from every other role's (``others``, the same documents
+    in the same order) beyond the principals: by position, the other roles' version."""
+    if [(d["kind"], d["metadata"]["name"]) for d in docs] != [(d["kind"], d["metadata"]["name"]) for d in others]:
+        raise ValueError("role worker's policies are not the other roles' documents: the generator must pair them")
+    return {
+        i: o
+        for i, (d, o) in enumerate(zip(docs, others, strict=True))
+        if _comparable(d, _templated(d)) != _comparable(o, _templated(d))
+    }
+
+
+def _dump_by_role(docs: list[dict[str, Any]], variants: dict[int, dict[str, Any]]) -> str:
+    """The documents, each that differs by role (``variants``, by position) as role worker's inside
+    ``WORKER_ONLY`` and the other roles' in its else branch."""
+    text = ""
+    for i, doc in enumerate(docs):
+        sep = "---\n" if text else ""
+        if i in variants:
+            text += (
+                f"{{{{- if {WORKER_ONLY} }}}}\n{sep}{_dump([doc])}{{{{- else }}}}\n{sep}{_dump([variants[i]])}"
+                "{{- end }}\n"
+            )
+        else:
+            text += sep + _dump([doc])
+    return _strip_component(text)
+
+
 def _policies() -> tuple[list[dict[str, Any]], str, str]:
     stand_ins = {
         r: Principals(usernames=(_stand_in(r, "USERNAMES"),), groups=(_stand_in(r, "GROUPS"),)) for r in _ROLES
@@ -135,19 +181,23 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
         multikueue=stand_ins[MULTIKUEUE],
         multiclusterRole=ROLE_WORKER,
     )
-    # Role worker's policies are every role's, with MultiKueue's principals (empty outside role worker); role
-    # manager's own policy is rendered only there (MANAGER_ONLY).
+    # Role worker's policies are every role's, with MultiKueue's principals (empty outside role worker), but for
+    # the documents that differ by role (the start of MultiKueue's copy on a worker only records A): those are
+    # rendered twice, role worker's and the others'. Role manager's own policy is rendered only there
+    # (MANAGER_ONLY). Role single stands for the others: role manager's policies are its own plus role single's.
     docs = admission_policies(config, namespace=NAMESPACE)
+    single = config.model_copy(update={"multikueue": Principals(), "multicluster_role": ROLE_SINGLE})
+    variants = _role_variants(docs, admission_policies(single, namespace=NAMESPACE))
     manager = manager_policies(NAMESPACE)
     docs += manager
-    mutating = [d for d in docs if d["kind"].startswith("Mutating")]
-    policies = [d for d in docs if not d["kind"].startswith("Mutating")]
-    for doc in mutating:
+    mutating = [i for i, d in enumerate(docs) if d["kind"].startswith("Mutating")]
+    policies = [i for i, d in enumerate(docs) if not d["kind"].startswith("Mutating")]
+    for doc in [docs[i] for i in mutating] + [variants[i] for i in mutating if i in variants]:
         doc["metadata"]["name"] = _release_scoped(doc["metadata"]["name"])
         if "policyName" in doc["spec"]:
             doc["spec"]["policyName"] = _release_scoped(doc["spec"]["policyName"])
     expressions: list[str] = []
-    for doc in policies:
+    for doc in [docs[i] for i in policies] + [variants[i] for i in policies if i in variants]:
         doc["metadata"]["name"] = _release_scoped(doc["metadata"]["name"])
         spec = doc["spec"]
         if "policyName" in spec:
@@ -156,14 +206,18 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
             if "__DISPATCH_" in variable["expression"]:
                 expressions.append(variable["expression"])
                 variable["expression"] = _MARK.format(len(expressions) - 1)
-    text = _strip_component(_dump([d for d in policies if d not in manager]))
+    shared = [i for i in policies if docs[i] not in manager]
+    text = _dump_by_role([docs[i] for i in shared], {n: variants[i] for n, i in enumerate(shared) if i in variants})
     text += f"{{{{- if {MANAGER_ONLY} }}}}\n---\n" + _strip_component(_dump(manager)) + "{{- end }}\n"
     if "__DISPATCH_" in re.sub(r"__DISPATCH_PRINCIPALS_EXPRESSION_[0-9]+__", "", text.replace(_CHECK, "")):
         raise ValueError("principals are used outside the variables that are templated")
     text = text.replace(_CHECK, CHECK_TEMPLATE)
     for i in reversed(range(len(expressions))):  # __..._10__ before __..._1__
         text = text.replace(_MARK.format(i), _principals_template(expressions[i]))
-    return policies, text, _strip_component(_dump(mutating))
+    mutating_text = _dump_by_role(
+        [docs[i] for i in mutating], {n: variants[i] for n, i in enumerate(mutating) if i in variants}
+    )
+    return [docs[i] for i in policies], text, mutating_text
 
 
 def _is_lease_rule(rule: dict[str, Any]) -> bool:

@@ -154,7 +154,9 @@ def _raised(a: int | None, floor: int | None) -> int:
     return new_a
 
 
-def unsuspend_ops(new: Mapping[str, Any], started_before: int | None, *, kueue: bool) -> list[dict[str, Any]]:
+def unsuspend_ops(
+    new: Mapping[str, Any], started_before: int | None, *, kueue: bool, records_only: bool = False
+) -> list[dict[str, Any]]:
     """What admission writes into every write that unsuspends ``new``, as JSON Patch ops on it (no
     preconditions: they edit the request's own object).
 
@@ -165,6 +167,10 @@ def unsuspend_ops(new: Mapping[str, Any], started_before: int | None, *, kueue: 
       unsuspend without that raise stays refused, so no one else can restart a plain-mode job.
     * **The record** of A, raised or not, as ``admission-started``: the next unsuspend is measured against it.
 
+    * ``records_only``: MultiKueue's copy on a worker (contract/multicluster.py ``records_only``). The manager
+      numbered the dispatch before it sent the copy, so A is recorded as it is, never raised, as in plain mode:
+      when a raise would be due (the copy started before under this A), validation refuses the start.
+
     Nothing when no execution can be numbered (``start_count`` refuses): validation then refuses the unsuspend
     and names why, so nothing starts unnumbered. The MutatingAdmissionPolicy ``record-start`` states the same
     in CEL (tests/cluster/test_record_start.py holds the two to each other).
@@ -174,7 +180,7 @@ def unsuspend_ops(new: Mapping[str, Any], started_before: int | None, *, kueue: 
         a, raises = start_count(new, started_before)
     except ContractError:
         return []
-    if raises and not kueue:  # recorded as it is, if it is there: validation refuses the unsuspend
+    if raises and (records_only or not kueue):  # recorded as it is, if it is there: validation refuses the unsuspend
         current = admission_count(new)
         if current is None:
             return []

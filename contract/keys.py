@@ -49,6 +49,13 @@ HOLD_ANNOTATIONS: Final = (
 )
 OPENED_TRUE: Final = "true"
 
+# -- Annotations on a Workload -------------------------------------------------------------------
+ANNOTATION_WORKER_ADMITTED: Final = "dispatch.phpboyscout.uk/worker-admitted"
+"""On a MultiKueue worker, on the remote Workload (MultiKueue's copy): written by the worker's readmission gate
+before it approves the copy's first admission there, so that every later admission of the same copy is held and
+goes back through the manager, which numbers a new dispatch (docs/multicluster.md, guarantee 3). Its value is
+the time of that approval."""
+
 # -- The runtime patch: on the trainer replicated job's pod template -----------------------------
 ANNOTATION_ADMISSION: Final = "dispatch.phpboyscout.uk/admission"
 ADMISSION_AT_CREATION: Final = "0"

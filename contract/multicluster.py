@@ -43,6 +43,20 @@ def managed_by_multikueue(trainjob: Mapping[str, Any] | None) -> bool:
     return dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY
 
 
+def is_copy(obj: Mapping[str, Any] | None) -> bool:
+    """A copy MultiKueue made on a worker (a remote Workload or remote TrainJob): it carries the origin label."""
+    value = dig(obj, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL)
+    return isinstance(value, str) and value != ""
+
+
+def records_only(role: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """The unsuspend of this TrainJob records A and never raises it: on a worker, MultiKueue's copy (the origin
+    label on the old object or the new, so a write cannot escape by removing it). The manager numbered that
+    dispatch; a raise here would number an execution the manager never numbered, and a second start of the copy
+    (A already recorded as started) is refused instead (docs/multicluster.md, guarantee 3)."""
+    return role == ROLE_WORKER and (is_copy(old) or is_copy(new))
+
+
 def max_restarts(runtime_spec: Mapping[str, Any]) -> int:
     """The JobSet failure policy's maxRestarts in a runtime's spec: the highest J a dispatch can reach (0 when
     absent: JobSet then never restarts the group)."""

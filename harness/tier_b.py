@@ -379,8 +379,8 @@ def install_owner_policies(
     kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their own;
     dispatch is any ServiceAccount (the tests' agents run as ServiceAccounts of their own namespaces), and the
     harness's admin, which plays the parts no controller plays here, is break-glass. Beside them the chart's
-    MutatingAdmissionPolicy ``record-start`` (webhook/policies.py ``record_start_policy``), as the chart binds it:
-    in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no readmission
+    MutatingAdmissionPolicy ``record-start`` (webhook/policies.py ``record_start_policy``), of the role, as the chart
+    binds it: in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no readmission
     would be numbered. A test that polices strangers installs the chart's other policies on its namespace
     besides. A MultiKueue worker's (harness.multicluster) are installed again as the chart's in role worker, with
     the manager's MultiKueue principal (``multikueue``)."""
@@ -405,7 +405,7 @@ def install_owner_policies(
         }
         cp.admin.apply(policy)
         cp.admin.apply(binding)
-    for doc in record_start_policy("dispatch-system"):
+    for doc in record_start_policy("dispatch-system", multicluster_role):
         doc["metadata"]["name"] = doc["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         if "policyName" in doc["spec"]:
             doc["spec"]["policyName"] = doc["spec"]["policyName"].replace(NAME, HARNESS_POLICY_PREFIX, 1)

@@ -20,6 +20,7 @@ from contract.keys import (
     GATE,
     JOBSET_GROUP,
 )
+from contract.multicluster import ROLE_WORKER, records_only
 from contract.names import TrainJobName, parse_name
 from contract.objects import add_op, dig
 from contract.ownership import is_dispatch, is_kueue_mode, owned_by_dispatch
@@ -30,7 +31,14 @@ from webhook.rules.creation import creation_problems
 from webhook.rules.jobsets import jobset_create_problems, jobset_delete_problems, jobset_status_problems
 from webhook.rules.reserved_keys import reserved_key_problems
 from webhook.rules.runtime_copy import copy_creation_problems, copy_update_problems
-from webhook.rules.updates import kueue_unsuspend_problems, unsuspend_problems, unsuspends, update_problems
+from webhook.rules.updates import (
+    copy_unsuspend_problems,
+    kueue_unsuspend_problems,
+    origin_problems,
+    unsuspend_problems,
+    unsuspends,
+    update_problems,
+)
 from webhook.rules.workloads import workload_status_problems, workload_update_problems
 
 TRAINJOBS: Final = ("trainer.kubeflow.org", "trainjobs")
@@ -131,6 +139,10 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
                 problems += found + foreign_entry_problems(None, new)
         elif request.operation == "UPDATE" and old is not None and (is_dispatch(old) or is_dispatch(new)):
             problems += unsuspend_problems(old, new)
+            if records_only(config.multicluster_role, old, new):
+                problems += copy_unsuspend_problems(old, new)
+            if config.multicluster_role == ROLE_WORKER:
+                problems += origin_problems(old, new)
             problems += update_problems(old, new, dispatch=not stranger)
             problems += foreign_entry_problems(old, new)
             if stranger and not config.kueue.includes(request.user):
@@ -155,6 +167,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         and (owned_by_dispatch(old) or owned_by_dispatch(new))
     ):
         problems += workload_update_problems(old, new, dispatch=not stranger, kueue=config.kueue.includes(request.user))
+        if config.multicluster_role == ROLE_WORKER:
+            problems += origin_problems(old, new)
     elif resource == JOBSETS and request.operation == "CREATE" and new is not None and owned_by_dispatch(new):
         problems += jobset_create_problems(new)  # for everyone: Trainer's recreation is the case it stops
     if (
@@ -196,7 +210,7 @@ def mutate(request: Request, config: Config) -> Verdict:
     if _resource(request) != TRAINJOBS or request.sub_resource or new is None or not is_dispatch(new):
         return Verdict.allow()
     if request.operation == "UPDATE":
-        return _record_start(request.old_object, new)
+        return _record_start(request.old_object, new, config)
     if request.operation != "CREATE" or not config.dispatch.includes(request.user):
         return Verdict.allow()
     ops: list[dict[str, Any]] = []
@@ -214,12 +228,13 @@ def mutate(request: Request, config: Config) -> Verdict:
     return Verdict.allow(patch=ops)
 
 
-def _record_start(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Verdict:
+def _record_start(old: Mapping[str, Any] | None, new: Mapping[str, Any], config: Config) -> Verdict:
     """In any client's write that unsuspends a dispatch TrainJob (Kueue's admission, dispatch's Open or
     Release): in Kueue mode raise A when it was not raised since the last start, and record A as
     ``admission-started``
-    (contract/admission.py ``unsuspend_ops``). Where the API server serves MutatingAdmissionPolicy the chart
-    leaves this to the policy ``record-start``, which decides the same."""
+    (contract/admission.py ``unsuspend_ops``); on a MultiKueue worker, the start of MultiKueue's copy only
+    records A (contract/multicluster.py ``records_only``). Where the API server serves MutatingAdmissionPolicy
+    the chart leaves this to the policy ``record-start``, which decides the same."""
     if not unsuspends(old, new):
         return Verdict.allow()
     try:
@@ -227,4 +242,5 @@ def _record_start(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Verd
     except ContractError:
         return Verdict.allow()  # validation refuses it, naming why
     kueue = is_kueue_mode(old) and is_kueue_mode(new)
-    return Verdict.allow(patch=unsuspend_ops(new, before, kueue=kueue))
+    only = records_only(config.multicluster_role, old, new)
+    return Verdict.allow(patch=unsuspend_ops(new, before, kueue=kueue, records_only=only))

@@ -31,7 +31,10 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 
 The principals and dispatch's AdmissionCheck names are rendered into the policies from the webhook's config. In
 role worker, the manager's MultiKueue owns some writes of its own copies (webhook/owners.py ``MULTIKUEUE``), and
-``reserved-keys`` lets it create them with dispatch's keys.
+``reserved-keys`` lets it create them with dispatch's keys. Also in role worker (docs/multicluster.md, guarantee 3):
+the start of MultiKueue's copy of a TrainJob (its origin label) records A and never raises it (``record-start``
+records only; ``unsuspend`` refuses a raise, and with its rule "A above the record" a second start of the copy), and
+the origin label of a dispatch TrainJob (``identity``) or Workload (``workloads``) never changes.
 """
 
 from __future__ import annotations
@@ -64,7 +67,14 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER
+from contract.multicluster import (
+    MULTIKUEUE_MANAGED_BY,
+    MULTIKUEUE_ORIGIN_LABEL,
+    ROLE_MANAGER,
+    ROLE_SINGLE,
+    ROLE_WORKER,
+    Role,
+)
 from contract.patches import FOREIGN_POD_SPEC
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from webhook import owners
@@ -418,6 +428,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     + ", as Kueue's does: not the trainer container, its volumes or dispatch's keys",
                     "reason": "Forbidden",
                 },
+                *([_origin_kept()] if config.multicluster_role == ROLE_WORKER else []),
             ],
         },
     )
@@ -460,6 +471,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "' in the write that unsuspends (dispatch\\'s admission policy or mutating webhook writes it)'",
                     "reason": "Forbidden",
                 },
+                *([_copy_records_only()] if config.multicluster_role == ROLE_WORKER else []),
                 {
                     "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
                     f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
@@ -513,6 +525,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "message": "dispatch holds this Workload: only Release reactivates it, removing the hold",
                     "reason": "Forbidden",
                 },
+                *([_origin_kept()] if config.multicluster_role == ROLE_WORKER else []),
             ],
         },
     )
@@ -570,7 +583,39 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     if config.multicluster_role == ROLE_MANAGER:
         docs += manager_policies(namespace)
-    return docs + record_start_policy(namespace)
+    return docs + record_start_policy(namespace, config.multicluster_role)
+
+
+def _copy(obj: str) -> str:
+    """CEL: ``obj`` is MultiKueue's copy on a worker (its origin label; contract/multicluster.py ``is_copy``)."""
+    return f"{obj}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
+
+
+def _origin_kept() -> dict[str, Any]:
+    """Role worker, in the identity and workloads policies: MultiKueue's origin label on a dispatch TrainJob or
+    Workload never changes (webhook/rules/updates.py ``origin_problems``)."""
+    label = f"metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('')"
+    return {
+        "expression": f"oldObject.{label} == object.{label}",
+        "message": f"on a MultiKueue worker MultiKueue's origin label {MULTIKUEUE_ORIGIN_LABEL} is set at create and "
+        "never changes: it says the manager numbered this copy",
+        "reason": "Forbidden",
+    }
+
+
+def _copy_records_only() -> dict[str, Any]:
+    """Role worker, in the unsuspend policy: the start of MultiKueue's copy (its origin label on the old object or
+    the new) records A and raises neither A nor the floor (webhook/rules/updates.py ``copy_unsuspend_problems``).
+    With the rule above (A above the A recorded at the previous start) a second start of the same copy is
+    refused: it goes back through the manager, which numbers a new dispatch (docs/multicluster.md, guarantee 3)."""
+    return {
+        "expression": f"!({_copy('oldObject')} || {_copy('object')}) || "
+        f"({_a('oldObject')} == variables.a && {_annotation('oldObject', ANNOTATION_ADMISSION_FLOOR)} == "
+        f"{_annotation('object', ANNOTATION_ADMISSION_FLOOR)})",
+        "message": "on a MultiKueue worker the start of MultiKueue's copy records A and never raises it: the manager "
+        "numbers each dispatch, and a copy started here before goes back through the manager",
+        "reason": "Forbidden",
+    }
 
 
 def multikueue_copy_created(config: Config) -> str:
@@ -960,7 +1005,7 @@ def _json_patch_add(obj: str, path: str, parents: tuple[str, ...], key: str, val
     return leaf
 
 
-def record_start_policy(namespace: str) -> list[dict[str, Any]]:
+def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[str, Any]]:
     """The MutatingAdmissionPolicy that numbers every execution in the write that starts it: in each write that
     unsuspends a dispatch TrainJob (Kueue's admission, dispatch's Open and Release), in Kueue mode it raises A
     and the floor to max(A, floor) + 1 when A is not above the A the previous execution started with (or is
@@ -970,7 +1015,8 @@ def record_start_policy(namespace: str) -> list[dict[str, Any]]:
     requires A above the record, and the record). The same decision as contract/admission.py ``unsuspend_ops``
     (tests/cluster/test_record_start.py holds the two to each other). The mutation is a JSON Patch: an apply
     configuration costs the API server a typed (server-side apply) conversion of the whole TrainJob at every
-    unsuspend."""
+    unsuspend. In role worker the start of MultiKueue's copy (its origin label) only records A, never raises it
+    (contract/multicluster.py ``records_only``): the manager numbered the dispatch."""
     entries = (
         f"object.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
     )
@@ -1089,7 +1135,9 @@ def record_start_policy(namespace: str) -> list[dict[str, Any]]:
                     # Release start an execution, and they raise A in their own write.
                     "name": "kueue",
                     "expression": f"oldObject.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != '' && "
-                    f"object.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != ''",
+                    f"object.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != ''"
+                    # On a worker, MultiKueue's copy is numbered by the manager: recorded, never raised here.
+                    + (f" && !({_copy('oldObject')} || {_copy('object')})" if role == ROLE_WORKER else ""),
                 },
                 {
                     "name": "due",

@@ -15,7 +15,7 @@ from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
 from webhook.config import Config, Principals
 from webhook.config import load_config as load_webhook_config
-from webhook.policies import MANAGER_RUNS_NOTHING, admission_policies
+from webhook.policies import MANAGER_RUNS_NOTHING, admission_policies, record_start_policy
 
 MULTIKUEUE_USER = "multikueue-manager"
 WORKER = {"multicluster": {"role": ROLE_WORKER, "multikueue": {"usernames": [MULTIKUEUE_USER], "groups": []}}}
@@ -65,6 +65,24 @@ def test_the_role_reaches_the_webhook_and_the_agent_and_the_policies_are_the_gen
     expected = _expected(r, Config(dispatch=webhook.dispatch, kueue=webhook.kueue, multiclusterRole=role,
                                    multikueue=multikueue))  # fmt: skip
     assert _policies(r) == expected
+    # The MutatingAdmissionPolicy record-start too (rendered where the API server serves it): in role worker it
+    # records the start of MultiKueue's copy without raising A.
+    served = template(values, extra=["--api-versions", MAP_CAPABILITY])
+    mutating = {(d["kind"], d["metadata"]["name"]): without_labels(d)
+                for d in served.of("MutatingAdmissionPolicy") + served.of("MutatingAdmissionPolicyBinding")}  # fmt: skip
+    assert mutating == _mutating_expected(r, role)
+
+
+MAP_CAPABILITY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+def _mutating_expected(r: Rendered, role: str) -> dict[tuple[str, str], Any]:
+    docs = record_start_policy(r.namespace, role)
+    for doc in docs:
+        doc["metadata"]["name"] = doc["metadata"]["name"].replace("dispatch-k8s", fullname(r), 1)
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = doc["spec"]["policyName"].replace("dispatch-k8s", fullname(r), 1)
+    return {(d["kind"], d["metadata"]["name"]): without_labels(d) for d in docs}
 
 
 def test_only_a_manager_renders_the_policy_that_refuses_a_dispatch_jobs_jobset_job_and_pod():

@@ -225,6 +225,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: get_node", ("get", "", "nodes", {"name": "node-1"})),
         ("agent: patch_pod (dispatch's finalizer)", ("patch", "", "pods", {"ns": TEAM, "name": "p"})),
         ("agent: patch_trainjob (the raise of A)", ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
+        ("agent: patch_workload (a worker's record)", ("patch", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
         (
             "agent: apply_workload_status",
             ("patch", KUEUE, "workloads", {"ns": TEAM, "name": "wl", "subresource": "status"}),

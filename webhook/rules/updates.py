@@ -30,7 +30,7 @@ from contract.keys import (
     OPENED_TRUE,
     RUNTIME_PATCH_MANAGER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.patches import merged_admission
@@ -298,3 +298,45 @@ def kueue_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> 
             )
         ]
     return []
+
+
+def copy_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+    """On a MultiKueue worker, the start of MultiKueue's copy (contract/multicluster.py ``records_only``): the
+    manager numbered this dispatch, so the write that starts the copy records A and raises neither A nor the
+    floor. A second start of the same copy (A already recorded as started) is refused by ``unsuspend_problems``,
+    as A is not above the record: the copy was evicted here and goes back through the manager, which sends it
+    again with a new A (docs/multicluster.md, guarantee 3)."""
+    if not unsuspends(old, new):
+        return []
+    before = (_count(admission_count, old), _count(admission_floor, old))
+    after = (_count(admission_count, new), _count(admission_floor, new))
+    if before == after:
+        return []
+    return [
+        Problem(
+            "update.unsuspend",
+            _A,
+            f"A {before[0]} -> {after[0]}, floor {before[1]} -> {after[1]}",
+            "on a MultiKueue worker the start of MultiKueue's copy records A and never raises it: the manager "
+            "numbers each dispatch, and a copy started here before goes back through the manager",
+        )
+    ]
+
+
+def origin_problems(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[Problem]:
+    """On a MultiKueue worker, MultiKueue's origin label on a dispatch TrainJob or Workload never changes: it is
+    what makes the start of a copy record A without raising it, and the worker's gate approve a copy's first
+    admission only (docs/multicluster.md, guarantee 3). Removed, a restart would be numbered here."""
+    before = dig(old, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL)
+    after = dig(new, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL)
+    if old is None or new is None or before == after:
+        return []
+    return [
+        Problem(
+            "update.origin",
+            f"metadata.labels[{MULTIKUEUE_ORIGIN_LABEL}]",
+            f"{before} -> {after}",
+            "on a MultiKueue worker MultiKueue's origin label is set at create and never changes: it says the "
+            "manager numbered this copy",
+        )
+    ]
