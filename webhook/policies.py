@@ -570,7 +570,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
     ]
     # Without the owner policies, the field rules they carry are policies of their own.
     alone = [] if owners_too else [field_policy(rules) for rules in carried_field_rules(config).values()]
-    for policy in [*(owner_policies(config) if owners_too else []), *policies, *alone]:
+    for policy in [*(owner_policies(config, carrying=True) if owners_too else []), *policies, *alone]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     if config.multicluster_role == ROLE_MANAGER:
         docs += manager_policies(namespace)
@@ -1014,9 +1014,11 @@ def prologue_content_validation() -> dict[str, Any]:
     }
 
 
-def owner_policies(config: Config) -> list[dict[str, Any]]:
-    """One default-deny policy per kind of a dispatch job's objects, each with the field rules it carries."""
-    carried = carried_field_rules(config)
+def owner_policies(config: Config, *, carrying: bool = False) -> list[dict[str, Any]]:
+    """One default-deny policy per kind of a dispatch job's objects; ``carrying``, each with the field rules it
+    carries (``carried_field_rules``), as the chart renders them. Without, the owner rules alone: their tests, and
+    the harness, which runs them over every namespace of tier B while the field rules are a test's choice."""
+    carried = carried_field_rules(config) if carrying else {}
     return [owner_policy(config, kind, carried.get(kind.resource)) for kind in owners.KINDS]
 
 
