@@ -776,16 +776,17 @@ class FieldRules:
     resources: tuple[tuple[str, str, str], ...]
     """(group, version, resource or resource/subresource): the kind's resource, and subresources of it."""
     operations: tuple[str, ...]
-    condition: tuple[str, str]
-    """The match condition (name, CEL): the objects the rules are about. Carried, it must imply the owner
-    policy's (the kind's ``belongs`` on the object or the old one), else a write it matches would not be judged."""
+    conditions: tuple[tuple[str, str], ...]
+    """The match conditions (name, CEL), all of which hold of the writes the rules are about. Carried, they must
+    imply the owner policy's (the kind's ``belongs`` on the object or the old one), else a write they match would
+    not be judged."""
     variables: tuple[dict[str, str], ...]
     validations: tuple[dict[str, str], ...]
 
 
 FIELD_RULES_APPLY: Final = "fieldRulesApply"
 """In an owner policy that carries field rules: this write is one of theirs (their resources, operations and
-match condition), the guard of each of their validations."""
+match conditions), the guard of each of their validations."""
 
 
 def field_policy(rules: FieldRules) -> dict[str, Any]:
@@ -795,7 +796,7 @@ def field_policy(rules: FieldRules) -> dict[str, Any]:
         list(rules.resources),
         list(rules.operations),
         {
-            "matchConditions": [{"name": rules.condition[0], "expression": rules.condition[1]}],
+            "matchConditions": [{"name": name, "expression": expression} for name, expression in rules.conditions],
             "variables": list(rules.variables),
             "validations": list(rules.validations),
         },
@@ -805,7 +806,7 @@ def field_policy(rules: FieldRules) -> dict[str, Any]:
 def _carried(rules: FieldRules, variables: list[dict[str, str]]) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     """The owner policy's ``variables`` with the field rules' and their guard, and the field rules' validations
     guarded: each judges exactly the writes the rules' own policy would match (its resources, operations and match
-    condition), and passes every other write the owner policy matches."""
+    conditions), and passes every other write the owner policy matches."""
     subresources = []
     for group, _, resource in rules.resources:
         base, _, sub = resource.partition("/")
@@ -822,7 +823,8 @@ def _carried(rules: FieldRules, variables: list[dict[str, str]]) -> tuple[list[d
     # An owner policy's variables.subresource is the request's, '' for the object itself.
     guard = (
         f"request.operation in {json.dumps(list(rules.operations))} && "
-        f"variables.subresource in {json.dumps(subresources)} && ({rules.condition[1]})"
+        f"variables.subresource in {json.dumps(subresources)} && "
+        + " && ".join(f"({expression})" for _, expression in rules.conditions)
     )
     merged.append({"name": FIELD_RULES_APPLY, "expression": guard})
     validations = [
@@ -845,7 +847,7 @@ def pod_rules(config: Config) -> FieldRules:
         owners.PODS,
         (("", "v1", "pods"), ("", "v1", "pods/status")),
         ("UPDATE",),
-        ("dispatch-pods", f"oldObject != null && {finalizer} in oldObject.metadata.?finalizers.orValue([])"),
+        (("dispatch-pods", f"oldObject != null && {finalizer} in oldObject.metadata.?finalizers.orValue([])"),),
         (
             {"name": "dispatch", "expression": _is_dispatch(config)},
             {"name": "oldLabels", "expression": _map("oldObject", "labels")},

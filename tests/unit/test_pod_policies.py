@@ -114,7 +114,7 @@ def test_the_pod_rules_condition_implies_the_owner_policys():
     assert f"({json.dumps(POD_FINALIZER)} in oldObject.?metadata.?finalizers.orValue([]))" in owners.PODS.belongs(
         "oldObject"
     )
-    assert "oldObject.metadata.?finalizers" in pod_rules(Config()).condition[1]
+    assert "oldObject.metadata.?finalizers" in pod_rules(Config()).conditions[0][1]
 
 
 def test_the_harness_and_the_owner_tests_run_the_owner_rules_alone():
