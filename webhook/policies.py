@@ -23,8 +23,9 @@ ValidatingAdmissionPolicies that the API server enforces itself, so they hold wh
 * ``dispatch-k8s-runtime-copies``: a runtime copy never restarts in place (``InPlaceRestart``) nor restarts
   the trainer Job alone (``RestartJob``): both rerun ranks under the same A and J; its trainer mounts nothing
   over the prologue's directory; and its spec never changes.
-* ``dispatch-k8s-pods``: on a pod carrying dispatch's finalizer, only dispatch removes it, and strangers
-  change neither its ownerReferences nor its dispatch, JobSet and Job labels and annotations.
+* the pod rules, carried by the owner policy of pods ``dispatch-k8s-owners-pods`` (so one policy matches a pod
+  write, not two): on a pod carrying dispatch's finalizer, only dispatch removes it, and nobody else changes its
+  ownerReferences nor its dispatch, JobSet and Job labels and annotations.
 
 * ``dispatch-k8s-manager-runs-nothing`` (role manager only): the create of a dispatch job's JobSet, Job or pod, by
   everyone (docs/multicluster.md, "Nothing runs on the manager").
@@ -40,6 +41,7 @@ the origin label of a dispatch TrainJob (``identity``) or Workload (``workloads`
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Final
 
 from contract.identity import R_BOUND
@@ -289,8 +291,9 @@ def _binding(policy: str, namespace: str) -> dict[str, Any]:
 
 def admission_policies(config: Config, *, namespace: str, owners_too: bool = True) -> list[dict[str, Any]]:
     """The policies and their bindings, for dispatch installed in ``namespace``: the owner policies (default
-    deny by principal) and the field rules that police what each owner writes; ``owners_too=False``, the field
-    rules alone (their tests, where one ServiceAccount plays an owner)."""
+    deny by principal) and the field rules that police what each owner writes, some carried by an owner policy
+    (``carried_field_rules``); ``owners_too=False``, the field rules alone, each in a policy of its own (their
+    tests, where one ServiceAccount plays an owner)."""
     reserved = _policy(
         RESERVED_KEYS,
         list(RESOURCES),
@@ -577,9 +580,10 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         jobset_policy(),
         job_resume_policy(),
         copies,
-        pod_policy(config),
     ]
-    for policy in [*(owner_policies(config) if owners_too else []), *policies]:
+    # Without the owner policies, the field rules they carry are policies of their own.
+    alone = [] if owners_too else [field_policy(rules) for rules in carried_field_rules(config).values()]
+    for policy in [*(owner_policies(config, carrying=True) if owners_too else []), *policies, *alone]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     if config.multicluster_role == ROLE_MANAGER:
         docs += manager_policies(namespace)
@@ -803,67 +807,144 @@ def _keys_kept(old: str, new: str, prefixes: tuple[str, ...]) -> str:
     )
 
 
-def pod_policy(config: Config) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FieldRules:
+    """Field rules over some writes of one kind of a dispatch job's objects, in one of two forms: a policy of their
+    own (``field_policy``), or carried by the kind's owner policy (``owner_policy``), where every write they judge
+    is already matched. Carried, a write is converted for CEL and matched once instead of twice: the API server
+    converts a typed object (a pod) to unstructured form once per policy whose match constraints match it
+    (docs/performance.md)."""
+
+    name: str
+    """The policy's name in its own form."""
+    kind: owners.Kind
+    resources: tuple[tuple[str, str, str], ...]
+    """(group, version, resource or resource/subresource): the kind's resource, and subresources of it."""
+    operations: tuple[str, ...]
+    conditions: tuple[tuple[str, str], ...]
+    """The match conditions (name, CEL), all of which hold of the writes the rules are about. Carried, they must
+    imply the owner policy's (the kind's ``belongs`` on the object or the old one), else a write they match would
+    not be judged."""
+    variables: tuple[dict[str, str], ...]
+    validations: tuple[dict[str, str], ...]
+
+
+FIELD_RULES_APPLY: Final = "fieldRulesApply"
+"""In an owner policy that carries field rules: this write is one of theirs (their resources, operations and
+match conditions), the guard of each of their validations."""
+
+
+def field_policy(rules: FieldRules) -> dict[str, Any]:
+    """The field rules as a policy of their own."""
+    return _policy(
+        rules.name,
+        list(rules.resources),
+        list(rules.operations),
+        {
+            "matchConditions": [{"name": name, "expression": expression} for name, expression in rules.conditions],
+            "variables": list(rules.variables),
+            "validations": list(rules.validations),
+        },
+    )
+
+
+def _carried(rules: FieldRules, variables: list[dict[str, str]]) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """The owner policy's ``variables`` with the field rules' and their guard, and the field rules' validations
+    guarded: each judges exactly the writes the rules' own policy would match (its resources, operations and match
+    conditions), and passes every other write the owner policy matches."""
+    subresources = []
+    for group, _, resource in rules.resources:
+        base, _, sub = resource.partition("/")
+        if group != rules.kind.group or base != rules.kind.resource:
+            raise ValueError(f"{rules.name}: {group}/{resource} is not a resource of {rules.kind.kind}")
+        subresources.append(sub)
+    merged = list(variables)
+    for v in rules.variables:
+        same = [m for m in merged if m["name"] == v["name"]]
+        if same and same[0]["expression"] != v["expression"]:
+            raise ValueError(f"{rules.name}: variable {v['name']} differs from the owner policy's")
+        if not same:
+            merged.append(v)
+    # An owner policy's variables.subresource is the request's, '' for the object itself.
+    guard = (
+        f"request.operation in {json.dumps(list(rules.operations))} && "
+        f"variables.subresource in {json.dumps(subresources)} && "
+        + " && ".join(f"({expression})" for _, expression in rules.conditions)
+    )
+    merged.append({"name": FIELD_RULES_APPLY, "expression": guard})
+    validations = [
+        {**v, "expression": f"!variables.{FIELD_RULES_APPLY} || ({v['expression']})"} for v in rules.validations
+    ]
+    return merged, validations
+
+
+def pod_rules(config: Config) -> FieldRules:
     """On a pod that carries dispatch's finalizer (a trainer pod of a dispatch TrainJob, agent/podfinalizer.py),
     only dispatch removes the finalizer, and nobody but dispatch changes what the readmission gate finds and
     judges it by: its ownerReferences (pod -> Job -> JobSet) and its labels and annotations under
     dispatch.phpboyscout.uk/, jobset.sigs.k8s.io/ and batch.kubernetes.io/. A policy, not a webhook rule, so
     it holds while the webhook is down and never waits on it; ``pods/status`` is covered too, since a status
-    write may change a pod's labels, annotations and finalizers."""
+    write may change a pod's labels, annotations and finalizers. Break-glass too: only dispatch is exempt.
+    Carried by the owner policy of pods (a pod with the finalizer belongs to a dispatch job)."""
     finalizer = _q(POD_FINALIZER)
-    return _policy(
+    return FieldRules(
         PODS,
-        [("", "v1", "pods"), ("", "v1", "pods/status")],
-        ["UPDATE"],
-        {
-            "matchConditions": [
-                {
-                    "name": "dispatch-pods",
-                    "expression": f"oldObject != null && {finalizer} in oldObject.metadata.?finalizers.orValue([])",
-                }
-            ],
-            "variables": [
-                {"name": "dispatch", "expression": _is_dispatch(config)},
-                {"name": "oldLabels", "expression": _map("oldObject", "labels")},
-                {"name": "newLabels", "expression": _map("object", "labels")},
-                {"name": "oldAnnotations", "expression": _map("oldObject", "annotations")},
-                {"name": "newAnnotations", "expression": _map("object", "annotations")},
-            ],
-            "validations": [
-                {
-                    "expression": f"variables.dispatch || {finalizer} in object.metadata.?finalizers.orValue([])",
-                    "message": f"only dispatch removes its finalizer {POD_FINALIZER}: it does so once the pod's "
-                    "processes are proven gone (the kubelet's terminal phase, or the node out of service)",
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": "variables.dispatch || oldObject.metadata.?ownerReferences.orValue([]) == "
-                    "object.metadata.?ownerReferences.orValue([])",
-                    "message": "the ownerReferences of a dispatch trainer pod are not changed: they tie it to its Job "
-                    "and JobSet",
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": "variables.dispatch || ("
-                    + _keys_kept("variables.oldLabels", "variables.newLabels", POD_PROTECTED_PREFIXES)
-                    + ")",
-                    "message": "the labels of a dispatch trainer pod under "
-                    + ", ".join(POD_PROTECTED_PREFIXES)
-                    + " are not changed",
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": "variables.dispatch || ("
-                    + _keys_kept("variables.oldAnnotations", "variables.newAnnotations", POD_PROTECTED_PREFIXES)
-                    + ")",
-                    "message": "the annotations of a dispatch trainer pod under "
-                    + ", ".join(POD_PROTECTED_PREFIXES)
-                    + " are not changed",
-                    "reason": "Forbidden",
-                },
-            ],
-        },
+        owners.PODS,
+        (("", "v1", "pods"), ("", "v1", "pods/status")),
+        ("UPDATE",),
+        (("dispatch-pods", f"oldObject != null && {finalizer} in oldObject.metadata.?finalizers.orValue([])"),),
+        (
+            {"name": "dispatch", "expression": _is_dispatch(config)},
+            {"name": "oldLabels", "expression": _map("oldObject", "labels")},
+            {"name": "newLabels", "expression": _map("object", "labels")},
+            {"name": "oldAnnotations", "expression": _map("oldObject", "annotations")},
+            {"name": "newAnnotations", "expression": _map("object", "annotations")},
+        ),
+        (
+            {
+                "expression": f"variables.dispatch || {finalizer} in object.metadata.?finalizers.orValue([])",
+                "message": f"only dispatch removes its finalizer {POD_FINALIZER}: it does so once the pod's "
+                "processes are proven gone (the kubelet's terminal phase, or the node out of service)",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.dispatch || oldObject.metadata.?ownerReferences.orValue([]) == "
+                "object.metadata.?ownerReferences.orValue([])",
+                "message": "the ownerReferences of a dispatch trainer pod are not changed: they tie it to its Job "
+                "and JobSet",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.dispatch || ("
+                + _keys_kept("variables.oldLabels", "variables.newLabels", POD_PROTECTED_PREFIXES)
+                + ")",
+                "message": "the labels of a dispatch trainer pod under "
+                + ", ".join(POD_PROTECTED_PREFIXES)
+                + " are not changed",
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.dispatch || ("
+                + _keys_kept("variables.oldAnnotations", "variables.newAnnotations", POD_PROTECTED_PREFIXES)
+                + ")",
+                "message": "the annotations of a dispatch trainer pod under "
+                + ", ".join(POD_PROTECTED_PREFIXES)
+                + " are not changed",
+                "reason": "Forbidden",
+            },
+        ),
     )
+
+
+def pod_policy(config: Config) -> dict[str, Any]:
+    """The pod rules (``pod_rules``) as a policy of their own: for tests that bind the field rules alone. The chart
+    renders them in the owner policy of pods."""
+    return field_policy(pod_rules(config))
+
+
+def carried_field_rules(config: Config) -> dict[str, FieldRules]:
+    """The field rules each owner policy carries, by its kind's resource."""
+    return {rules.kind.resource: rules for rules in (pod_rules(config),)}
 
 
 def owner_policy_name(kind: owners.Kind) -> str:
@@ -891,7 +972,7 @@ def _who(roles: tuple[str, ...]) -> str:
     return ", ".join(owners.ROLE_TITLES[r] for r in roles)
 
 
-def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
+def owner_policy(config: Config, kind: owners.Kind, fields: FieldRules | None = None) -> dict[str, Any]:
     """Default deny on one kind: a write on an object of a dispatch job (judged on the object and its old
     version) is refused unless its principal owns that write (webhook/owners.py), whatever field it touches."""
     roles = sorted({r for rs in kind.writes.values() for r in rs if r != owners.EVERYONE} | {owners.BREAK_GLASS})
@@ -930,6 +1011,21 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
         )
     if kind is owners.PROLOGUES:
         validations.append(prologue_content_validation())
+    variables = [
+        # An empty subResource is absent from the request.
+        {"name": "subresource", "expression": "request.?subResource.orValue('')"},
+        {
+            "name": "write",
+            "expression": "request.operation + (variables.subresource == '' ? '' : ' ' + variables.subresource)",
+        },
+        *({"name": r, "expression": _owner_test(config, r)} for r in roles),
+    ]
+    if fields is not None:
+        if fields.kind is not kind:
+            raise ValueError(f"{fields.name} is about {fields.kind.kind}, not {kind.kind}")
+        # After the owner rule, so that a write refused by both is refused naming its owners.
+        variables, carried = _carried(fields, variables)
+        validations += carried
     spec: dict[str, Any] = {
         "matchConditions": [
             {
@@ -937,15 +1033,7 @@ def owner_policy(config: Config, kind: owners.Kind) -> dict[str, Any]:
                 "expression": " || ".join(f"({o} != null && ({kind.belongs(o)}))" for o in ("object", "oldObject")),
             }
         ],
-        "variables": [
-            # An empty subResource is absent from the request.
-            {"name": "subresource", "expression": "request.?subResource.orValue('')"},
-            {
-                "name": "write",
-                "expression": "request.operation + (variables.subresource == '' ? '' : ' ' + variables.subresource)",
-            },
-            *({"name": r, "expression": _owner_test(config, r)} for r in roles),
-        ],
+        "variables": variables,
         "validations": validations,
     }
     policy = _policy(owner_policy_name(kind), [], ["CREATE", "UPDATE", "DELETE"], spec)
@@ -973,9 +1061,12 @@ def prologue_content_validation() -> dict[str, Any]:
     }
 
 
-def owner_policies(config: Config) -> list[dict[str, Any]]:
-    """One default-deny policy per kind of a dispatch job's objects."""
-    return [owner_policy(config, kind) for kind in owners.KINDS]
+def owner_policies(config: Config, *, carrying: bool = False) -> list[dict[str, Any]]:
+    """One default-deny policy per kind of a dispatch job's objects; ``carrying``, each with the field rules it
+    carries (``carried_field_rules``), as the chart renders them. Without, the owner rules alone: their tests, and
+    the harness, which runs them over every namespace of tier B while the field rules are a test's choice."""
+    carried = carried_field_rules(config) if carrying else {}
+    return [owner_policy(config, kind, carried.get(kind.resource)) for kind in owners.KINDS]
 
 
 RECORD_START: Final = f"{NAME}-record-start"
