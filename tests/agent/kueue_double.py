@@ -110,6 +110,15 @@ def create_batch_job(cp: ControlPlane, namespace: str, name: str = "a-batch-job"
     )
 
 
+def workload_spec() -> dict[str, Any]:
+    """A Workload's spec with one pod set of one pod, in the LocalQueue ``lq``."""
+    container = {"name": "node", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    return {
+        "queueName": "lq",
+        "podSets": [{"name": "node", "count": 1, "template": {"spec": {"containers": [container]}}}],
+    }
+
+
 def create_workload(cp: ControlPlane, owner: dict[str, Any], checks: list[str]) -> dict[str, Any]:
     """The owner's Workload as Kueue makes it (controller ownerReference), with its checks Pending and no
     quota reserved yet: Kueue lists the checks that apply to all flavors before any reservation."""
@@ -133,20 +142,7 @@ def create_workload(cp: ControlPlane, owner: dict[str, Any], checks: list[str]) 
                     }
                 ],
             },
-            "spec": {
-                "queueName": "lq",
-                "podSets": [
-                    {
-                        "name": "node",
-                        "count": 1,
-                        "template": {
-                            "spec": {
-                                "containers": [{"name": "node", "image": "x", "resources": {"requests": {"cpu": "1"}}}]
-                            }
-                        },
-                    }
-                ],
-            },
+            "spec": workload_spec(),
         }
     )
     return write_status(cp, wl, checks={c: ("Pending", "") for c in checks}, reserved=False)

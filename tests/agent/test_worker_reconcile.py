@@ -46,20 +46,7 @@ def remote_workload(cp: ControlPlane, namespace: str, check: str) -> dict[str, A
                 "namespace": namespace,
                 "labels": {MULTIKUEUE_ORIGIN_LABEL: "manager"},
             },
-            "spec": {
-                "queueName": "lq",
-                "podSets": [
-                    {
-                        "name": "node",
-                        "count": 1,
-                        "template": {
-                            "spec": {
-                                "containers": [{"name": "node", "image": "x", "resources": {"requests": {"cpu": "1"}}}]
-                            }
-                        },
-                    }
-                ],
-            },
+            "spec": kueue.workload_spec(),
         }
     )
     wl = kueue.write_status(cp, wl, checks={check: ("Pending", "")}, reserved=False)

@@ -3,10 +3,12 @@ MultiKueue of harness.multicluster: dispatch's agent on the manager, its check b
 ClusterQueue of the test's own.
 
 The gate raises A by K = maxRestarts + 1 before it sets its check Ready, so the copy MultiKueue makes on a worker
-carries the raised A; the manager's unsuspend (the record-start policy tier B installs) then only records it. A
-second dispatch (Hold, then Release) raises A again by K: R only rises. The workers' owner policies are the
-chart's in role worker (harness.multicluster), so MultiKueue's principal creates and deletes its copies there under
-them. The rest of the worker side is still design, so the test plays its plumbing: it creates the runtime copy on
+carries the raised A; the manager's unsuspend (the record-start policy tier B installs) then only records it, and
+MultiKueue copies the worker's status back. The next dispatch, raised again by K, is tests/multicluster/
+test_worker_gate.py's (an eviction on the worker). A Hold on the manager is not tested here: Kueue v0.19.2 deletes
+the remote copy of a deactivated Workload before it copies back its final status (docs/multicluster.md, "Known
+upstream hazards"). The workers' owner policies are the chart's in role worker (harness.multicluster), so
+MultiKueue's principal creates and deletes its copies there under them. The rest of the worker side is still design, so the test plays its plumbing: it creates the runtime copy on
 each worker."""
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.operations import Hold, Target, plan_hold, plan_open, plan_release
+from agent.operations import Target, plan_open
 from contract.admission import admission_started
 from contract.keys import FIELD_MANAGER, POD_FINALIZER
 from contract.trainjob import Submission, build_runtime_copy
@@ -204,20 +206,12 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
 
         eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
         _write(m, tj, lambda t, w: plan_open(t).writes)
-        first, _ = _dispatched(m, tj, K)
+        _dispatched(m, tj, K)
         # MultiKueue copies the worker's TrainJob status to the manager's: Kueue's controller, on the TrainJob it
-        # manages (docs/security.md, "Several clusters"). Refused, it stalls the re-dispatch below.
+        # manages (docs/security.md, "Several clusters"). Refused, MultiKueue's every later pass fails on it.
         eventually(lambda: _true(_get(m, tj).get("status", {}).get("jobsStatus")), 120, "the worker's status copied")
 
-        # A second dispatch: Hold evicts it on the manager (MultiKueue removes the copy), Release readmits it.
-        hold = Hold(instance="mc", since=kit.now(), who="tests/multicluster", reason="a second dispatch")
-        _write(m, tj, lambda t, w: plan_hold(t, w, hold).writes)
-        eventually(lambda: _true(_get(m, tj)["spec"].get("suspend") is True), 120, "suspended on the manager")
-        _write(m, tj, lambda t, w: plan_release(t, w).writes)
-        second, _ = _dispatched(m, tj, 2 * K)
-        assert kit.a_of(second) >= kit.a_of(first) + K  # R only rises: above the first dispatch's whole range
-
         # The history: A rose only while suspended, and each unsuspend recorded it without raising it again.
-        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K, 2 * K]
+        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K]
     finally:
         trainjobs.stop()

@@ -183,6 +183,13 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
         assert (entry["state"], entry["message"]) == ("Ready", WORKER_FIRST_MESSAGE)
         uid = remote["metadata"]["uid"]
 
+        def started_first() -> None:
+            there = worker.admin.get(TRAINER_V, "TrainJob", name, m.namespace)
+            assert there["spec"].get("suspend") is False, "the copy not started yet"
+            assert (kit.a_of(there), admission_started(there)) == (K, K)
+
+        eventually(started_first, 120, "the copy started on its worker with the A the manager gave it")
+
         # Evicted on the worker, with the manager cut off: only the worker's Kueue acts on the copy.
         mc.break_connection(worker)
         eventually(lambda: _true((mc.cluster_active(worker) or {}).get("status") == "False"), 60,
