@@ -170,22 +170,6 @@ def _children(namespace: str, name: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def _type_checks_cleanly(armed: Armed) -> None:
-    deadline = time.monotonic() + 15
-    for name in armed.policies:
-        while True:
-            status = armed.admin.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name).get("status")
-            if "typeChecking" in (status or {}) or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        assert (status or {}).get("typeChecking", {}).get("expressionWarnings", []) == [], (name, status)
-
-
-def test_each_roles_policies_type_check_cleanly(field_rules, worker):
-    _type_checks_cleanly(field_rules)
-    _type_checks_cleanly(worker)
-
-
 # --- role manager: nothing runs there ---------------------------------------------------------------------
 
 

@@ -110,19 +110,6 @@ def refused(call) -> str:
     return json.loads(err.value.body)["message"]
 
 
-def test_policies_type_check_cleanly(control_plane, policies):
-    deadline = time.monotonic() + 15
-    for doc in policies:
-        if doc["kind"] != "ValidatingAdmissionPolicy":
-            continue
-        while True:
-            status = control_plane.admin.get(doc["apiVersion"], doc["kind"], doc["metadata"]["name"]).get("status", {})
-            if "typeChecking" in status or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        assert status.get("typeChecking", {}).get("expressionWarnings", []) == [], status
-
-
 def test_strangers_may_not_touch_reserved_keys(who, namespace, policies):
     tj = create(who, namespace)
     err = denied(who.stranger, tj, {"metadata": {"labels": {"dispatch.phpboyscout.uk/job-id": None}}})
