@@ -9,8 +9,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract.keys import ADMISSION_CHECK_NAME
-from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_SINGLE, ROLE_WORKER, Role
-from contract.objects import dig
+from contract.multicluster import ROLE_SINGLE, ROLE_WORKER, Role, is_copy
 from serving.config import ConfigError, load_yaml_model
 from webhook.owners import (
     BREAK_GLASS,
@@ -134,11 +133,7 @@ class Config(BaseModel):
 
     def multikueue_copy(self, user: User, obj: Mapping[str, Any] | None) -> bool:
         """A write by the manager's MultiKueue, on a worker, of one of its copies (its origin label on it)."""
-        return (
-            self.principals(MULTIKUEUE).includes(user)
-            and isinstance(dig(obj, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL), str)
-            and dig(obj, "metadata", "labels", MULTIKUEUE_ORIGIN_LABEL) != ""
-        )
+        return self.principals(MULTIKUEUE).includes(user) and is_copy(obj)
 
 
 def load_config(path: str | Path | None) -> Config:

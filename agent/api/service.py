@@ -76,7 +76,7 @@ from contract.keys import (
     PROBE_IMAGE,
     TRAINER_CONTAINER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, multikueue_checks
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, managed_by_multikueue, multikueue_checks
 from contract.objects import dig
 from contract.ownership import is_dispatch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
@@ -291,7 +291,7 @@ class Service:
             problems = await self._wait_for_workload(built["metadata"]["namespace"], uid, read, runtime_spec)
             if problems:
                 return ApiError(ErrorKind.REJECTED, "; ".join(problems) + f"; {where} was stopped")
-        elif dig(read, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY:
+        elif managed_by_multikueue(read):
             return ApiError(ErrorKind.CONFLICT, f"{where} changed after creation, so it was stopped: spec.managedBy "
                             f"is {MULTIKUEUE_MANAGED_BY!r} on a TrainJob without a queue")  # fmt: skip
         return None
