@@ -23,6 +23,10 @@ Patch preconditioned on the Workload as read, and only then sets the check Ready
 copy is held: it was evicted here, and a local restart would repeat the dispatch's A with J at 0 in a new JobSet.
 The copy goes back through the manager instead, which numbers a new dispatch (docs/multicluster.md, guarantee 3).
 
+A Hold on a manager evicts through this check (``Retry``) rather than deactivating the Workload (agent/operations.py
+says why); the gate keeps the check Pending while the hold is in force, and deactivates the held Workload once the
+TrainJob's status, as MultiKueue copied it from the worker, shows no active Job.
+
 The Ready write is preconditioned on the read made *before* the pod check: if Kueue evicts and resets the
 check in between, the write fails with a conflict, and no admission is ever approved on a look at the pods
 that came before its eviction.
@@ -31,7 +35,7 @@ that came before its eviction.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final
 
@@ -51,7 +55,7 @@ from contract.keys import (
     HOLD_ANNOTATIONS,
 )
 from contract.multicluster import ROLE_SINGLE, ROLE_WORKER, Role, is_copy, multikueue_problems, raise_dispatch, step
-from contract.objects import add_op, annotations, dig
+from contract.objects import add_op, annotations, dig, pointer
 from contract.ownership import is_dispatch
 
 
@@ -161,6 +165,12 @@ def decide(
         )
     foreign = (*foreign_reasons(trainjob, jobset=jobset, pods=pods), *(p.report() for p in foreign_pods))
     refusal = not_startable(trainjob, workload)
+    if refusal is not None and multikueue and hold_in_force(workload) and not jobs_active(trainjob):
+        # A Hold on a manager evicted it through this check (agent/operations.py): the worker's copy has stopped
+        # and its status is copied back, so deactivating the Workload now frees its quota and stalls nothing.
+        held = _set(Action.HOLD, workload, check, PENDING, refusal, now, foreign)
+        deactivate = [*preconditions(workload), {"op": "add", "path": pointer("spec", "active"), "value": False}]
+        return replace(held, workload_patch=deactivate)
     if refusal is not None:
         return _set(Action.HOLD, workload, check, PENDING, refusal, now, foreign)
     if blockers:
@@ -260,11 +270,26 @@ def _dispatch_raise(trainjob: Mapping[str, Any], runtime_spec: Mapping[str, Any]
     return k, raise_dispatch(trainjob, k)
 
 
+def jobs_active(trainjob: Mapping[str, Any]) -> bool:
+    """A Job of the TrainJob is active by its status (Kueue's ``IsActive``): on a MultiKueue manager, the status
+    MultiKueue copied from the worker's TrainJob, which Kueue waits to show none before it releases the quota."""
+    jobs = dig(trainjob, "status", "jobsStatus")
+    return any(
+        isinstance(j, Mapping) and isinstance(j.get("active"), int) and j["active"] > 0
+        for j in (jobs if isinstance(jobs, list) else [])
+    )
+
+
 def hold_in_force(obj: Mapping[str, Any] | None) -> str | None:
     """A hold of dispatch's on the object (its hold annotations), described; None when there is none."""
     found = annotations(obj)
     if not any(k in found for k in HOLD_ANNOTATIONS):
         return None
+    return describe_hold(found)
+
+
+def describe_hold(found: Mapping[str, str]) -> str:
+    """A hold, from its annotations: who placed it and why."""
     who, reason = found.get(ANNOTATION_HOLD_WHO, "?"), found.get(ANNOTATION_HOLD_REASON, "?")
     return f"hold {found.get(ANNOTATION_HOLD_INSTANCE, '?')} by {who} ({reason})"
 

@@ -12,16 +12,26 @@ job: Kueue admits nothing of it), then the Workload, whose reactivation Kueue an
 gate approves at once (it watches Workloads, not TrainJobs: a record lifted last would leave the check Pending
 until its next requeue). Each plans only what is not done yet, so the same call again finishes a half-done Hold
 or Release.
+
+On a MultiKueue manager (the TrainJob's ``spec.managedBy`` is MultiKueue's) Hold never deactivates a Workload
+that a worker may be running: MultiKueue would delete the worker's copy before copying back its final status,
+and Kueue's eviction of the manager's TrainJob would wait for ever on the last status it copied, with an active
+Job (docs/multicluster.md, "Hold on a manager"). Hold writes the hold annotations on both objects, then sets
+dispatch's own check ``Retry`` when it is Ready: Kueue evicts without any change to the Workload's spec, so
+MultiKueue stops the worker's copy and copies its status back before it deletes it; the readmission gate keeps
+the check Pending while the hold is in force and deactivates the Workload itself once the manager's TrainJob
+shows no active Job (agent/gate.py). Release is the same in both cases.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from agent.gate import Blocker, hold_message
+from agent.gate import Blocker, describe_hold, hold_message
+from agent.workload import READY, RETRY
 from contract.admission import preconditions, raise_admission
 from contract.errors import ContractError
 from contract.foreign import jobset_uid_ops
@@ -38,6 +48,7 @@ from contract.keys import (
     HOLD_ANNOTATIONS,
     OPENED_TRUE,
 )
+from contract.multicluster import managed_by_multikueue
 from contract.objects import add_op, annotations, dig, pointer
 from contract.ownership import is_kueue_mode
 
@@ -54,6 +65,8 @@ class Refused(Exception):
 class Target(Enum):
     TRAINJOB = "TrainJob"
     WORKLOAD = "Workload"
+    WORKLOAD_STATUS = "Workload status"
+    """``workloads/status``: dispatch's own check entry (Hold on a MultiKueue manager)."""
 
 
 @dataclass(frozen=True)
@@ -236,14 +249,20 @@ def _carries(obj: object, hold: Hold) -> bool:
     return {key: found[key] for key in HOLD_ANNOTATIONS if key in found} == hold.annotations()
 
 
-def plan_hold(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, hold: Hold) -> Plan:
+def plan_hold(
+    trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, hold: Hold, *, checks: Collection[str] = ()
+) -> Plan:
     """Hold: plain mode suspends the TrainJob with the hold annotations on it. Kueue mode writes the hold
     annotations on the TrainJob, then deactivates the Workload (``spec.active: false``, with the hold
     annotations on it too, which the webhook and the policy read to refuse anyone else's reactivation).
 
     The TrainJob first: from that write on, no unsuspend of the TrainJob is accepted and the readmission
     gate keeps the check Pending, so a Hold interrupted before the Workload's write already holds the job
-    from any new execution; the same Hold again writes only what is missing."""
+    from any new execution; the same Hold again writes only what is missing.
+
+    On a MultiKueue manager the Workload is not deactivated here (the module's docstring says why): its hold
+    annotations, then ``Retry`` on each of dispatch's ``checks`` (the names of its AdmissionChecks) that is
+    Ready, so that Kueue evicts it through MultiKueue."""
     if finished(trainjob):
         raise Refused("rejected", f"the TrainJob has ended ({finished(trainjob)}): there is nothing to hold")
     if is_kueue_mode(trainjob):
@@ -252,6 +271,14 @@ def plan_hold(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, h
         writes: list[Write] = []
         if not _carries(trainjob, hold):
             writes.append(Write(Target.TRAINJOB, [*preconditions(trainjob), *_hold_ops(trainjob, hold)]))
+        if managed_by_multikueue(trainjob):
+            if not _carries(workload, hold):
+                writes.append(Write(Target.WORKLOAD, [*preconditions(workload), *_hold_ops(workload, hold)]))
+            message = f"held by dispatch: {describe_hold(hold.annotations())}; evicted until Release"
+            retry = _retry_ops(workload, checks, message, hold.since)
+            if retry:
+                writes.append(Write(Target.WORKLOAD_STATUS, [*preconditions(workload), *retry]))
+            return Plan(tuple(writes), "held: evicted through MultiKueue; the Workload is deactivated once it stops")
         if not _carries(workload, hold) or dig(workload, "spec", "active") is not False:
             ops = [*preconditions(workload), *_hold_ops(workload, hold)]
             ops.append({"op": "add", "path": pointer("spec", "active"), "value": False})
@@ -260,6 +287,22 @@ def plan_hold(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None, h
     ops = [*preconditions(trainjob), *_hold_ops(trainjob, hold)]
     ops.append({"op": "replace", "path": pointer("spec", "suspend"), "value": True})
     return _plan(Target.TRAINJOB, ops, "held: TrainJob suspended")
+
+
+def _retry_ops(workload: Mapping[str, Any], checks: Collection[str], message: str, now: str) -> list[dict[str, Any]]:
+    """JSON Patch ops (on ``workloads/status``, after the preconditions) setting each of ``checks`` that is Ready
+    to Retry: the index of each entry is the one read, which the resourceVersion precondition keeps true."""
+    entries = dig(workload, "status", "admissionChecks")
+    ops: list[dict[str, Any]] = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(entry, Mapping) and entry.get("name") in checks and entry.get("state") == READY:
+            at = ("status", "admissionChecks", str(i))
+            ops += [
+                {"op": "replace", "path": pointer(*at, "state"), "value": RETRY},
+                {"op": "replace", "path": pointer(*at, "message"), "value": message},
+                {"op": "replace", "path": pointer(*at, "lastTransitionTime"), "value": now},
+            ]
+    return ops
 
 
 def plan_release(

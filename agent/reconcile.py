@@ -197,14 +197,14 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     check_write = d.check_write
     if d.workload_patch is not None:
         # On a worker, the record of the copy's first admission, before its Ready: a crash or a refused Ready
-        # after it leaves the copy held, never admitted twice.
+        # after it leaves the copy held, never admitted twice. On a manager, the deactivation of a held Workload.
         try:
             recorded_wl = await kube.patch_workload(key.namespace, key.name, d.workload_patch)
         except ApiException as exc:
             _log_decision(key, trainjob, check, d, "record refused", describe_api_error(exc))
             return Outcome(
                 d.action,
-                f"the record of the first admission was refused: {describe_api_error(exc)}",
+                f"the Workload's patch was refused: {describe_api_error(exc)}",
                 requeue=True,
                 conflict="workload" if exc.status in (409, 422) else None,
                 **base,

@@ -19,6 +19,8 @@ EVICTED: Final = "Evicted"
 FINISHED: Final = "Finished"
 PENDING: Final = "Pending"
 READY: Final = "Ready"
+RETRY: Final = "Retry"
+"""Kueue evicts a Workload one of whose checks is Retry, and resets its checks to Pending once it is evicted."""
 CHECK_MESSAGE_MAX: Final = 32768
 """The CRD's maxLength for an admission check's message."""
 

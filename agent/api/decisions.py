@@ -37,7 +37,7 @@ from contract.keys import (
     TRAINER_GROUP,
 )
 from contract.names import parse_name, validate_job_id
-from contract.objects import add_op, annotations, dig, labels, parse_rfc3339
+from contract.objects import add_op, annotations, dig, labels, parse_rfc3339, pointer
 from contract.ownership import dispatch_patch_index, is_dispatch, is_kueue_mode
 from contract.trainjob import Submission, build_trainjob
 
@@ -808,3 +808,13 @@ def unproven(reason: str, observe_only: bool, kueue: bool | None = None) -> Capa
         observe_only_reason=reason if observe_only else None,
         mode=None if kueue is None else mode_name(kueue),
     )
+
+
+def after_own_write(patch: list[dict[str, Any]], version: str | None) -> list[dict[str, Any]]:
+    """``patch``, preconditioned on ``version`` instead of the resourceVersion read, when the plan's write before
+    it to the same object left ``version`` (a Workload's metadata, then its status). That write was preconditioned
+    on the read, so nothing else was written between: the object is still the one read, plus our own write."""
+    if version is None:
+        return patch
+    at = pointer("metadata", "resourceVersion")
+    return [{**op, "value": version} if op.get("path") == at and op.get("op") == "replace" else op for op in patch]

@@ -26,6 +26,8 @@ AGENT_RULES: Final[list[Rule]] = [
     {"apiGroups": [TRAINER_GROUP], "resources": ["clustertrainingruntimes"], "verbs": ["get"]},
     # The TrainJob's Workload (found by label, so list); Hold/Release patch it. Dispatch's AdmissionChecks.
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
+    # Hold on a MultiKueue manager sets dispatch's own check Retry (Kueue then evicts through MultiKueue).
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["admissionchecks"], "verbs": ["list"]},
     # Status.
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},

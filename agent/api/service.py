@@ -427,13 +427,18 @@ class Service:
     async def _apply(self, plan: Plan, trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> bool:
         """Send the plan's writes in order; False when an object changed since it was read (409: re-read,
         re-plan; what was written before is then read as done, and not planned again)."""
+        versions: dict[Any, str] = {}  # the resourceVersion each object's last write left
         for write in plan.writes:
             target = trainjob if write.target is Target.TRAINJOB else workload
             assert target is not None  # the core plans a Workload write only with a Workload
             resource = TRAINJOBS if write.target is Target.TRAINJOB else WORKLOADS
+            status = "status" if write.target is Target.WORKLOAD_STATUS else None
             ns, name = dig(target, "metadata", "namespace"), dig(target, "metadata", "name")
             try:
-                await self.kube.json_patch(resource.path(ns, name), write.patch)
+                written = await self.kube.json_patch(
+                    resource.path(ns, name, status), d.after_own_write(write.patch, versions.get(resource))
+                )
+                versions[resource] = str(dig(written, "metadata", "resourceVersion"))
             except KubeError as exc:
                 if exc.status == 409 and not exc.webhook_denial:
                     return False
@@ -501,7 +506,9 @@ class Service:
 
     async def hold(self, req: HoldRequest) -> OutcomeResponse:
         hold = d.hold_of(instance=str(ULID()), now=self.now(), who=req.who, reason=req.reason, until=req.until)
-        plan = await self._plan_and_apply(req, lambda s: plan_hold(s.trainjob, s.workload, hold))
+        # dispatch's checks: on a MultiKueue manager Hold sets them Retry (agent/operations.py says why).
+        checks = d.our_checks(await self._admission_checks())
+        plan = await self._plan_and_apply(req, lambda s: plan_hold(s.trainjob, s.workload, hold, checks=checks))
         return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
 
     async def release(self, ref: ObjectRef) -> OutcomeResponse:

@@ -4,15 +4,17 @@ ClusterQueue of the test's own.
 
 The gate raises A by K = maxRestarts + 1 before it sets its check Ready, so the copy MultiKueue makes on a worker
 carries the raised A; the manager's unsuspend (the record-start policy tier B installs) then only records it, and
-MultiKueue copies the worker's status back. The next dispatch, raised again by K, is tests/multicluster/
-test_worker_gate.py's (an eviction on the worker). A Hold on the manager is not tested here: Kueue v0.19.2 deletes
-the remote copy of a deactivated Workload before it copies back its final status (docs/multicluster.md, "Known
-upstream hazards"). The workers' owner policies are the chart's in role worker (harness.multicluster), so
-MultiKueue's principal creates and deletes its copies there under them. The rest of the worker side is still design, so the test plays its plumbing: it creates the runtime copy on
-each worker."""
+MultiKueue copies the worker's status back. A second dispatch (Hold, then Release) raises A again by K: R only
+rises. The Hold evicts through dispatch's check (Retry), never by deactivating a Workload a worker runs, and the
+gate deactivates it only once the copied status shows no active Job (docs/multicluster.md, "Hold on a manager"):
+a deactivation first would make MultiKueue delete the worker's copy before copying its final status back, and
+stall the job. The workers' owner policies are the chart's in role worker (harness.multicluster), so
+MultiKueue's principal creates and deletes its copies there under them. The rest of the worker side is still
+design, so the test plays its plumbing: it creates the runtime copy on each worker."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import secrets
 import time
@@ -24,7 +26,9 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.operations import Target, plan_open
+from agent.api.models import HoldRequest
+from agent.api.settings import ApiSettings
+from agent.operations import Target, plan_open, plan_release
 from contract.admission import admission_started
 from contract.keys import FIELD_MANAGER, POD_FINALIZER
 from contract.trainjob import Submission, build_runtime_copy
@@ -33,6 +37,7 @@ from harness.kube_http import ApiError, KubeHttp
 from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MULTIKUEUE_CONTROLLER, MultiCluster
 from harness.sandbox import site
 from harness.tier_b import CLUSTER_QUEUE_QUOTA, RESOURCE_FLAVOR
+from tests.api.cluster import allowed, running_agent, supervisors
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
 
@@ -143,8 +148,18 @@ def _true(value: object) -> object:
     return value
 
 
-def _json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) -> None:
-    admin.request("PATCH", admin.object_path(obj), ops, query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
+def _json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]], subresource: str = "") -> None:
+    path = admin.object_path(obj) + subresource
+    admin.request("PATCH", path, ops, query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
+
+
+def _active(trainjob: dict[str, Any]) -> int:
+    """The active Jobs in the TrainJob's status: on the manager, as MultiKueue copied them from the worker."""
+    return sum(j.get("active") or 0 for j in trainjob.get("status", {}).get("jobsStatus") or [])
+
+
+def _copy(worker: Any, tj: dict[str, Any]) -> dict[str, Any] | None:
+    return worker.admin.get_or_none(TRAINER_V, "TrainJob", tj["metadata"]["name"], tj["metadata"]["namespace"])
 
 
 def _get(m: Manager, tj: dict[str, Any]) -> dict[str, Any]:
@@ -160,13 +175,32 @@ def _write(m: Manager, tj: dict[str, Any], plan: Any) -> None:
         if not writes:
             return
         target = trainjob if writes[0].target is Target.TRAINJOB else wl
+        status = "/status" if writes[0].target is Target.WORKLOAD_STATUS else ""
         try:
-            _json_patch(m.admin, target, writes[0].patch)
+            _json_patch(m.admin, target, writes[0].patch, status)
         except ApiError as exc:
             if exc.status != 409:
                 raise
             time.sleep(0.2)
     raise AssertionError("the writes kept conflicting")
+
+
+def _hold_through_the_api(m: Manager, tj: dict[str, Any], directory: Path) -> str:
+    """Hold as the supervisor calls it: the agent's API (its own ServiceAccount, with the documented RBAC) over
+    real TLS, on the manager."""
+    cp = m.mc.manager.control_plane
+    who = supervisors(cp, m.namespace, cp.create_namespace("mc-api-other"))
+    meta = tj["metadata"]
+
+    async def hold() -> str:
+        async with running_agent(cp, directory, ApiSettings()) as agent:
+            await allowed(agent, who.tokens["supervisor"], m.namespace)
+            async with agent.client(who.tokens["supervisor"]) as api:
+                req = HoldRequest(namespace=m.namespace, name=meta["name"], uid=meta["uid"],
+                                  who="tests/multicluster", reason="a second dispatch")  # fmt: skip
+                return (await api.hold(req)).outcome
+
+    return asyncio.run(hold())
 
 
 def _dispatched(m: Manager, tj: dict[str, Any], a: int, within: float = 180) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -191,7 +225,7 @@ def _dispatched(m: Manager, tj: dict[str, Any], a: int, within: float = 180) -> 
 
 
 @pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
-def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(manager: Manager) -> None:
+def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(manager: Manager, tmp_path: Path) -> None:
     m = manager
     trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", m.namespace))
     sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
@@ -206,12 +240,29 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
 
         eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
         _write(m, tj, lambda t, w: plan_open(t).writes)
-        _dispatched(m, tj, K)
+        first, _ = _dispatched(m, tj, K)
         # MultiKueue copies the worker's TrainJob status to the manager's: Kueue's controller, on the TrainJob it
         # manages (docs/security.md, "Several clusters"). Refused, MultiKueue's every later pass fails on it.
-        eventually(lambda: _true(_get(m, tj).get("status", {}).get("jobsStatus")), 120, "the worker's status copied")
+        eventually(lambda: _true(_active(_get(m, tj)) > 0), 120, "the worker's status, an active Job, copied")
+
+        # A second dispatch: Hold (through the agent's API) evicts it through dispatch's check; MultiKueue stops the
+        # worker's copy, copies its status back and deletes it; the gate deactivates the Workload; Release readmits
+        # it.
+        assert _hold_through_the_api(m, tj, tmp_path).startswith("held: evicted through MultiKueue")
+        uid = tj["metadata"]["uid"]
+        eventually(lambda: _true(kit.workload_of(m.admin, m.namespace, uid)["spec"].get("active") is False), 180,
+                   "the held Workload deactivated by the gate once its copy stopped")  # fmt: skip
+        # Kueue suspended the manager's TrainJob and MultiKueue copied the stopped copy's status back (a Workload
+        # deactivated first stays unsuspended, its status active: the stall).
+        eventually(lambda: _true(_get(m, tj)["spec"].get("suspend") is True and _active(_get(m, tj)) == 0), 60,
+                   "the manager's TrainJob suspended, with no active Job")  # fmt: skip
+        for worker in m.mc.workers:  # MultiKueue deleted the copy once the manager released the quota
+            eventually(lambda w=worker: _true(_copy(w, tj) is None), 60, "the worker's copy deleted")
+        _write(m, tj, lambda t, w: plan_release(t, w).writes)
+        second, _ = _dispatched(m, tj, 2 * K)
+        assert kit.a_of(second) >= kit.a_of(first) + K  # R only rises: above the first dispatch's whole range
 
         # The history: A rose only while suspended, and each unsuspend recorded it without raising it again.
-        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K]
+        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K, 2 * K]
     finally:
         trainjobs.stop()
