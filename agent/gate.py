@@ -90,7 +90,8 @@ class Decision:
     """Server-side apply body for workloads/status; None when nothing needs writing."""
     workload_patch: list[dict[str, Any]] | None = None
     """JSON Patch for the Workload, preconditioned on it as read, written before ``check_write``: on a worker, the
-    record of the first admission of MultiKueue's copy (``worker_copy``)."""
+    record of the first admission of MultiKueue's copy (``worker_copy``); on a manager, the deactivation of a
+    Workload dispatch's Hold holds, once the copy stopped."""
     new_a: int | None = None
     """The A the approved execution will start with."""
     foreign: tuple[str, ...] = field(default_factory=tuple)

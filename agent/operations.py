@@ -16,11 +16,11 @@ or Release.
 On a MultiKueue manager (the TrainJob's ``spec.managedBy`` is MultiKueue's) Hold never deactivates a Workload
 that a worker may be running: MultiKueue would delete the worker's copy before copying back its final status,
 and Kueue's eviction of the manager's TrainJob would wait for ever on the last status it copied, with an active
-Job (docs/multicluster.md, "Hold on a manager"). Hold writes the hold annotations on both objects, then sets
-dispatch's own check ``Retry`` when it is Ready: Kueue evicts without any change to the Workload's spec, so
-MultiKueue stops the worker's copy and copies its status back before it deletes it; the readmission gate keeps
-the check Pending while the hold is in force and deactivates the Workload itself once the manager's TrainJob
-shows no active Job (agent/gate.py). Release is the same in both cases.
+Job (docs/multicluster.md, "Hold and Release on a manager"). Hold writes the hold annotations on both objects,
+then sets dispatch's own check ``Retry`` when it is Ready: Kueue evicts without any change to the Workload's
+spec, so MultiKueue stops the worker's copy and copies its status back before it deletes it; the readmission
+gate keeps the check Pending while the hold is in force and deactivates the Workload itself once the manager's
+TrainJob shows no active Job (agent/gate.py). Release is the same in both cases.
 """
 
 from __future__ import annotations

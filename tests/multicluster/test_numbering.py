@@ -6,9 +6,9 @@ The gate raises A by K = maxRestarts + 1 before it sets its check Ready, so the 
 carries the raised A; the manager's unsuspend (the record-start policy tier B installs) then only records it, and
 MultiKueue copies the worker's status back. A second dispatch (Hold, then Release) raises A again by K: R only
 rises. The Hold evicts through dispatch's check (Retry), never by deactivating a Workload a worker runs, and the
-gate deactivates it only once the copied status shows no active Job (docs/multicluster.md, "Hold on a manager"):
-a deactivation first would make MultiKueue delete the worker's copy before copying its final status back, and
-stall the job. The workers' owner policies are the chart's in role worker (harness.multicluster), so
+gate deactivates it only once the copied status shows no active Job (docs/multicluster.md, "Hold and Release on
+a manager"): a deactivation first would make MultiKueue delete the worker's copy before copying its final status
+back, and stall the job. The workers' owner policies are the chart's in role worker (harness.multicluster), so
 MultiKueue's principal creates and deletes its copies there under them. The rest of the worker side is still
 design, so the test plays its plumbing: it creates the runtime copy on each worker."""
 
