@@ -14,7 +14,7 @@ from agent.gate import Action, decide
 from agent.operations import Target, plan_hold, plan_release
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, opened
-from tests.unit.test_multicluster import MK_CHECK, managed, mk_workload
+from tests.unit.test_multicluster import MK_CHECK, decide_mk, managed, mk_workload
 from tests.unit.test_operations import HOLD, accepted_by_the_webhook, apply_plan, held_from_any_start, hold_keys
 from tests.unit.test_webhook_rules import DISPATCH, admit, request
 
@@ -30,17 +30,7 @@ def manager_job(active: int | None = 1) -> dict[str, Any]:
 
 
 def gate(wl: dict[str, Any], tj: dict[str, Any]):
-    return decide(
-        workload=wl,
-        check=CHECK,
-        trainjob=tj,
-        jobset=None,
-        pods=[],
-        blockers=[],
-        now=NOW,
-        multikueue=True,
-        runtime_spec=None,
-    )
+    return decide_mk(tj, None, wl=wl)
 
 
 def state(wl: dict[str, Any], name: str = CHECK) -> str:
