@@ -148,9 +148,8 @@ def _true(value: object) -> object:
     return value
 
 
-def _json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]], subresource: str = "") -> None:
-    path = admin.object_path(obj) + subresource
-    admin.request("PATCH", path, ops, query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
+def _json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    admin.request("PATCH", admin.object_path(obj), ops, query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
 
 
 def _active(trainjob: dict[str, Any]) -> int:
@@ -175,9 +174,8 @@ def _write(m: Manager, tj: dict[str, Any], plan: Any) -> None:
         if not writes:
             return
         target = trainjob if writes[0].target is Target.TRAINJOB else wl
-        status = "/status" if writes[0].target is Target.WORKLOAD_STATUS else ""
         try:
-            _json_patch(m.admin, target, writes[0].patch, status)
+            _json_patch(m.admin, target, writes[0].patch)
         except ApiError as exc:
             if exc.status != 409:
                 raise
