@@ -7,13 +7,19 @@ One tier B control plane (etcd, kube-apiserver, controller-manager, scheduler, k
 JobSet and Trainer), with dispatch installed as the sandbox installs it (harness/sandbox/install.py): the
 chart rendered by `helm template` and applied but for its pods, the webhook and the agent as local processes
 configured from the chart's ConfigMaps and signed in as the chart's ServiceAccounts, the webhook
-configurations and admission policies as rendered. Two arms side by side, each in a namespace of its own:
+configurations and admission policies as rendered. Two arms side by side (three with ``--floor``), each in a
+namespace of its own:
 
 * **dispatch**: ``--jobs`` dispatch TrainJobs, created as Start creates them (the runtime copy, then the
   TrainJob, closed) and opened as Open opens them (tests/e2e/kit.py), in a ClusterQueue whose admissions
   wait for dispatch's AdmissionCheck (the chart's);
 * **baseline**: as many plain TrainJobs of the same shape (the same runtime's pod template and requests), in
-  a second ClusterQueue with no admission check.
+  a second ClusterQueue with no admission check;
+* **check** (``--floor``): as many plain TrainJobs again, in a third ClusterQueue whose admissions wait for an
+  AdmissionCheck that this benchmark approves at once (``Approver``: one watch, one server-side apply of the
+  check's entry per Pending check with quota reserved). It is the floor of any check controller in Kueue:
+  what an admission check costs before dispatch does anything of its own, so ``check / baseline`` is the
+  mechanism's share of the anchor's ratio and ``dispatch / check`` dispatch's.
 
 Each ClusterQueue holds exactly its arm's jobs (quota = jobs x one trainer's requests) and preempts lower
 priorities within itself. One round of an arm: a high-priority Workload asking for the whole quota (the
@@ -58,11 +64,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any
 
 from ulid import ULID
 
 from agent.operations import plan_open
+from agent.workload import READY, check_state, check_state_apply
 from benchmarks.agent_bench import process_cpu
 from contract.admission import admission_count
 from contract.keys import (
@@ -95,6 +103,9 @@ WORKERS = 16
 """Concurrent setup requests (creating and opening the jobs); setup is not measured."""
 IMAGE = "registry.invalid/dispatch-anchor/train:1"
 JSON_PATCH = "application/json-patch+json"
+FLOOR_CHECK = "anchor-floor"
+FLOOR_CONTROLLER = "anchor-bench.invalid/approve-at-once"
+"""The ``check`` arm's AdmissionCheck and its controllerName (``--floor``): served by ``Approver``."""
 
 
 # -- watching -----------------------------------------------------------------------------------------------
@@ -177,6 +188,8 @@ class Arm:
     namespace: str
     cluster_queue: str
     dispatch: bool
+    check: str | None
+    """The AdmissionCheck its admissions wait for: dispatch's, the floor's, or none."""
     trainjobs: Latest
     pods: Latest
     workloads: Latest
@@ -186,6 +199,78 @@ class Arm:
     def watches(self) -> dict[str, Latest]:
         return {"TrainJob": self.trainjobs, "JobSet": self.jobsets, "Job": self.jobs, "Pod": self.pods,
                 "Workload": self.workloads}  # fmt: skip
+
+
+class Approver:
+    """The floor's check controller (``--floor``): what any AdmissionCheck controller must do at the least, done
+    as cheaply as a controller can. One watch of the arm's Workloads; every event that shows the floor's check
+    Pending with quota reserved (not evicted) queues the Workload, and a few threads set the entry Ready by one
+    server-side apply of the check's entry alone (agent/workload.py ``check_state_apply``, the body dispatch's gate
+    writes), preconditioned on the resourceVersion seen, so a Workload Kueue moved meanwhile (evicted, reset) gets
+    409 and its next event queues it again. No GET, no LIST, no other write; the blocker is approved as well."""
+
+    THREADS = 4
+
+    def __init__(self, admin: KubeHttp, namespace: str, check: str) -> None:
+        self._admin, self._check = admin, check
+        self._todo: SimpleQueue[dict[str, Any] | None] = SimpleQueue()
+        self.writes = self.conflicts = 0
+        self._lock = threading.Lock()
+        self._watch = Latest(admin, admin.collection_path(KUEUE_V, "Workload", namespace))
+        self._watch.on_event = self._event
+        for workload in self._watch.snapshot():
+            self._event("ADDED", workload, 0.0)
+        self._threads = [threading.Thread(target=self._work, name=f"approver {i}", daemon=True)
+                         for i in range(self.THREADS)]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
+
+    def _event(self, kind: str, workload: dict[str, Any], _: float) -> None:
+        # Quota reserved and not evicted: Kueue resets the checks to Pending in the eviction's own write, while the
+        # quota is still reserved; a Ready then would carry over to the next admission, which would then need no
+        # check write at all (and no controller may approve an admission that is being taken back).
+        conditions = {c["type"]: c["status"] for c in (workload.get("status") or {}).get("conditions") or []}
+        if (
+            kind != "DELETED"
+            and conditions.get("QuotaReserved") == "True"
+            and conditions.get("Evicted") != "True"
+            and conditions.get("Finished") != "True"
+            and (check_state(workload, self._check) or {}).get("state") == "Pending"
+        ):
+            self._todo.put(workload)
+
+    def _work(self) -> None:
+        while (workload := self._todo.get()) is not None:
+            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            body = check_state_apply(workload, self._check, READY, "approved at once (the anchor's floor)", now)
+            try:
+                self._admin.request("PATCH", self._admin.object_path(workload) + "/status", body,
+                                    query={"fieldManager": "anchor-floor-approver", "force": "true"},
+                                    content_type="application/apply-patch+yaml")  # fmt: skip
+                with self._lock:
+                    self.writes += 1
+            except ApiError as exc:
+                if exc.status not in (404, 409):
+                    raise
+                with self._lock:
+                    self.conflicts += 1
+
+    def stop(self) -> None:
+        self._watch.stop()
+        for _ in self._threads:
+            self._todo.put(None)
+
+
+def floor_check(admin: KubeHttp) -> None:
+    """The floor's AdmissionCheck, Active (Kueue keeps a ClusterQueue that lists an inactive check inactive)."""
+    admin.apply({"apiVersion": KUEUE_V, "kind": "AdmissionCheck", "metadata": {"name": FLOOR_CHECK},
+                 "spec": {"controllerName": FLOOR_CONTROLLER}})  # fmt: skip
+    ac = admin.get(KUEUE_V, "AdmissionCheck", FLOOR_CHECK)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": "Active", "status": "True", "reason": "Active", "message": "the anchor's floor",
+                 "lastTransitionTime": now, "observedGeneration": ac["metadata"]["generation"]}  # fmt: skip
+    admin.apply({"apiVersion": KUEUE_V, "kind": "AdmissionCheck", "metadata": {"name": FLOOR_CHECK},
+                 "status": {"conditions": [condition]}}, subresource="status")  # fmt: skip
 
 
 def _a(obj: dict[str, Any]) -> int | None:
@@ -579,7 +664,7 @@ def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
 
 
 def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[str, ManagedProcess],
-              timeout: float, check: str, profile: tuple[int, Path] | None = None) -> Round:  # fmt: skip
+              timeout: float, profile: tuple[int, Path] | None = None) -> Round:  # fmt: skip
     r = Round(arm.name, index, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"), namespace=arm.namespace)
     block = blocker(arm, jobs, f"{arm.name}-{index}")
     t = time.monotonic()
@@ -591,7 +676,7 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
     served0 = served(admin)
     cpu0 = cpu_of(processes)
     t = time.monotonic()
-    timeline = Timeline(t, old, check)
+    timeline = Timeline(t, old, arm.check)
     arm.workloads.on_event, arm.trainjobs.on_event, arm.pods.on_event = (
         timeline.workload, timeline.trainjob, timeline.pod)  # fmt: skip
     changes = Changes()
@@ -687,14 +772,21 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
     per_job(rounds, jobs, "watch events in each window per job, by kind, type and what changed", "changes")
     if any(r.writes for r in rounds):
         per_job(rounds, jobs, "write requests in each window per job (audit log), by who, verb, resource", "writes")
-    d = [r for r in rounds if r.arm == "dispatch"]
-    b = [r for r in rounds if r.arm == "baseline"]
+    ratios(rounds, "dispatch", "baseline", "the anchor; goal <= 1.5x")
+    ratios(rounds, "check", "baseline", "the floor: any admission check against none")
+    ratios(rounds, "dispatch", "check", "dispatch against the floor")
+
+
+def ratios(rounds: list[Round], top: str, bottom: str, title: str) -> None:
+    """Time and CPU of arm ``top`` over arm ``bottom``, round by round and in the medians."""
+    d = [r for r in rounds if r.arm == top]
+    b = [r for r in rounds if r.arm == bottom]
     if not d or not b:
         return
-    print("\nratios dispatch / baseline (goal <= 1.5x):")
+    print(f"\nratios {top} / {bottom} ({title}):")
     for i, (x, y) in enumerate(zip(d, b, strict=False), 1):
         api, etcd = (x.cpu[k] / y.cpu[k] for k in ("kube-apiserver", "etcd"))
-        print(f"  pair {i}: time {x.seconds / y.seconds:.2f}x   API server CPU {api:.2f}x   etcd CPU {etcd:.2f}x")
+        print(f"  round {i}: time {x.seconds / y.seconds:.2f}x   API server CPU {api:.2f}x   etcd CPU {etcd:.2f}x")
     md, mb = (statistics.median(r.seconds for r in xs) for xs in (d, b))
     ad, ab = (statistics.median(r.cpu["kube-apiserver"] for r in xs) for xs in (d, b))
     print(
@@ -750,10 +842,18 @@ def drop_harness_policies(admin: KubeHttp) -> list[str]:
 
 
 def setup(
-    tb: TierB, jobs: int, grace: int, work: Path, timeout: float, pad: bool = False, chart_only: bool = False
-) -> tuple[list[Arm], dict[str, ManagedProcess], str]:
+    tb: TierB,
+    jobs: int,
+    grace: int,
+    work: Path,
+    timeout: float,
+    pad: bool = False,
+    chart_only: bool = False,
+    floor: bool = False,
+) -> tuple[list[Arm], dict[str, ManagedProcess], Approver | None]:
     cp, admin = tb.control_plane, tb.admin
-    extra = math.ceil((2 * jobs + 10) / NODE_PODS)
+    names = ("dispatch", "baseline", "check") if floor else ("dispatch", "baseline")
+    extra = math.ceil((len(names) * jobs + 10) / NODE_PODS)
     for i in range(extra):
         admin.create(big_node(f"anchor-node-{i}"))
     wait_until(lambda: all(node_ready(admin, f"anchor-node-{i}") for i in range(extra)), 60, what="anchor nodes Ready")
@@ -773,8 +873,13 @@ def setup(
     flavor = tb.resource_flavor
     admin.apply(site.gated_cluster_queue("anchor-dispatch", check=check, flavor=flavor, quota=quota(jobs)))
     admin.apply(plain_cluster_queue("anchor-baseline", flavor, jobs))
+    checks = {"dispatch": check, "baseline": None}
+    if floor:
+        floor_check(admin)
+        admin.apply(site.gated_cluster_queue("anchor-check", check=FLOOR_CHECK, flavor=flavor, quota=quota(jobs)))
+        checks["check"] = FLOOR_CHECK
     arms = []
-    for name in ("dispatch", "baseline"):
+    for name in names:
         namespace = cluster_queue = f"anchor-{name}"
         admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         admin.apply(site.local_queue(namespace, QUEUE, cluster_queue))
@@ -784,21 +889,24 @@ def setup(
         workloads = Latest(admin, admin.collection_path(KUEUE_V, "Workload", namespace))
         jobsets = Latest(admin, admin.collection_path(site.JOBSET_V, "JobSet", namespace))
         batch_jobs = Latest(admin, admin.collection_path("batch/v1", "Job", namespace))
-        arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", trainjobs, pods, workloads, jobsets,
-                        batch_jobs))  # fmt: skip
+        arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", checks[name], trainjobs, pods, workloads,
+                        jobsets, batch_jobs))  # fmt: skip
+    approver = Approver(admin, "anchor-check", FLOOR_CHECK) if floor else None
 
     runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME)
     t = time.monotonic()
     create_dispatch_jobs(dispatch, arms[0].namespace, runtime, jobs)
-    create_plain_jobs(admin, arms[1].namespace, jobs, pad)
-    print(f"{jobs} dispatch jobs created and opened, {jobs} plain TrainJobs created in {time.monotonic() - t:.1f}s")
+    for arm in arms[1:]:
+        create_plain_jobs(admin, arm.namespace, jobs, pad)
+    print(f"{jobs} dispatch jobs created and opened, {jobs} plain TrainJobs per other arm created in "
+          f"{time.monotonic() - t:.1f}s")  # fmt: skip
     for arm in arms:
         took = wait_for(lambda arm=arm: len(running_jobs(arm, set(), {})) == jobs, timeout, f"{arm.name}: all running",
                         interval=1)  # fmt: skip
         print(f"{arm.name}: all {jobs} running {took:.1f}s later")
     processes = {p.name: p for p in cp.supervisor.processes if p.alive()}
     processes["dispatch-agent"], processes["dispatch-webhook"] = agent, webhook
-    return arms, processes, check
+    return arms, processes, approver
 
 
 def load() -> str:
@@ -827,6 +935,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep tier B's own copies of dispatch's owner policies and record-start beside the "
                              "chart's (by default they are deleted: only the chart's apply, as in an "
                              "installation)")  # fmt: skip
+    parser.add_argument("--floor", action="store_true",
+                        help="a third arm, check: plain TrainJobs whose admissions wait for an AdmissionCheck this "
+                             "benchmark approves at once, the floor of any check controller in Kueue")  # fmt: skip
     parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
                         help="a CPU profile of the API server over the first SECONDS of each window, written to "
                              "the run folder's anchor/apiserver-<arm>-<round>.pprof")  # fmt: skip
@@ -846,8 +957,8 @@ def main(argv: list[str] | None = None) -> int:
         cp = start_control_plane(run_dir, audit_users=AUDITED if args.audit else ())
         tb = start_tier_b(cp)
         print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
-        arms, processes, check = setup(tb, args.jobs, args.grace_seconds, work, args.timeout, args.pad_baseline,
-                                       not args.keep_harness_policies)  # fmt: skip
+        arms, processes, approver = setup(tb, args.jobs, args.grace_seconds, work, args.timeout, args.pad_baseline,
+                                          not args.keep_harness_policies, args.floor)  # fmt: skip
         time.sleep(5)
         idle0 = cpu_of(processes)
         time.sleep(10)
@@ -856,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(1, args.rounds + 1):
             for arm in arms:
                 profile = (args.profile, work) if args.profile else None
-                r = run_round(tb.admin, arm, args.jobs, index, processes, args.timeout, check, profile)
+                r = run_round(tb.admin, arm, args.jobs, index, processes, args.timeout, profile)
                 rounds.append(r)
                 print(f"{arm.name} {index}: all {args.jobs} suspended {r.evicted_after:.1f}s after the blocker, "
                       f"{r.old_pods_left} old pods listed at its delete; all running again {r.seconds:.1f}s after "
@@ -869,6 +980,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(2)  # blocking mode: a request's event is written as it ends
             audited_writes(cp.audit_log, rounds)
         report(rounds, args.jobs, idle)
+        if approver is not None:
+            approver.stop()
+            print(f"the floor's approver: {approver.writes} Ready writes, {approver.conflicts} refused (409/404)")
         print(f"\nend {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, load {load()}")
         return 0
     finally:
