@@ -112,6 +112,25 @@ def multikueue_start_problems(
     return [refusal] if refusal else []
 
 
+def multikueue_unproven(workload: Mapping[str, Any] | None, multikueue: Collection[str]) -> str | None:
+    """Why Preflight cannot prove Kueue mode for a queue whose ClusterQueue lists a MultiKueue check (the probe's
+    Workload lists it), or None. The manager's gate cannot yet see the pods on a worker, so it would not wait for
+    an earlier execution still running there (docs/multicluster.md, guarantee 4): until it can, such a queue is
+    reported, never proven."""
+    if not is_multikueue(workload, multikueue):
+        return None
+    listed = sorted(
+        str(e.get("name"))
+        for e in dig(workload, "status", "admissionChecks") or []
+        if isinstance(e, Mapping) and e.get("name") in multikueue
+    )
+    return (
+        f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch does not yet wait for an "
+        "earlier execution still running on a worker (docs/multicluster.md, guarantee 4), so dispatch jobs must not "
+        "be queued to it"
+    )
+
+
 def workload_problems(workload: Mapping[str, Any] | None, checks: Iterable[str]) -> list[str]:
     """Why Kueue is not managing the TrainJob as dispatch needs: no Workload, no gate, not our check."""
     if workload is None:

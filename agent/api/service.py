@@ -60,6 +60,7 @@ from agent.start import (
     earlier_incarnation,
     earlier_incarnation_message,
     multikueue_start_problems,
+    multikueue_unproven,
     prologue_configmap_refusal,
     readback_changes,
     workload_problems,
@@ -759,7 +760,7 @@ class Service:
             raise d.read_failed(exc, "the admission API (/apis/admissionregistration.k8s.io/v1)") from None
         first = await self._read(self._lease_path, f"Lease {self._lease_where}")
         watching = time.monotonic()
-        probe = await self._probe(req, source, checks)
+        probe = await self._probe(req, source, checks, multikueue_checks(admission_checks))
         lease = await self._heartbeat(first, watching) if kueue else d.not_watched(first)
         report = d.capabilities(
             kueue=kueue,
@@ -776,7 +777,9 @@ class Service:
             log.warning("Preflight failed, observe-only: %s", report.observe_only_reason)
         return report
 
-    async def _probe(self, req: PreflightRequest, source: Mapping[str, Any], checks: list[str]) -> d.ProbeResult:
+    async def _probe(
+        self, req: PreflightRequest, source: Mapping[str, Any], checks: list[str], multikueue: frozenset[str]
+    ) -> d.ProbeResult:
         sub = Submission(
             job_id=str(ULID()),
             n=0,
@@ -806,7 +809,7 @@ class Service:
                 refusal, unnumbered = None, await self._try_admission(req.namespace, trainjob)
             else:
                 refusal, unnumbered = await self._try_open(req.namespace, trainjob), None
-            result = await self._watch_probe(req.namespace, trainjob, checks, seconds)
+            result = await self._watch_probe(req.namespace, trainjob, checks, multikueue, seconds)
             return replace(result, open_refused=refusal, unnumbered=unnumbered)
         except ApiError as exc:
             if exc.kind is ErrorKind.INVALID:
@@ -860,7 +863,7 @@ class Service:
         return None
 
     async def _watch_probe(
-        self, namespace: str, trainjob: Mapping[str, Any], checks: list[str], seconds: float
+        self, namespace: str, trainjob: Mapping[str, Any], checks: list[str], multikueue: frozenset[str], seconds: float
     ) -> d.ProbeResult:
         """Watch the closed probe: no pod may appear, it may not be unsuspended, its Workload not admitted.
 
@@ -883,6 +886,9 @@ class Service:
                 unchecked = d.unchecked(workload) if kueue else None
                 if unchecked:
                     problems.append(f"for jobs of this runtime, {unchecked}")
+                unproven = multikueue_unproven(workload, multikueue) if kueue else None
+                if unproven:
+                    problems.append(unproven)
                 owners = d.owner_problems(*await self._probe_children(namespace, name), seconds)
                 return d.ProbeResult(seconds, workload_problems=tuple(problems), owner_problems=tuple(owners))
             await asyncio.sleep(POLL_SECONDS)

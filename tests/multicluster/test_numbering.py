@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.api.models import HoldRequest
+from agent.api.models import HoldRequest, KueueSpec, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
 from agent.operations import Target, plan_open, plan_release
 from contract.admission import admission_started
@@ -264,3 +264,29 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
         assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K, 2 * K]
     finally:
         trainjobs.stop()
+
+
+@pytest.mark.timeout(600)
+def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_why(
+    manager: Manager, tmp_path: Path
+) -> None:
+    """The manager's gate cannot yet see a worker's pods (guarantee 4), so Preflight through a queue whose
+    ClusterQueue lists the MultiKueue check never proves Kueue mode: observe-only, naming the check."""
+    m = manager
+    cp = m.mc.manager.control_plane
+    who = supervisors(cp, m.namespace, cp.create_namespace("mc-api-other"))
+
+    async def preflight() -> Any:
+        async with running_agent(cp, tmp_path, ApiSettings(probeSeconds=5)) as agent:
+            await allowed(agent, who.tokens["supervisor"], m.namespace)
+            async with agent.client(who.tokens["supervisor"]) as api:
+                req = PreflightRequest(namespace=m.namespace, runtime=RuntimeRef(name=m.runtime["metadata"]["name"]),
+                                       kueue=KueueSpec(local_queue=QUEUE))  # fmt: skip
+                return await api.preflight(req)
+
+    report = asyncio.run(preflight())
+    assert report.observe_only, report
+    assert not report.readmission_gate, report
+    why = report.readmission_gate_reason
+    assert f"lists the MultiKueue check {ADMISSION_CHECK}" in why, why
+    assert "guarantee 4" in (report.observe_only_reason or "")

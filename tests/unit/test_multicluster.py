@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from agent.admissioncheck import AdmissionCheckCache
 from agent.api.settings import ApiSettings
 from agent.gate import Action, decide
-from agent.start import multikueue_start_problems, readback_changes
+from agent.start import multikueue_start_problems, multikueue_unproven, readback_changes
 from contract.admission import admission_count, admission_floor, admission_started, start_count, unsuspend_ops
 from contract.errors import ContractError
 from contract.identity import R_BOUND
@@ -136,6 +136,16 @@ def test_multikueue_mode_is_a_workload_listing_a_check_whose_controller_is_multi
     assert not is_multikueue(workload(), checks)
     assert not is_multikueue(mk_workload(), frozenset())
     assert not is_multikueue(None, checks)
+
+
+def test_preflight_reports_a_multikueue_queue_unproven_naming_its_check_and_why():
+    """Until the manager's gate can see a worker's pods, a queue through MultiKueue is never proven."""
+    why = multikueue_unproven(mk_workload(), frozenset({MK_CHECK}))
+    assert why is not None
+    assert f"MultiKueue check {MK_CHECK}" in why and "guarantee 4" in why and "must not be queued" in why
+    assert multikueue_unproven(workload(), frozenset({MK_CHECK})) is None
+    assert multikueue_unproven(mk_workload(), frozenset()) is None
+    assert multikueue_unproven(None, frozenset({MK_CHECK})) is None
 
 
 def test_the_admission_check_cache_keeps_the_multikueue_names_too():
