@@ -69,6 +69,7 @@ from typing import Any
 
 from ulid import ULID
 
+from agent.api.decisions import rfc3339
 from agent.operations import plan_open
 from agent.workload import READY, check_state, check_state_apply
 from benchmarks.agent_bench import process_cpu
@@ -243,7 +244,7 @@ class Approver:
 
     def _work(self) -> None:
         while (workload := self._todo.get()) is not None:
-            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            now = rfc3339(dt.datetime.now(dt.UTC))
             body = check_state_apply(workload, self._check, READY, "approved at once (the anchor's floor)", now)
             try:
                 self._admin.request("PATCH", self._admin.object_path(workload) + "/status", body,
@@ -268,7 +269,7 @@ def floor_check(admin: KubeHttp) -> None:
     admin.apply({"apiVersion": KUEUE_V, "kind": "AdmissionCheck", "metadata": {"name": FLOOR_CHECK},
                  "spec": {"controllerName": FLOOR_CONTROLLER}})  # fmt: skip
     ac = admin.get(KUEUE_V, "AdmissionCheck", FLOOR_CHECK)
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339(dt.datetime.now(dt.UTC))
     condition = {"type": "Active", "status": "True", "reason": "Active", "message": "the anchor's floor",
                  "lastTransitionTime": now, "observedGeneration": ac["metadata"]["generation"]}  # fmt: skip
     admin.apply({"apiVersion": KUEUE_V, "kind": "AdmissionCheck", "metadata": {"name": FLOOR_CHECK},
@@ -898,7 +899,7 @@ def setup(
         batch_jobs = Latest(admin, admin.collection_path("batch/v1", "Job", namespace))
         arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", checks[name], trainjobs, pods, workloads,
                         jobsets, batch_jobs))  # fmt: skip
-    approver = Approver(admin, "anchor-check", FLOOR_CHECK) if floor else None
+    approver = Approver(admin, arms[-1].namespace, FLOOR_CHECK) if floor else None
 
     runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME)
     t = time.monotonic()
