@@ -26,6 +26,7 @@ from agent.controller import WATCHED, Controller
 from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer, serving
+from agent.workerreads import WorkerClients
 from certs.reload import CertificateLoadError, ReloadingServerContext
 from serving import flags, logs
 from serving.kube import KubeConfigError, api_client
@@ -106,7 +107,10 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
     identity = args.identity or default_identity()
     async with await api_client(args.kubeconfig, args.context) as api_client_:
         metrics = AgentMetrics()
-        controller = Controller(Kube(api_client_, instance=identity), config, identity=identity, metrics=metrics)
+        kube = Kube(api_client_, instance=identity)
+        if config.worker_kubeconfigs:
+            kube.workers = WorkerClients(config.worker_kubeconfigs)
+        controller = Controller(kube, config, identity=identity, metrics=metrics)
 
         def ready() -> tuple[bool, str]:
             waiting = [name for name in WATCHED if not controller.synced[name].is_set()]
@@ -135,6 +139,8 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             loop.add_signal_handler(sig, on_signal)
         port = config.health_port if args.health_port is None else args.health_port
         async with contextlib.AsyncExitStack() as stack:
+            if kube.workers is not None:
+                stack.push_async_callback(kube.workers.close)
             port = await stack.enter_async_context(serving(health, args.bind_address, port))
             if api is not None:
                 tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)

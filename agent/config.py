@@ -78,6 +78,11 @@ class AgentConfig(BaseModel):
     """Plain HTTP: /healthz, /readyz and /metrics."""
     multicluster_role: Role = Field(ROLE_SINGLE, alias="multiclusterRole")
     """This cluster's part under MultiKueue (contract.multicluster.Role; docs/multicluster.md)."""
+    worker_kubeconfigs: dict[str, str] = Field(default_factory=dict, alias="workerKubeconfigs")
+    """On a MultiKueue manager: a kubeconfig file per worker, keyed by its MultiKueueCluster's name, with the
+    agent's own read-only credential there (pods and nodes). The gate reads every worker of a dispatch job's
+    MultiKueueConfig before a dispatch, and holds on one it has no credential for (docs/multicluster.md,
+    guarantee 4)."""
 
     @model_validator(mode="after")
     def _election(self) -> AgentConfig:
@@ -123,6 +128,16 @@ class AgentConfig(BaseModel):
     def _lease_name(cls, value: str) -> str:
         if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
             raise ValueError(f"{value!r} is not an object name (a DNS subdomain: lower case, at most 253 characters)")
+        return value
+
+    @field_validator("worker_kubeconfigs")
+    @classmethod
+    def _workers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, path in value.items():
+            if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+                raise ValueError(f"{name!r} is not a MultiKueueCluster name (a DNS subdomain: lower case)")
+            if not path:
+                raise ValueError(f"{name}: the kubeconfig path is empty")
         return value
 
     @field_validator("node_loss_taints")

@@ -73,10 +73,14 @@ class Action(Enum):
 
 @dataclass(frozen=True)
 class Blocker:
-    """A pod of a previous execution that may still run, and why (the node-loss verdict's reason)."""
+    """A pod of a previous execution that may still run, and why (the node-loss verdict's reason); or, on a
+    MultiKueue manager, a place where one may run that the gate cannot see (``pod`` empty)."""
 
     pod: str
     why: str
+    worker: str | None = None
+    """On a MultiKueue manager: the worker (its MultiKueueCluster) the pod runs on, or that cannot be read; ""
+    when the workers themselves cannot be known (agent/workers.py). None: this cluster."""
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,18 @@ def blockers_of(assessment: Assessment, unproven: Collection[str] = (), *, suffi
 
 
 def hold_message(blockers: Sequence[Blocker]) -> str:
-    listed = "; ".join(f"{b.pod}: {b.why}" for b in blockers)
-    return f"waiting for {len(blockers)} pod(s) of the previous execution that may still run: {listed}"
+    """The pods waited for, each with where (a worker's name, on a manager) and why; then the places that cannot
+    be seen, so Status and the check's message name the worker the gate waits for."""
+    pods = [b for b in blockers if b.pod]
+    blind = [b for b in blockers if not b.pod]
+    parts = []
+    if pods:
+        listed = "; ".join(f"{b.pod}{f' on worker {b.worker}' if b.worker else ''}: {b.why}" for b in pods)
+        parts.append(f"waiting for {len(pods)} pod(s) of the previous execution that may still run: {listed}")
+    if blind:
+        listed = "; ".join(f"{f'worker {b.worker}: ' if b.worker else ''}{b.why}" for b in blind)
+        parts.append(f"waiting to see every worker where the previous execution may still run: {listed}")
+    return "; and ".join(parts)
 
 
 def decide(

@@ -9,7 +9,7 @@ does not raise on an error status itself, which ``serving.kube.read_json`` does.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -22,6 +22,8 @@ from agent.constants import (
     JOBSETS,
     KUEUE_GROUP,
     KUEUE_VERSION,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
     REQUEST_TIMEOUT_SECONDS,
     TRAINER_VERSION,
     TRAINING_RUNTIMES,
@@ -34,6 +36,9 @@ from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSE
 from contract.multicluster import multikueue_checks
 from contract.objects import dig
 from serving.kube import read_json
+
+if TYPE_CHECKING:
+    from agent.workerreads import WorkerClients
 
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -77,6 +82,8 @@ class Kube:
         self.coordination = client.CoordinationV1Api(api)
         self.timeout = request_timeout
         self.checks: CheckNames | None = None
+        self.workers: WorkerClients | None = None
+        """On a MultiKueue manager, the read-only clients to its workers (``workerKubeconfigs``): guarantee 4."""
         self.events = EventRecorder(self.create_event, instance, self.patch_event)
         self.pod_lists = SharedPodLists(self._list_pods)
         self.reads = Reads(self)
@@ -116,6 +123,25 @@ class Kube:
             self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, **self._opts())
         )
         return multikueue_checks(listed.get("items", []))
+
+    async def get_admission_check(self, name: str) -> Obj | None:
+        """One AdmissionCheck, fresh (MultiKueue mode: its parameters name the MultiKueueConfig)."""
+        return await _or_none(
+            self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, name, **self._opts())
+        )
+
+    async def get_multikueue_config(self, name: str) -> Obj | None:
+        """A MultiKueueConfig, fresh: its clusters are the workers a dispatch may have run on."""
+        return await _or_none(
+            self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, MULTIKUEUE_CONFIGS, name, **self._opts())
+        )
+
+    async def list_multikueue_clusters(self) -> list[Obj]:
+        """Every MultiKueueCluster, fresh (one LIST): which workers an administrator fenced."""
+        listed = await read_json(
+            self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, MULTIKUEUE_CLUSTERS, **self._opts())
+        )
+        return list(listed.get("items", []))
 
     async def get_training_runtime(self, namespace: str, name: str) -> Obj | None:
         """A TrainJob's runtime copy (MultiKueue mode: its maxRestarts gives K)."""

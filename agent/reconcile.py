@@ -55,6 +55,8 @@ from agent import podowners
 from agent.gate import Action, Blocker, Decision, blockers_of, decide
 from agent.kube import Kube
 from agent.nodeloss import assess
+from agent.workerreads import look_at_workers
+from agent.workers import is_remote
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
 from contract.admission import admission_count
 from contract.multicluster import Role, is_multikueue
@@ -153,8 +155,14 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(kube, workload, settings)
 
     # MultiKueue mode: the gate numbers the dispatch before its Ready, by K from the runtime copy (one GET).
-    multikueue = is_multikueue(workload, await kube.multikueue_checks())
+    multikueue_checks = await kube.multikueue_checks()
+    multikueue = is_multikueue(workload, multikueue_checks)
     runtime_spec = await _runtime_spec(kube, trainjob) if multikueue else None
+    if multikueue and trainjob is not None and _owned(workload, trainjob) and is_dispatch(trainjob):
+        # Guarantee 4: no pod of the job runs here; an earlier execution may still run on any of its workers.
+        name = dig(trainjob, "metadata", "name")
+        remote = await look_at_workers(kube, kube.workers, workload, multikueue_checks, name, settings.node_loss_taints)
+        blockers = [*blockers, *remote]
 
     # c. The decision.
     d = decide(
@@ -248,7 +256,8 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         d.message,
         # A hold that no pod or node change will lift (the TrainJob not readable yet, A not raisable) has no
         # event of ours to wake it: look again after a backoff.
-        requeue=d.action is Action.HOLD and not blockers,
+        # Nor will one on a worker: nothing here watches the workers.
+        requeue=d.action is Action.HOLD and (not blockers or any(is_remote(b) for b in blockers)),
         new_a=d.new_a,
         ready=ready,
         held_nodes=nodes if d.action is Action.HOLD and blockers else None,

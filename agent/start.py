@@ -114,9 +114,8 @@ def multikueue_start_problems(
 
 def multikueue_unproven(workload: Mapping[str, Any] | None, multikueue: Collection[str]) -> str | None:
     """Why Preflight cannot prove Kueue mode for a queue whose ClusterQueue lists a MultiKueue check (the probe's
-    Workload lists it), or None. The manager's gate cannot yet see the pods on a worker, so it would not wait for
-    an earlier execution still running there (docs/multicluster.md, guarantee 4): until it can, such a queue is
-    reported, never proven."""
+    Workload lists it), or None. The manager's gate waits for the workers (guarantee 4), but the rest of the
+    design is not built (docs/multicluster.md, "Status"): until it is, such a queue is reported, never proven."""
     if not is_multikueue(workload, multikueue):
         return None
     listed = sorted(
@@ -125,9 +124,9 @@ def multikueue_unproven(workload: Mapping[str, Any] | None, multikueue: Collecti
         if isinstance(e, Mapping) and e.get("name") in multikueue
     )
     return (
-        f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch does not yet wait for an "
-        "earlier execution still running on a worker (docs/multicluster.md, guarantee 4), so dispatch jobs must not "
-        "be queued to it"
+        f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch's MultiKueue support is "
+        "not complete (the runtime copies on the workers, the stale-copy stamp and Preflight's proof of each worker "
+        "are not built; docs/multicluster.md), so dispatch jobs must not be queued to it"
     )
 
 

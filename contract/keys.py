@@ -56,6 +56,14 @@ before it approves the copy's first admission there, so that every later admissi
 goes back through the manager, which numbers a new dispatch (docs/multicluster.md, guarantee 3). Its value is
 the time of that approval."""
 
+# -- Annotations on a MultiKueueCluster (on a MultiKueue manager) ------------------------------------
+ANNOTATION_FENCED: Final = "dispatch.phpboyscout.uk/fenced"
+"""On a manager's MultiKueueCluster, set to ``FENCED_TRUE`` by an administrator: the worker is shut down, so
+nothing of a previous execution still runs there, and the manager's readmission gate stops waiting on it (the
+cross-cluster analogue of the ``out-of-service`` taint; docs/multicluster.md, guarantee 4). Any other value is
+no fence."""
+FENCED_TRUE: Final = "true"
+
 # -- The runtime patch: on the trainer replicated job's pod template -----------------------------
 ANNOTATION_ADMISSION: Final = "dispatch.phpboyscout.uk/admission"
 ADMISSION_AT_CREATION: Final = "0"

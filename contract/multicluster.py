@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from contract.admission import Raise, admission_count, admission_floor, raise_to
 from contract.errors import ContractError, Problem
 from contract.identity import R_BOUND
+from contract.keys import ANNOTATION_FENCED, FENCED_TRUE
 from contract.objects import dig
 
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
@@ -25,6 +26,8 @@ IGNORE_MAX_RESTARTS: Final = "RestartJobSetAndIgnoreMaxRestarts"
 """The JobSet failure-policy action that restarts without counting: J could pass maxRestarts."""
 MAX_RESTARTS_FIELD: Final = "spec.template.spec.failurePolicy.maxRestarts"
 DEFAULT_MIN_DISPATCHES: Final = 1000
+MULTIKUEUE_CONFIG_KIND: Final = "MultiKueueConfig"
+"""The kind a MultiKueue AdmissionCheck's ``spec.parameters`` names: its ``spec.clusters`` are the workers."""
 MULTIKUEUE_ORIGIN_LABEL: Final = "kueue.x-k8s.io/multikueue-origin"
 """The label MultiKueue puts on the remote Workload and the remote TrainJob it creates on a worker."""
 
@@ -86,6 +89,28 @@ def multikueue_checks(admission_checks: Iterable[Mapping[str, Any]]) -> frozense
         for ac in admission_checks
         if dig(ac, "spec", "controllerName") == MULTIKUEUE_CONTROLLER
     )
+
+
+def multikueue_config_of(admission_check: Mapping[str, Any] | None) -> str | None:
+    """The MultiKueueConfig a MultiKueue AdmissionCheck's parameters name, or None (no such check, or its
+    parameters name something else: Kueue then keeps the check inactive)."""
+    params = dig(admission_check, "spec", "parameters")
+    if not isinstance(params, Mapping) or params.get("kind") != MULTIKUEUE_CONFIG_KIND:
+        return None
+    name = params.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def config_clusters(config: Mapping[str, Any] | None) -> list[str]:
+    """The MultiKueueClusters a MultiKueueConfig lists: the workers a dispatch through it may run on."""
+    clusters = dig(config, "spec", "clusters")
+    return [c for c in clusters if isinstance(c, str) and c] if isinstance(clusters, list) else []
+
+
+def is_fenced(cluster: Mapping[str, Any] | None) -> bool:
+    """An administrator declared the MultiKueueCluster's worker shut down (``ANNOTATION_FENCED``: exactly
+    ``FENCED_TRUE``), so none of its pods still runs."""
+    return dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) == FENCED_TRUE
 
 
 def is_multikueue(workload: Mapping[str, Any] | None, checks: Collection[str]) -> bool:

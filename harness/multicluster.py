@@ -20,10 +20,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
+from agent.workerreads import WORKER_READER_RULES
 from contract.multicluster import ROLE_WORKER
 from harness.binaries import TIER_B_BINARIES, Artifacts, locate
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
@@ -77,6 +79,10 @@ MULTIKUEUE_RULES: Final = (
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
 )
+MANAGER_AGENT_USER: Final = "dispatch-harness:manager-agent"
+"""The identity of dispatch's agent on the manager when it reads a worker (guarantee 4): a client certificate of
+the worker's CA, bound there to exactly agent.workerreads.WORKER_READER_RULES."""
+MANAGER_AGENT_ROLE: Final = "dispatch-harness-manager-agent"
 MANAGER_FRAMEWORKS: Final = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
 """The manager's Kueue integrations. MultiKueue opens a watch on each worker for every enabled integration that
 has a MultiKueue adapter, and does not connect while one fails: upstream's default list names kinds (MPIJob,
@@ -158,6 +164,38 @@ class MultiCluster:
         """The worker's MultiKueueCluster's ``Active`` condition (None before Kueue set one)."""
         cluster = self.manager.admin.get(KUEUE_V, "MultiKueueCluster", self._worker(worker).name)
         return _find_condition(cluster, "Active")
+
+    # --- the manager agent's own read-only credentials to the workers (guarantee 4) -------------
+
+    def agent_kubeconfigs(self, directory: Path) -> dict[str, Path]:
+        """For each worker, a kubeconfig file in ``directory`` for MANAGER_AGENT_USER, bound on the worker to
+        exactly WORKER_READER_RULES: the agent config's ``workerKubeconfigs``."""
+        files = {}
+        for w in self.workers:
+            cp = w.control_plane
+            rbac = "rbac.authorization.k8s.io/v1"
+            cp.admin.apply({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": MANAGER_AGENT_ROLE},
+                            "rules": [dict(r) for r in WORKER_READER_RULES]})  # fmt: skip
+            cp.admin.apply({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": MANAGER_AGENT_ROLE},
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                        "name": MANAGER_AGENT_ROLE},
+                            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                          "name": MANAGER_AGENT_USER}]})  # fmt: skip
+            source = cp.client_kubeconfig("manager-agent", MANAGER_AGENT_USER)
+            files[w.name] = directory / f"{w.name}.kubeconfig"
+            files[w.name].write_bytes(source.read_bytes())
+        return files
+
+    @staticmethod
+    def break_agent_kubeconfig(path: Path) -> bytes:
+        """Points one of ``agent_kubeconfigs``'s files at a port nothing listens on (the agent reads the file
+        again at its next look); returns the working content, for ``restore_agent_kubeconfig``."""
+        working = path.read_bytes()
+        config = yaml.safe_load(working)
+        for cluster in config["clusters"]:
+            cluster["cluster"]["server"] = UNREACHABLE_SERVER
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return working
 
     # --- namespaces ---------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Numbering each dispatch on a MultiKueue manager (docs/multicluster.md, guarantees 1 and 2), against the real
+"""Numbering each dispatch on a MultiKueue manager (docs/multicluster.md, guarantees 1 and 2), and the manager's
+wait for every worker before a dispatch (guarantee 4: the agent reads each worker with its own credential), against the real
 MultiKueue of harness.multicluster: dispatch's agent on the manager, its check beside the MultiKueue check on a
 ClusterQueue of the test's own.
 
@@ -30,13 +31,13 @@ from agent.api.models import HoldRequest, KueueSpec, PreflightRequest, RuntimeRe
 from agent.api.settings import ApiSettings
 from agent.operations import Target, plan_open, plan_release
 from contract.admission import admission_started
-from contract.keys import FIELD_MANAGER, POD_FINALIZER
+from contract.keys import ANNOTATION_FENCED, FENCED_TRUE, FIELD_MANAGER, LABEL_JOBSET_NAME, POD_FINALIZER
 from contract.trainjob import Submission, build_runtime_copy
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
 from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MULTIKUEUE_CONTROLLER, MultiCluster
 from harness.sandbox import site
-from harness.tier_b import CLUSTER_QUEUE_QUOTA, RESOURCE_FLAVOR
+from harness.tier_b import CLUSTER_QUEUE_QUOTA, KWOK_SLOW_KUBELET_ANNOTATION, RESOURCE_FLAVOR
 from tests.api.cluster import allowed, running_agent, supervisors
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
@@ -51,6 +52,7 @@ RAISED_BY_K = (
     "Ready (MultiKueue copies the TrainJob to a worker then)"
 )
 JSON_PATCH = "application/json-patch+json"
+LINGER = "test.dispatch.phpboyscout.uk/linger"
 
 
 @dataclass
@@ -60,6 +62,8 @@ class Manager:
     check: str
     runtime: dict[str, Any]
     agent: AgentProcess
+    credentials: dict[str, Path]
+    """The agent's kubeconfig file for each worker (MultiCluster.agent_kubeconfigs)."""
 
     @property
     def admin(self) -> KubeHttp:
@@ -112,14 +116,17 @@ def manager(
             worker.tier_b.create_local_queue(ns, QUEUE)
         cp = mc.manager.control_plane
         system = cp.create_namespace(system)
+        workdir = Path(tmp_path_factory.mktemp("agent"))
+        credentials = mc.agent_kubeconfigs(workdir)  # guarantee 4: the agent's own read of every worker
         agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}",
-                            config={"leaseNamespace": system, "leaseName": "dispatch-admission"},
-                            workdir=Path(tmp_path_factory.mktemp("agent")), until=LEADER)  # fmt: skip
+                            config={"leaseNamespace": system, "leaseName": "dispatch-admission",
+                                    "workerKubeconfigs": {w: str(p) for w, p in credentials.items()}},
+                            workdir=workdir, until=LEADER)  # fmt: skip
         eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "ClusterQueue", cq), "Active")), 60,
                    "the ClusterQueue with both checks Active")  # fmt: skip
         eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "LocalQueue", QUEUE, ns), "Active")), 30,
                    "LocalQueue Active")  # fmt: skip
-        yield Manager(mc, ns, check, runtime, agent)
+        yield Manager(mc, ns, check, runtime, agent, credentials)
     finally:
         if agent is not None:
             mc.manager.control_plane.supervisor.stop(agent.name)
@@ -270,7 +277,7 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
 def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_why(
     manager: Manager, tmp_path: Path
 ) -> None:
-    """The manager's gate cannot yet see a worker's pods (guarantee 4), so Preflight through a queue whose
+    """dispatch's MultiKueue support is not complete (docs/multicluster.md), so Preflight through a queue whose
     ClusterQueue lists the MultiKueue check never proves Kueue mode: observe-only, naming the check."""
     m = manager
     cp = m.mc.manager.control_plane
@@ -289,4 +296,106 @@ def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_wh
     assert not report.readmission_gate, report
     why = report.readmission_gate_reason
     assert f"lists the MultiKueue check {ADMISSION_CHECK}" in why, why
-    assert "guarantee 4" in (report.observe_only_reason or "")
+    assert "MultiKueue support is not complete" in (report.observe_only_reason or "")
+
+
+def _trainer_pod(worker: Any, tj: dict[str, Any]) -> str:
+    """The name of the job's one trainer pod Running on ``worker``."""
+    selector = f"{LABEL_JOBSET_NAME}={tj['metadata']['name']}"
+    pods = [p for p in worker.admin.list("v1", "Pod", tj["metadata"]["namespace"], label_selector=selector)
+            if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]  # fmt: skip
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]["metadata"]["name"]
+
+
+def _linger(worker: Any, namespace: str, pod: str, keep: bool) -> None:
+    """``keep``: the pod stays in the worker's API once deleted, still Running, as under a kubelet that has not
+    stopped its containers yet (a finalizer of the test's, and the harness's slow-kubelet mark); else both go, and
+    the pod ends."""
+    meta = (
+        {"finalizers": [LINGER], "annotations": {KWOK_SLOW_KUBELET_ANNOTATION: "true"}}
+        if keep
+        else {"$deleteFromPrimitiveList/finalizers": [LINGER], "annotations": {KWOK_SLOW_KUBELET_ANNOTATION: None}}
+    )
+    worker.admin.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}", {"metadata": meta},
+                         content_type="application/strategic-merge-patch+json")  # fmt: skip
+
+
+def _fence(m: Manager, worker: str, value: str | None) -> None:
+    patch = {"metadata": {"annotations": {ANNOTATION_FENCED: value}}}
+    m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", worker, patch)
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
+def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or_it_is_fenced(
+    manager: Manager, tmp_path: Path
+) -> None:
+    """Guarantee 4: the manager has no pod of the job, so before a dispatch its gate reads every worker of the
+    MultiKueueConfig with its own credential. It holds while a pod of an earlier execution may still run on one,
+    and while one cannot be read, naming the worker; a worker an administrator fences is no longer waited on."""
+    m = manager
+    trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", m.namespace))
+    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
+                     image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
+    fenced: str | None = None
+    broken: tuple[Path, bytes] | None = None
+    lingering: tuple[Any, str] | None = None
+    try:
+        copy_ = build_runtime_copy(sub, m.runtime)
+        for worker in m.mc.workers:
+            worker.admin.create(copy.deepcopy(copy_))
+        tj = kit.create_as_start(m.admin, sub, m.runtime)
+        uid, ns = tj["metadata"]["uid"], m.namespace
+        eventually(lambda: kit.workload_of(m.admin, ns, uid), 30, "the Workload created")
+        _write(m, tj, lambda t, w: plan_open(t).writes)
+        _dispatched(m, tj, K)
+        ran_on = kit.workload_of(m.admin, ns, uid)["status"]["clusterName"]
+        other = next(name for name in m.mc.cluster_names if name != ran_on)
+        there = m.mc.worker(ran_on)
+        pod = eventually(lambda: _trainer_pod(there, tj), 120, f"the trainer pod Running on {ran_on}")
+        _linger(there, ns, pod, keep=True)
+        lingering = (there, pod)
+
+        # A second dispatch: Hold stops the copy (its pod lingers, still Running), Release readmits the job.
+        assert _hold_through_the_api(m, tj, tmp_path).startswith("held: evicted through MultiKueue")
+        eventually(lambda: _true(kit.workload_of(m.admin, ns, uid)["spec"].get("active") is False), 180,
+                   "the held Workload deactivated by the gate once its copy stopped")  # fmt: skip
+        eventually(lambda: _true(_copy(there, tj) is None), 60, "the worker's copy deleted")
+        assert there.admin.get("v1", "Pod", pod, ns)["metadata"].get("deletionTimestamp"), "the pod was not deleted"
+        _write(m, tj, lambda t, w: plan_release(t, w).writes)
+
+        def held(*present: str, absent: str = "") -> dict[str, Any]:
+            entry = kit.check_entry(kit.workload_of(m.admin, ns, uid), m.check)
+            assert entry["state"] == "Pending", entry
+            for text in present:
+                assert text in entry["message"], entry
+            assert not absent or absent not in entry["message"], entry
+            return entry
+
+        # The gate holds while the earlier execution's pod may still run on its worker, and says where.
+        eventually(lambda: held(f"{pod} on worker {ran_on}: "), 120, f"the gate holding for {pod} on {ran_on}")
+        # The agent's credential for the other worker stops working: the gate holds for it too, naming it (the
+        # agent reads its kubeconfig file again at each look).
+        broken = (m.credentials[other], m.mc.break_agent_kubeconfig(m.credentials[other]))
+        eventually(lambda: held(f"worker {other}: cannot be read: "), 120, f"the gate holding for {other}")
+        # The pod ends: the unreadable worker alone holds the dispatch.
+        _linger(there, ns, pod, keep=False)
+        lingering = None
+        eventually(lambda: held(f"worker {other}: cannot be read: ", absent=pod), 120, "only the unreadable worker")
+        here = _get(m, tj)
+        assert (kit.a_of(here), here["spec"].get("suspend")) == (K, True), "dispatched while it had to wait"
+        assert [w.name for w in m.mc.workers if _copy(w, tj) is not None] == [], "a copy sent while it had to wait"
+
+        # An administrator fences the unreadable worker (it is shut down): the next dispatch goes, A raised by K.
+        _fence(m, other, FENCED_TRUE)
+        fenced = other
+        _dispatched(m, tj, 2 * K)
+        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K, 2 * K]
+    finally:
+        if lingering is not None:
+            _linger(lingering[0], m.namespace, lingering[1], keep=False)
+        if fenced is not None:
+            _fence(m, fenced, None)
+        if broken is not None:
+            broken[0].write_bytes(broken[1])
+        trainjobs.stop()

@@ -53,10 +53,14 @@ def _worker_queue(name: str, check: str) -> dict[str, Any]:
     return queue
 
 
-def _start_agent(cp: Any, system: str, tmp: Path, role: str = "") -> AgentProcess:
+def _start_agent(
+    cp: Any, system: str, tmp: Path, role: str = "", credentials: dict[str, Path] | None = None
+) -> AgentProcess:
     config: dict[str, Any] = {"leaseNamespace": system, "leaseName": "dispatch-admission"}
     if role:
         config["multiclusterRole"] = role
+    if credentials:
+        config["workerKubeconfigs"] = {w: str(p) for w, p in credentials.items()}
     return start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}", config=config,
                        workdir=tmp, until=LEADER)  # fmt: skip
 
@@ -81,7 +85,9 @@ def armed(
         admin.apply({"apiVersion": KUEUE_V, "kind": "LocalQueue", "metadata": {"namespace": ns, "name": QUEUE},
                      "spec": {"clusterQueue": cq}})  # fmt: skip
         cp = mc.manager.control_plane
-        agents.append((cp, _start_agent(cp, cp.create_namespace(system), Path(tmp_path_factory.mktemp("agent")))))
+        workdir = Path(tmp_path_factory.mktemp("agent"))
+        credentials = mc.agent_kubeconfigs(workdir)
+        agents.append((cp, _start_agent(cp, cp.create_namespace(system), workdir, credentials=credentials)))
         for worker in mc.workers:
             w = worker.admin
             w.create(site.admission_check(check))
@@ -96,7 +102,7 @@ def armed(
                        60, "each ClusterQueue with its checks Active")  # fmt: skip
             eventually(lambda http=http: _true(kit.condition_true(http.get(KUEUE_V, "LocalQueue", QUEUE, ns),
                                                                   "Active")), 30, "LocalQueue Active")  # fmt: skip
-        yield Armed(Manager(mc, ns, check, runtime, agents[0][1]), check)
+        yield Armed(Manager(mc, ns, check, runtime, agents[0][1], credentials), check)
     finally:
         for cp, agent in agents:
             cp.supervisor.stop(agent.name)

@@ -139,11 +139,11 @@ def test_multikueue_mode_is_a_workload_listing_a_check_whose_controller_is_multi
 
 
 def test_preflight_reports_a_multikueue_queue_unproven_naming_its_check_and_why():
-    """Until the manager's gate can see a worker's pods, a queue through MultiKueue is never proven."""
+    """Until the whole design is built, a queue through MultiKueue is never proven."""
     why = multikueue_unproven(mk_workload(), frozenset({MK_CHECK}))
     assert why is not None
     assert f"MultiKueue check {MK_CHECK}" in why
-    assert "guarantee 4" in why
+    assert "docs/multicluster.md" in why
     assert "must not be queued" in why
     assert multikueue_unproven(workload(), frozenset({MK_CHECK})) is None
     assert multikueue_unproven(mk_workload(), frozenset()) is None
