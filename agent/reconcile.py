@@ -5,7 +5,9 @@ a. ONE read of the Workload: from the agent's watch cache when it is live and ho
    resourceVersion, and the Workload is never read again in this pass.
 b. What the decision needs: the owning TrainJob and its JobSet (watch caches, else GETs); its pods, by a
    consistent LIST issued after the pass began (agent/podlists.py); the Jobs those pods name and the Nodes
-   they run on, by fresh GETs.
+   they run on, by fresh GETs. In MultiKueue mode, for a dispatch TrainJob, also every worker it may have run
+   on (agent/workerreads.py: fresh reads of its MultiKueue checks, their MultiKueueConfigs and the fences, then
+   each worker's pods, Jobs and Nodes with the agent's own credential there), likewise after the pass began.
 c. The decision (agent/gate.py, pure).
 d. The writes, in this order: on a worker, the record of a copy's first admission in the Workload (agent/gate.py
    ``worker_copy``; the Ready then carries the resourceVersion that record's response gives); the JobSet UID
