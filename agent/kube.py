@@ -57,7 +57,8 @@ class CheckNames(Protocol):
     def multikueue(self) -> frozenset[str]: ...
 
 
-async def _or_none(call: Awaitable[Any]) -> Any:
+async def or_none(call: Awaitable[Any]) -> Any:
+    """The call's JSON object, or None when it is not found (404); any other failure raises."""
     try:
         return await read_json(call)
     except ApiException as exc:
@@ -96,7 +97,7 @@ class Kube:
     # -- reads ------------------------------------------------------------------------------------
 
     async def get_workload(self, namespace: str, name: str) -> Obj | None:
-        return await _or_none(
+        return await or_none(
             self.custom.get_namespaced_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, **self._opts()
             )
@@ -126,13 +127,13 @@ class Kube:
 
     async def get_admission_check(self, name: str) -> Obj | None:
         """One AdmissionCheck, fresh (MultiKueue mode: its parameters name the MultiKueueConfig)."""
-        return await _or_none(
+        return await or_none(
             self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, name, **self._opts())
         )
 
     async def get_multikueue_config(self, name: str) -> Obj | None:
         """A MultiKueueConfig, fresh: its clusters are the workers a dispatch may have run on."""
-        return await _or_none(
+        return await or_none(
             self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, MULTIKUEUE_CONFIGS, name, **self._opts())
         )
 
@@ -145,21 +146,21 @@ class Kube:
 
     async def get_training_runtime(self, namespace: str, name: str) -> Obj | None:
         """A TrainJob's runtime copy (MultiKueue mode: its maxRestarts gives K)."""
-        return await _or_none(
+        return await or_none(
             self.custom.get_namespaced_custom_object(
                 TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINING_RUNTIMES, name, **self._opts()
             )
         )
 
     async def get_trainjob(self, namespace: str, name: str) -> Obj | None:
-        return await _or_none(
+        return await or_none(
             self.custom.get_namespaced_custom_object(
                 TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINJOBS, name, **self._opts()
             )
         )
 
     async def get_jobset(self, namespace: str, name: str) -> Obj | None:
-        return await _or_none(
+        return await or_none(
             self.custom.get_namespaced_custom_object(
                 JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name, **self._opts()
             )
@@ -181,13 +182,13 @@ class Kube:
 
     async def get_job(self, namespace: str, name: str) -> Obj | None:
         """A batch/v1 Job (the link between a pod and its JobSet, agent/podowners.py)."""
-        return await _or_none(self.batch.read_namespaced_job(name, namespace, **self._opts()))
+        return await or_none(self.batch.read_namespaced_job(name, namespace, **self._opts()))
 
     async def get_node(self, name: str) -> Obj | None:
-        return await _or_none(self.core.read_node(name, **self._opts()))
+        return await or_none(self.core.read_node(name, **self._opts()))
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
-        return await _or_none(self.coordination.read_namespaced_lease(name, namespace, **self._opts()))
+        return await or_none(self.coordination.read_namespaced_lease(name, namespace, **self._opts()))
 
     # -- writes -----------------------------------------------------------------------------------
 

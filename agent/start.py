@@ -29,6 +29,7 @@ from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
     budget_problem,
     is_multikueue,
+    listed_multikueue_checks,
     managed_by_multikueue,
     multikueue_problems,
 )
@@ -116,13 +117,9 @@ def multikueue_unproven(workload: Mapping[str, Any] | None, multikueue: Collecti
     """Why Preflight cannot prove Kueue mode for a queue whose ClusterQueue lists a MultiKueue check (the probe's
     Workload lists it), or None. The manager's gate waits for the workers (guarantee 4), but the rest of the
     design is not built (docs/multicluster.md, "Status"): until it is, such a queue is reported, never proven."""
-    if not is_multikueue(workload, multikueue):
+    listed = listed_multikueue_checks(workload, multikueue)
+    if not listed:
         return None
-    listed = sorted(
-        str(e.get("name"))
-        for e in dig(workload, "status", "admissionChecks") or []
-        if isinstance(e, Mapping) and e.get("name") in multikueue
-    )
     return (
         f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch's MultiKueue support is "
         "not complete (the runtime copies on the workers, the stale-copy stamp and Preflight's proof of each worker "

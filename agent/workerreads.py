@@ -20,10 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from agent import podowners
 from agent.constants import REQUEST_TIMEOUT_SECONDS
 from agent.gate import Blocker
-from agent.kube import Kube
+from agent.kube import Kube, or_none
 from agent.workers import WorkerLook, plan_workers, unreadable, worker_blockers
 from contract.keys import LABEL_JOBSET_NAME
-from contract.multicluster import multikueue_config_of
+from contract.multicluster import listed_multikueue_checks, multikueue_config_of
 from contract.objects import dig
 from serving.kube import api_client, describe_api_error, read_json
 
@@ -91,15 +91,8 @@ class WorkerClients:
 
 
 async def _found(names: Iterable[str], get: Callable[[str], Awaitable[Any]]) -> dict[str, Obj]:
-    """Each named object (GETs, one at a time), those not found (404) left out; any other failure raises."""
-    found: dict[str, Obj] = {}
-    for name in names:
-        try:
-            found[name] = await read_json(get(name))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    return found
+    """Each named object (GETs, one at a time), those not found left out; any other failure raises."""
+    return {name: obj for name in names if (obj := await or_none(get(name))) is not None}
 
 
 async def look_at_workers(
@@ -114,8 +107,7 @@ async def look_at_workers(
     checks' names): the pods that may still run there, the workers that cannot be read or have no credential,
     and MultiKueue checks whose workers cannot be known. Empty: nothing of an earlier execution may run on any
     worker."""
-    entries = dig(workload, "status", "admissionChecks")
-    listed = sorted({e.get("name") for e in entries if isinstance(e, Mapping)} & set(multikueue))
+    listed = listed_multikueue_checks(workload, multikueue)
     checks = dict(zip(listed, await asyncio.gather(*(kube.get_admission_check(n) for n in listed)), strict=True))
     config_names = sorted({c for ac in checks.values() if (c := multikueue_config_of(ac)) is not None})
     found = await asyncio.gather(*(kube.get_multikueue_config(n) for n in config_names))

@@ -113,12 +113,17 @@ def is_fenced(cluster: Mapping[str, Any] | None) -> bool:
     return dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) == FENCED_TRUE
 
 
-def is_multikueue(workload: Mapping[str, Any] | None, checks: Collection[str]) -> bool:
-    """MultiKueue mode: the Workload's ClusterQueue lists a MultiKueue check (Kueue copies the ClusterQueue's
-    checks into the Workload's ``status.admissionChecks``); ``checks`` are the MultiKueue checks' names."""
+def listed_multikueue_checks(workload: Mapping[str, Any] | None, checks: Collection[str]) -> list[str]:
+    """The MultiKueue checks the Workload lists (Kueue copies the ClusterQueue's checks into its
+    ``status.admissionChecks``), sorted; ``checks`` are the MultiKueue checks' names."""
     entries = dig(workload, "status", "admissionChecks")
     names = {e.get("name") for e in entries if isinstance(e, Mapping)} if isinstance(entries, list) else set()
-    return bool(names & set(checks))
+    return sorted(n for n in names & set(checks) if isinstance(n, str))
+
+
+def is_multikueue(workload: Mapping[str, Any] | None, checks: Collection[str]) -> bool:
+    """MultiKueue mode: the Workload's ClusterQueue lists a MultiKueue check."""
+    return bool(listed_multikueue_checks(workload, checks))
 
 
 def multikueue_problems(runtime_spec: Mapping[str, Any]) -> list[Problem]:
