@@ -15,6 +15,7 @@ from agent.constants import (
     LEASE_DURATION_SECONDS,
     RENEW_DEADLINE_SECONDS,
     RENEW_PERIOD_SECONDS,
+    REPLICA_SWEEP_SECONDS,
     RETRY_PERIOD_SECONDS,
 )
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
@@ -83,6 +84,9 @@ class AgentConfig(BaseModel):
     agent's own read-only credential there (pods and nodes). The gate reads every worker of a dispatch job's
     MultiKueueConfig before a dispatch, and holds on one it has no credential for (docs/multicluster.md,
     guarantee 4)."""
+    replica_sweep_seconds: float = Field(REPLICA_SWEEP_SECONDS, alias="replicaSweepSeconds", gt=0, le=86400)
+    """On a MultiKueue manager: how often the agent deletes, on every worker, the replicas of runtime copies whose
+    TrainJob is gone (docs/multicluster.md, "The runtime copy on the workers")."""
 
     @model_validator(mode="after")
     def _election(self) -> AgentConfig:

@@ -56,6 +56,8 @@ DEFAULT_HEALTH_PORT: Final = 8081
 BACKOFF_BASE_SECONDS: Final = 0.2
 BACKOFF_CAP_SECONDS: Final = 30.0
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
+REPLICA_SWEEP_SECONDS: Final = 60.0
+"""On a MultiKueue manager, how often the replicas of runtime copies whose TrainJob is gone are deleted."""
 """Every request but a watch; the client's default is no timeout at all."""
 WATCH_TIMEOUT_SECONDS: Final = 300
 """A watch asks the API server to close it after this long (jittered), and is then resumed."""

@@ -48,6 +48,7 @@ from agent.metrics import AgentMetrics
 from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue
 from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
 from agent.releaser import FinalizerReleaser
+from agent.workerreads import WorkerClients, sweep_replicas
 from agent.workload import owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
 from contract.objects import dig, labels, parse_rfc3339
@@ -272,6 +273,14 @@ class Controller:
             group.create_task(self.recorder.run(), name="jobset-uid-records")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
+            if self.kube.workers is not None:
+                group.create_task(self._sweep_replicas(self.kube.workers), name="replica-sweep")
+
+    async def _sweep_replicas(self, workers: WorkerClients) -> None:
+        """On a MultiKueue manager: the replicas of runtime copies on the workers go once their TrainJob is gone."""
+        while True:
+            await sweep_replicas(self.kube, workers)
+            await asyncio.sleep(self.config.replica_sweep_seconds)
 
     # -- workers ----------------------------------------------------------------------------------
 

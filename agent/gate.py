@@ -81,6 +81,9 @@ class Blocker:
     worker: str | None = None
     """On a MultiKueue manager: the worker (its MultiKueueCluster) the pod runs on, or that cannot be read; ""
     when the workers themselves cannot be known (agent/workers.py). None: this cluster."""
+    unprepared: bool = False
+    """On a MultiKueue manager: the worker cannot run the job yet (its replica of the runtime copy, or the
+    prologue's ConfigMap, is not there as needed: agent/replicas.py), rather than one that may still run it."""
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,11 @@ def blockers_of(assessment: Assessment, unproven: Collection[str] = (), *, suffi
 
 def hold_message(blockers: Sequence[Blocker]) -> str:
     """The pods waited for, each with where (a worker's name, on a manager) and why; then the places that cannot
-    be seen, so Status and the check's message name the worker the gate waits for."""
+    be seen, then the workers not ready for the job, so Status and the check's message name the worker the gate
+    waits for."""
     pods = [b for b in blockers if b.pod]
-    blind = [b for b in blockers if not b.pod]
+    blind = [b for b in blockers if not b.pod and not b.unprepared]
+    unready = [b for b in blockers if b.unprepared]
     parts = []
     if pods:
         listed = "; ".join(f"{b.pod}{f' on worker {b.worker}' if b.worker else ''}: {b.why}" for b in pods)
@@ -128,6 +133,9 @@ def hold_message(blockers: Sequence[Blocker]) -> str:
     if blind:
         listed = "; ".join(f"{f'worker {b.worker}: ' if b.worker else ''}{b.why}" for b in blind)
         parts.append(f"waiting to see every worker where the previous execution may still run: {listed}")
+    if unready:
+        listed = "; ".join(f"worker {b.worker}: {b.why}" for b in unready)
+        parts.append(f"waiting for the workers to be ready to run the job: {listed}")
     return "; and ".join(parts)
 
 

@@ -57,6 +57,7 @@ from agent import podowners
 from agent.gate import Action, Blocker, Decision, blockers_of, decide
 from agent.kube import Kube
 from agent.nodeloss import assess
+from agent.replicas import replica
 from agent.workerreads import look_at_workers
 from agent.workers import is_remote
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
@@ -159,11 +160,16 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     # MultiKueue mode: the gate numbers the dispatch before its Ready, by K from the runtime copy (one GET).
     multikueue_checks = await kube.multikueue_checks()
     multikueue = is_multikueue(workload, multikueue_checks)
-    runtime_spec = await _runtime_spec(kube, trainjob) if multikueue else None
+    runtime_copy = await _runtime_copy(kube, trainjob) if multikueue else None
+    runtime_spec = _spec_of(runtime_copy)
     if multikueue and trainjob is not None and _owned(workload, trainjob) and is_dispatch(trainjob):
         # Guarantee 4: no pod of the job runs here; an earlier execution may still run on any of its workers.
+        # And each worker read holds the replica of the runtime copy that MultiKueue's copy of the TrainJob names.
         name = dig(trainjob, "metadata", "name")
-        remote = await look_at_workers(kube, kube.workers, workload, multikueue_checks, name, settings.node_loss_taints)
+        want = replica(runtime_copy, dig(trainjob, "metadata", "uid")) if runtime_spec is not None else None
+        remote = await look_at_workers(
+            kube, kube.workers, workload, multikueue_checks, name, settings.node_loss_taints, want
+        )
         blockers = [*blockers, *remote]
 
     # c. The decision.
@@ -290,16 +296,19 @@ def _log_decision(
     )
 
 
-async def _runtime_spec(kube: Kube, trainjob: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The spec of a dispatch TrainJob's runtime copy (its runtimeRef, in its namespace), or None: not a
-    dispatch TrainJob, or the copy is not there (the gate then holds, saying so)."""
+async def _runtime_copy(kube: Kube, trainjob: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A dispatch TrainJob's runtime copy (its runtimeRef, in its namespace), or None: not a dispatch TrainJob,
+    or the copy is not there (the gate then holds, saying so)."""
     if trainjob is None or not is_dispatch(trainjob):
         return None
     name = dig(trainjob, "spec", "runtimeRef", "name")
     if not isinstance(name, str):
         return None
-    found = await kube.get_training_runtime(dig(trainjob, "metadata", "namespace"), name)
-    spec = dig(found, "spec")
+    return await kube.get_training_runtime(dig(trainjob, "metadata", "namespace"), name)
+
+
+def _spec_of(runtime_copy: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    spec = dig(runtime_copy, "spec")
     return spec if isinstance(spec, Mapping) else None
 
 

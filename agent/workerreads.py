@@ -1,9 +1,11 @@
 """The manager's reads of its workers for guarantee 4 (agent/workers.py decides): the MultiKueue checks, their
 MultiKueueConfigs and the MultiKueueClusters' fences on the manager, then each worker's labelled pods and their
-nodes, with the agent's own read-only credential for that worker.
+nodes, with the agent's own credential for that worker. And its only writes there (agent/replicas.py decides):
+the replica of the job's runtime copy and the prologue's ConfigMap before a dispatch, and the deletion of the
+replicas whose TrainJob is gone.
 
 Every read is fresh (no cache): a fence, a config change and a pod that ended are seen by the next pass. Any
-failure to read a worker is a hold that names it, never an approval.
+failure to read or prepare a worker is a hold that names it, never an approval.
 """
 
 from __future__ import annotations
@@ -18,35 +20,45 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import podowners
-from agent.constants import REQUEST_TIMEOUT_SECONDS
+from agent.constants import REQUEST_TIMEOUT_SECONDS, TRAINER_VERSION, TRAINING_RUNTIMES
 from agent.gate import Blocker
 from agent.kube import Kube, or_none
+from agent.replicas import replica_blocker, stale_replicas, unprepared
+from agent.start import prologue_configmap_refusal
 from agent.workers import WorkerLook, plan_workers, unreadable, worker_blockers
-from contract.keys import LABEL_JOBSET_NAME
+from contract.keys import FIELD_MANAGER, LABEL_JOBSET_NAME, LABEL_REPLICA_OF, TRAINER_GROUP
 from contract.multicluster import listed_multikueue_checks, multikueue_config_of
-from contract.objects import dig
+from contract.objects import dig, labels
+from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from serving.kube import api_client, describe_api_error, read_json
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-WORKER_READER_RULES: Final[tuple[dict[str, Any], ...]] = (
+WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     # The job's trainer pods on the worker: one LIST by the JobSet's label, in the job's namespace.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     # Each labelled pod's Job (GET): the link to the JobSet that owns it (a label is not proof; agent/podowners.py).
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     # The nodes they are bound to (GET): a pod on a lost node is judged as on one cluster (docs/nodeloss.md).
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    # The replicas of the runtime copies: made before a dispatch, listed and deleted once their TrainJob is gone.
+    # The worker's policy dispatch-k8s-manager-agent confines the writes to dispatch's runtime copies.
+    {"apiGroups": [TRAINER_GROUP], "resources": ["trainingruntimes"], "verbs": ["get", "list", "create", "delete"]},
+    # The prologue's ConfigMap its pods mount: read by its one name, created where missing (the same policy
+    # confines the create to it; RBAC cannot restrict a create by name).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": [PROLOGUE_CONFIGMAP]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
 )
-"""The rights of the manager agent's credential on a worker, and nothing more: it writes nothing there. The
-chart grants them on a worker (role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
+"""The rights of the manager agent's credential on a worker, and nothing more. The chart grants them on a worker
+(role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
 
 
 class WorkerClients:
-    """One read-only client per worker (its MultiKueueCluster's name), each from a kubeconfig file. The file is
-    read again on every use: a rotated credential (a mounted Secret the kubelet updated) gets a new client at the
-    next read, with no restart."""
+    """One client per worker (its MultiKueueCluster's name), each from a kubeconfig file. The file is read again
+    on every use: a rotated credential (a mounted Secret the kubelet updated) gets a new client at the next read,
+    with no restart."""
 
     def __init__(self, kubeconfigs: Mapping[str, str | Path], request_timeout: float = REQUEST_TIMEOUT_SECONDS):
         self._files = {name: Path(path) for name, path in kubeconfigs.items()}
@@ -84,6 +96,58 @@ class WorkerClients:
         nodes = await _found(names, lambda n: core.read_node(n, **opts))
         return WorkerLook(pods, jobs, nodes)
 
+    async def prepare(self, worker: str, want: Mapping[str, Any]) -> list[Blocker]:
+        """``worker`` ready for the job: the replica ``want`` of its runtime copy and the prologue's ConfigMap in
+        its namespace, each read and created where missing (a 409 is read again: a concurrent pass made it). What
+        is there and is not as needed holds, named."""
+        api = await self._client(worker)
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        opts = {"_preload_content": False, "_request_timeout": self.timeout}
+        namespace, name = dig(want, "metadata", "namespace"), dig(want, "metadata", "name")
+        made = {"field_manager": FIELD_MANAGER, **opts}
+
+        def read_replica() -> Awaitable[Any]:
+            return custom.get_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINING_RUNTIMES, name, **opts
+            )
+
+        def create_replica() -> Awaitable[Any]:
+            return custom.create_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINING_RUNTIMES, dict(want), **made
+            )
+
+        have = await _read_or_create(read_replica, create_replica)
+        blocker = replica_blocker(worker, want, have)
+        configmap = await _read_or_create(
+            lambda: core.read_namespaced_config_map(PROLOGUE_CONFIGMAP, namespace, **opts),
+            lambda: core.create_namespaced_config_map(namespace, prologue_configmap(namespace), **made),
+        )
+        refusal = prologue_configmap_refusal(namespace, configmap)
+        return [b for b in (blocker, unprepared(worker, refusal) if refusal else None) if b is not None]
+
+    async def replicas(self, worker: str) -> list[Obj]:
+        """Every replica on ``worker`` (one LIST, all namespaces, by ``LABEL_REPLICA_OF``)."""
+        custom = client.CustomObjectsApi(await self._client(worker))
+        listed = await read_json(
+            custom.list_cluster_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, TRAINING_RUNTIMES, label_selector=LABEL_REPLICA_OF,
+                _preload_content=False, _request_timeout=self.timeout,
+            )
+        )  # fmt: skip
+        return list(listed.get("items", []))
+
+    async def delete_replica(self, worker: str, replica: Mapping[str, Any]) -> None:
+        """Delete ``replica`` on ``worker``, preconditioned on its uid (a replica made again since is kept)."""
+        custom = client.CustomObjectsApi(await self._client(worker))
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=dig(replica, "metadata", "uid")))
+        await or_none(
+            custom.delete_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, dig(replica, "metadata", "namespace"),
+                TRAINING_RUNTIMES, dig(replica, "metadata", "name"), body=body,
+                _preload_content=False, _request_timeout=self.timeout,
+            )
+        )  # fmt: skip
+
     async def close(self) -> None:
         for _, api in self._clients.values():
             await api.close()
@@ -95,6 +159,49 @@ async def _found(names: Iterable[str], get: Callable[[str], Awaitable[Any]]) -> 
     return {name: obj for name in names if (obj := await or_none(get(name))) is not None}
 
 
+async def _read_or_create(read: Callable[[], Awaitable[Any]], create: Callable[[], Awaitable[Any]]) -> Obj | None:
+    """The object as read, or as created where it was not found; read again after a 409 (None: gone again)."""
+    found = await or_none(read())
+    if found is not None:
+        return found
+    try:
+        return await read_json(create())
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return await or_none(read())
+
+
+async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
+    """Delete, on every worker, the replicas whose TrainJob on the manager is gone (agent/replicas.py
+    ``stale_replicas``); how many. The TrainJob is read from the agent's watch when it holds the one the replica
+    names, else fetched (a GET after the LIST of the replicas): so no GET while every job is there. A worker that
+    cannot be read, or a delete refused (the replica made again meanwhile), is left for the next sweep."""
+    deleted = 0
+    for worker in sorted(workers.names):
+        try:
+            found = await workers.replicas(worker)
+        except Exception as exc:  # one worker's failure never stops the others' sweep
+            log.warning("worker %s: the replicas cannot be listed: %s", worker, f"{type(exc).__name__}: {exc}")
+            continue
+        trainjobs = {}
+        for r in found:
+            key = (dig(r, "metadata", "namespace"), dig(r, "metadata", "name"))
+            trainjobs[key] = await kube.reads.trainjob(*key, uid=labels(r).get(LABEL_REPLICA_OF, ""))
+        for stale in stale_replicas(found, trainjobs):
+            where = f"{dig(stale, 'metadata', 'namespace')}/{dig(stale, 'metadata', 'name')}"
+            try:
+                await workers.delete_replica(worker, stale)
+            except Exception as exc:
+                log.warning(
+                    "worker %s: the replica %s was not deleted: %s", worker, where, f"{type(exc).__name__}: {exc}"
+                )
+                continue
+            deleted += 1
+            log.info("worker %s: deleted the replica %s: its TrainJob is gone", worker, where)
+    return deleted
+
+
 async def look_at_workers(
     kube: Kube,
     workers: WorkerClients | None,
@@ -102,11 +209,14 @@ async def look_at_workers(
     multikueue: Collection[str],
     jobset_name: str,
     taints: Sequence[str],
+    want: Mapping[str, Any] | None = None,
 ) -> list[Blocker]:
     """What on the workers holds a dispatch of ``workload`` (in MultiKueue mode; ``multikueue``: the MultiKueue
     checks' names): the pods that may still run there, the workers that cannot be read or have no credential,
-    and MultiKueue checks whose workers cannot be known. Empty: nothing of an earlier execution may run on any
-    worker."""
+    MultiKueue checks whose workers cannot be known, and workers not ready for the job (``want``: the replica of
+    its runtime copy each worker read must hold, made there where missing; None: the copy could not be read, and
+    the gate holds for that). Empty: nothing of an earlier execution may run on any worker, and each can run the
+    job."""
     listed = listed_multikueue_checks(workload, multikueue)
     checks = dict(zip(listed, await asyncio.gather(*(kube.get_admission_check(n) for n in listed)), strict=True))
     config_names = sorted({c for ac in checks.values() if (c := multikueue_config_of(ac)) is not None})
@@ -123,7 +233,15 @@ async def look_at_workers(
             return [unreadable(worker, describe_api_error(exc))]
         except Exception as exc:  # any failure to read a worker is a hold, never an approval
             return [unreadable(worker, f"{type(exc).__name__}: {exc}".rstrip(": "))]
-        return worker_blockers(worker, jobset_name, seen, taints)
+        blockers = worker_blockers(worker, jobset_name, seen, taints)
+        if want is None:
+            return blockers
+        try:
+            return [*blockers, *await workers.prepare(worker, want)]
+        except ApiException as exc:
+            return [*blockers, unprepared(worker, f"cannot be prepared: {describe_api_error(exc)}")]
+        except Exception as exc:
+            return [*blockers, unprepared(worker, f"cannot be prepared: {type(exc).__name__}: {exc}".rstrip(": "))]
 
     held = await asyncio.gather(*(read(w) for w in plan.read))
     if plan.fenced:

@@ -29,10 +29,11 @@ import yaml
 
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from contract.multicluster import ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
+from contract.prologue import PROLOGUE_CONFIGMAP
 from webhook.config import Config, Owners, Principals
 from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
-from webhook.owners import DISPATCH, KUEUE, MULTIKUEUE
-from webhook.policies import admission_policies, manager_policies
+from webhook.owners import DISPATCH, KUEUE, MANAGER_AGENT, MULTIKUEUE
+from webhook.policies import admission_policies, manager_policies, worker_policies
 
 CHART = Path(__file__).parent / "dispatch-k8s"
 TEMPLATES = CHART / "templates"
@@ -50,7 +51,7 @@ TIMEOUT = "__DISPATCH_TIMEOUT_SECONDS__"
 
 # Stand-ins for the principals of each role (dispatch, Kueue and the owners of webhook/owners.py): the policies
 # are built with these, and each expression that uses them becomes a Helm expression over the chart's values.
-_ROLES = (DISPATCH, KUEUE, MULTIKUEUE, *Owners.model_fields)
+_ROLES = (DISPATCH, KUEUE, MULTIKUEUE, MANAGER_AGENT, *Owners.model_fields)
 _MARK = "__DISPATCH_PRINCIPALS_EXPRESSION_{}__"
 
 
@@ -67,6 +68,8 @@ def _values(role: str, what: str) -> str:
         # Nobody outside role worker (webhook.config.Config.principals decides the same).
         worker = f'(eq .Values.multicluster.role "{ROLE_WORKER}")'
         return f"(ternary .Values.multicluster.multikueue.{what.lower()} (list) {worker})"
+    if role == MANAGER_AGENT:
+        return f".Values.multicluster.managerAgent.{what.lower()}"  # rendered in role worker only (WORKER_AGENT)
     where = "webhook.kueue" if role == KUEUE else f"webhook.owners.{role}"
     return f".Values.{where}.{what.lower()}"
 
@@ -78,6 +81,10 @@ MANAGER_ONLY = f'eq .Values.multicluster.role "{ROLE_MANAGER}"'
 """Helm: the chart is installed on a MultiKueue manager (webhook.policies.manager_policies)."""
 WORKER_ONLY = f'eq .Values.multicluster.role "{ROLE_WORKER}"'
 """Helm: the chart is installed on a MultiKueue worker (the documents that differ by role, ``_role_variants``)."""
+WORKER_AGENT = (
+    f"and ({WORKER_ONLY}) (concat .Values.multicluster.managerAgent.usernames .Values.multicluster.managerAgent.groups)"
+)
+"""Helm: on a worker, the manager's agent has a principal (webhook.policies.worker_policies)."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -179,17 +186,22 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
         owners=Owners(**{r: stand_ins[r] for r in Owners.model_fields}),
         admissionChecks=(_CHECK,),
         multikueue=stand_ins[MULTIKUEUE],
+        managerAgent=stand_ins[MANAGER_AGENT],
         multiclusterRole=ROLE_WORKER,
     )
     # Role worker's policies are every role's, with MultiKueue's principals (empty outside role worker), but for
     # the documents that differ by role (the start of MultiKueue's copy on a worker only records A): those are
     # rendered twice, role worker's and the others'. Role manager's own policy is rendered only there
     # (MANAGER_ONLY). Role single stands for the others: role manager's policies are its own plus role single's.
-    docs = admission_policies(config, namespace=NAMESPACE)
-    single = config.model_copy(update={"multikueue": Principals(), "multicluster_role": ROLE_SINGLE})
+    # The manager agent's own policy, on a worker where it has a principal, is rendered only there (WORKER_AGENT).
+    worker = worker_policies(config, NAMESPACE)
+    docs = [d for d in admission_policies(config, namespace=NAMESPACE) if d not in worker]
+    single = config.model_copy(
+        update={"multikueue": Principals(), "manager_agent": Principals(), "multicluster_role": ROLE_SINGLE}
+    )
     variants = _role_variants(docs, admission_policies(single, namespace=NAMESPACE))
     manager = manager_policies(NAMESPACE)
-    docs += manager
+    docs += manager + worker
     mutating = [i for i, d in enumerate(docs) if d["kind"].startswith("Mutating")]
     policies = [i for i, d in enumerate(docs) if not d["kind"].startswith("Mutating")]
     for doc in [docs[i] for i in mutating] + [variants[i] for i in mutating if i in variants]:
@@ -202,13 +214,14 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
         spec = doc["spec"]
         if "policyName" in spec:
             spec["policyName"] = _release_scoped(spec["policyName"])
-        for variable in spec.get("variables", []):
+        for variable in [*spec.get("variables", []), *spec.get("matchConditions", [])]:
             if "__DISPATCH_" in variable["expression"]:
                 expressions.append(variable["expression"])
                 variable["expression"] = _MARK.format(len(expressions) - 1)
-    shared = [i for i in policies if docs[i] not in manager]
+    shared = [i for i in policies if docs[i] not in manager + worker]
     text = _dump_by_role([docs[i] for i in shared], {n: variants[i] for n, i in enumerate(shared) if i in variants})
     text += f"{{{{- if {MANAGER_ONLY} }}}}\n---\n" + _strip_component(_dump(manager)) + "{{- end }}\n"
+    text += f"{{{{- if {WORKER_AGENT} }}}}\n---\n" + _strip_component(_dump(worker)) + "{{- end }}\n"
     if "__DISPATCH_" in re.sub(r"__DISPATCH_PRINCIPALS_EXPRESSION_[0-9]+__", "", text.replace(_CHECK, "")):
         raise ValueError("principals are used outside the variables that are templated")
     text = text.replace(_CHECK, CHECK_TEMPLATE)
@@ -337,6 +350,11 @@ def rendered() -> dict[Path, str]:
         + mutating
         + "{{- end }}\n",
         TEMPLATES / "rbac-api.yaml": _rbac_api(),
+        TEMPLATES / "_generated.tpl": HEADER.replace("# ", "{{- /* ", 1).replace(
+            ": do not edit.\n", ": do not edit. */}}\n"
+        )
+        + "{{- /* The prologue's ConfigMap: content-addressed (contract/prologue.py), so named by the generator. */}}\n"
+        + f'{{{{- define "dispatch-k8s.prologueConfigMap" -}}}}{PROLOGUE_CONFIGMAP}{{{{- end }}}}\n',
         CHART / "README.md": readme.render(CHART),
     }
 

@@ -64,6 +64,12 @@ cross-cluster analogue of the ``out-of-service`` taint; docs/multicluster.md, gu
 no fence."""
 FENCED_TRUE: Final = "true"
 
+# -- Labels on a runtime copy's replica (on a MultiKueue worker) -------------------------------------
+LABEL_REPLICA_OF: Final = "dispatch.phpboyscout.uk/replica-of"
+"""On a worker's replica of a dispatch job's runtime copy, the uid of the manager's TrainJob it was made for: the
+manager's agent creates the replica before a dispatch (MultiKueue's copy of the TrainJob names it there) and
+deletes it once that TrainJob is gone (docs/multicluster.md, "The runtime copy on the workers")."""
+
 # -- The runtime patch: on the trainer replicated job's pod template -----------------------------
 ANNOTATION_ADMISSION: Final = "dispatch.phpboyscout.uk/admission"
 ADMISSION_AT_CREATION: Final = "0"

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import yaml
 
-from agent.workerreads import WORKER_READER_RULES
+from agent.workerreads import WORKER_RULES
 from contract.multicluster import ROLE_WORKER
 from harness.binaries import TIER_B_BINARIES, Artifacts, locate
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
@@ -80,8 +80,8 @@ MULTIKUEUE_RULES: Final = (
     {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
 )
 MANAGER_AGENT_USER: Final = "dispatch-harness:manager-agent"
-"""The identity of dispatch's agent on the manager when it reads a worker (guarantee 4): a client certificate of
-the worker's CA, bound there to exactly agent.workerreads.WORKER_READER_RULES."""
+"""The identity of dispatch's agent on the manager when it reads and prepares a worker: a client certificate of the
+worker's CA, bound there to exactly agent.workerreads.WORKER_RULES."""
 MANAGER_AGENT_ROLE: Final = "dispatch-harness-manager-agent"
 MANAGER_FRAMEWORKS: Final = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
 """The manager's Kueue integrations. MultiKueue opens a watch on each worker for every enabled integration that
@@ -165,17 +165,17 @@ class MultiCluster:
         cluster = self.manager.admin.get(KUEUE_V, "MultiKueueCluster", self._worker(worker).name)
         return _find_condition(cluster, "Active")
 
-    # --- the manager agent's own read-only credentials to the workers (guarantee 4) -------------
+    # --- the manager agent's own credentials to the workers (guarantee 4, the replicas) -----------
 
     def agent_kubeconfigs(self, directory: Path) -> dict[str, Path]:
         """For each worker, a kubeconfig file in ``directory`` for MANAGER_AGENT_USER, bound on the worker to
-        exactly WORKER_READER_RULES: the agent config's ``workerKubeconfigs``."""
+        exactly WORKER_RULES: the agent config's ``workerKubeconfigs``."""
         files = {}
         for w in self.workers:
             cp = w.control_plane
             rbac = "rbac.authorization.k8s.io/v1"
             cp.admin.apply({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": MANAGER_AGENT_ROLE},
-                            "rules": [dict(r) for r in WORKER_READER_RULES]})  # fmt: skip
+                            "rules": [dict(r) for r in WORKER_RULES]})  # fmt: skip
             cp.admin.apply({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": MANAGER_AGENT_ROLE},
                             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                         "name": MANAGER_AGENT_ROLE},
@@ -272,11 +272,14 @@ def worker_kubeconfig(worker: ControlPlane, cluster_name: str) -> bytes:
 
 def _connect(manager: TierB, name: str, worker: TierB) -> Worker:
     """The worker's RBAC for MultiKueue, its owner policies as the chart's in role worker (MultiKueue's principal
-    creates and deletes its copies of dispatch's TrainJobs and Workloads), and its Secret and MultiKueueCluster on
-    the manager."""
+    creates and deletes its copies of dispatch's TrainJobs and Workloads; the manager's agent its replicas of the
+    runtime copies), and its Secret and MultiKueueCluster on the manager."""
     _grant_multikueue(worker.control_plane)
     install_owner_policies(
-        worker.control_plane, multicluster_role=ROLE_WORKER, multikueue=Principals(usernames=(MULTIKUEUE_USER,))
+        worker.control_plane,
+        multicluster_role=ROLE_WORKER,
+        multikueue=Principals(usernames=(MULTIKUEUE_USER,)),
+        manager_agent=Principals(usernames=(MANAGER_AGENT_USER,)),
     )
     data = worker_kubeconfig(worker.control_plane, name)
     secret = f"multikueue-{name}"

@@ -42,7 +42,7 @@ from harness.webhooks import (
 from webhook import owners
 from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
 from webhook.configurations import NAME, namespace_selector
-from webhook.policies import owner_policies, record_start_policy
+from webhook.policies import owner_policies, record_start_policy, worker_policies
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -372,7 +372,11 @@ def component_kubeconfig(cp: ControlPlane, component: str) -> Path:
 
 
 def install_owner_policies(
-    cp: ControlPlane, *, multicluster_role: Role = ROLE_SINGLE, multikueue: Principals | None = None
+    cp: ControlPlane,
+    *,
+    multicluster_role: Role = ROLE_SINGLE,
+    multikueue: Principals | None = None,
+    manager_agent: Principals | None = None,
 ) -> None:
     """dispatch's owner policies (webhook/owners.py) over every namespace of tier B, from its start: whatever a test
     does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
@@ -383,13 +387,20 @@ def install_owner_policies(
     binds it: in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no readmission
     would be numbered. A test that polices strangers installs the chart's other policies on its namespace
     besides. A MultiKueue worker's (harness.multicluster) are installed again as the chart's in role worker, with
-    the manager's MultiKueue principal (``multikueue``)."""
+    the manager's MultiKueue principal (``multikueue``), and the manager agent's (``manager_agent``) with its own
+    policy (webhook/policies.py ``worker_policies``: it writes only replicas and the prologue's ConfigMap)."""
     config = Config(
         dispatch=Principals(groups=("system:serviceaccounts",)),
         owners=Owners(breakGlass=Principals(groups=("system:masters",))),
         multiclusterRole=multicluster_role,
         multikueue=multikueue or Principals(),
+        managerAgent=manager_agent or Principals(),
     )
+    for doc in worker_policies(config, "dispatch-system"):
+        doc["metadata"]["name"] = doc["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = doc["spec"]["policyName"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
+        cp.admin.apply(doc)
     for policy in owner_policies(config):
         name = policy["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         policy["metadata"]["name"] = name

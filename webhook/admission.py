@@ -120,6 +120,11 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         and resource in (TRAINJOBS, WORKLOADS)
         and config.multikueue_copy(request.user, new)
     )
+    # On a worker, the manager's dispatch agent creating the replica of a runtime copy: judged as dispatch's own
+    # create of a runtime copy (the copy's rules), its keys its own.
+    replica = (
+        request.operation == "CREATE" and resource == TRAINING_RUNTIMES and config.replica_created(request.user, new)
+    )
     if request.sub_resource or request.operation not in WRITES:
         return _validate_other(request, config, resource, stranger)
     problems: list[Problem] = []
@@ -153,7 +158,7 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
     elif resource == TRAINING_RUNTIMES and new is not None:
         copy_name = _dispatch_name(new)
         if request.operation == "CREATE" and copy_name is not None:
-            if stranger:
+            if stranger and not replica:
                 problems.append(_principal(request, "runtime copies (TrainingRuntimes named dj-<JobID>-s<N>)"))
             else:
                 problems += copy_creation_problems(new, copy_name, allow_rank_restart=config.allow_rank_restart)
@@ -175,6 +180,7 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
         resource in (TRAINJOBS, TRAINING_RUNTIMES, WORKLOADS)
         and stranger
         and not (copy and resource != TRAINING_RUNTIMES)
+        and not replica
     ):
         # After the rules above, so that a denial leads with the reason that matters most.
         gate_carrier = resource == WORKLOADS and config.kueue.includes(request.user)

@@ -8,8 +8,9 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contract.keys import ADMISSION_CHECK_NAME
+from contract.keys import ADMISSION_CHECK_NAME, LABEL_REPLICA_OF
 from contract.multicluster import ROLE_SINGLE, ROLE_WORKER, Role, is_copy
+from contract.objects import labels
 from serving.config import ConfigError, load_yaml_model
 from webhook.owners import (
     BREAK_GLASS,
@@ -21,6 +22,7 @@ from webhook.owners import (
     JOBSET,
     KUBELET,
     KUEUE,
+    MANAGER_AGENT,
     MULTIKUEUE,
     MULTIKUEUE_STATUS,
     NODE_LIFECYCLE,
@@ -111,14 +113,24 @@ class Config(BaseModel):
     """Role worker only: the manager's MultiKueue on this worker (the user of its MultiKueueCluster's kubeconfig),
     which creates and deletes the copies of dispatch's TrainJobs and Workloads (webhook/owners.py MULTIKUEUE)."""
 
+    manager_agent: Principals = Field(default_factory=Principals, alias="managerAgent")
+    """Role worker only: the manager's dispatch agent on this worker (the user of its credential here), which
+    creates and deletes the replicas of dispatch's runtime copies and creates the prologue's ConfigMap
+    (webhook/owners.py MANAGER_AGENT)."""
+
     @model_validator(mode="after")
     def _multikueue_on_a_worker(self) -> Config:
-        # Elsewhere it would be ignored, and its operator would believe MultiKueue may write here.
-        if self.multikueue != Principals() and self.multicluster_role != ROLE_WORKER:
-            raise ValueError(
-                f"multikueue is set, but multiclusterRole is {self.multicluster_role!r}: MultiKueue's principal "
-                f"is used on a worker only ({ROLE_WORKER!r})"
-            )
+        # Elsewhere they would be ignored, and their operator would believe MultiKueue, or the manager's agent,
+        # may write here.
+        for key, principals, whose in (
+            ("multikueue", self.multikueue, "MultiKueue's principal"),
+            ("managerAgent", self.manager_agent, "the manager agent's principal"),
+        ):
+            if principals != Principals() and self.multicluster_role != ROLE_WORKER:
+                raise ValueError(
+                    f"{key} is set, but multiclusterRole is {self.multicluster_role!r}: {whose} is used on a worker "
+                    f"only ({ROLE_WORKER!r})"
+                )
         return self
 
     def principals(self, role: str) -> Principals:
@@ -129,11 +141,18 @@ class Config(BaseModel):
             return self.kueue
         if role == MULTIKUEUE:
             return self.multikueue if self.multicluster_role == ROLE_WORKER else Principals()
+        if role == MANAGER_AGENT:
+            return self.manager_agent if self.multicluster_role == ROLE_WORKER else Principals()
         return getattr(self.owners, role)
 
     def multikueue_copy(self, user: User, obj: Mapping[str, Any] | None) -> bool:
         """A write by the manager's MultiKueue, on a worker, of one of its copies (its origin label on it)."""
         return self.principals(MULTIKUEUE).includes(user) and is_copy(obj)
+
+    def replica_created(self, user: User, obj: Mapping[str, Any] | None) -> bool:
+        """A create by the manager's dispatch agent, on a worker, of a replica of a runtime copy (its
+        ``LABEL_REPLICA_OF`` on it): the manager's webhook and policies judged the copy it replicates."""
+        return self.principals(MANAGER_AGENT).includes(user) and bool(labels(obj).get(LABEL_REPLICA_OF))
 
 
 def load_config(path: str | Path | None) -> Config:

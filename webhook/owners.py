@@ -28,6 +28,7 @@ from contract.keys import (
     JOBSET_GROUP,
     KIND_TRAINJOB,
     LABEL_JOBSET_NAME,
+    LABEL_REPLICA_OF,
     POD_FINALIZER,
     PREFIX,
     PROLOGUE_CONFIGMAP_PREFIX,
@@ -61,6 +62,11 @@ manager's TrainJob, and only on the TrainJobs it manages (``ONLY_ON``: ``spec.ma
 old and the new object; Trainer's CRD makes the field immutable). ``managedBy`` is upstream's word for who owns a
 job's status."""
 
+MANAGER_AGENT: Final = "managerAgent"
+"""The manager's dispatch agent on a worker (the user of its credential there, ``multicluster.managerAgent``): a
+principal only in role worker, and there only on the replicas of runtime copies it makes (``LABEL_REPLICA_OF``)
+and the prologue's ConfigMap (docs/multicluster.md, "The runtime copy on the workers")."""
+
 ROLE_TITLES: Final = {
     DISPATCH: "dispatch",
     KUEUE: "Kueue",
@@ -76,6 +82,7 @@ ROLE_TITLES: Final = {
     EVERYONE: "anyone",
     MULTIKUEUE: "MultiKueue (on a worker, its copies)",
     MULTIKUEUE_STATUS: "Kueue's MultiKueue (the TrainJobs it manages)",
+    MANAGER_AGENT: "the manager's dispatch agent (on a worker: its replicas, the prologue's ConfigMap)",
 }
 
 # The principals of the roles other than dispatch and Kueue (webhook.config's own), as their upstream
@@ -120,10 +127,22 @@ def _managed_by_multikueue(o: str) -> str:
     return f"{o}.?spec.?managedBy.orValue('') == {_q(MULTIKUEUE_MANAGED_BY)}"
 
 
-ONLY_ON: Final[dict[str, Callable[[str], str]]] = {MULTIKUEUE: _origin, MULTIKUEUE_STATUS: _managed_by_multikueue}
+def _replica_or_prologue(o: str) -> str:
+    return (
+        f"{o}.metadata.?labels[?{_q(LABEL_REPLICA_OF)}].orValue('') != '' || "
+        f"{o}.metadata.?name.orValue('').startsWith({_q(PROLOGUE_CONFIGMAP_PREFIX)})"
+    )
+
+
+ONLY_ON: Final[dict[str, Callable[[str], str]]] = {
+    MULTIKUEUE: _origin,
+    MULTIKUEUE_STATUS: _managed_by_multikueue,
+    MANAGER_AGENT: _replica_or_prologue,
+}
 """Roles that own their writes only on some of a kind's objects: CEL over the object named, which must hold of
 the object and of its old version (MultiKueue's copies on a worker carry its origin label from their creation;
-dispatch's own objects never do; a TrainJob's managedBy never changes)."""
+dispatch's own objects never do; a TrainJob's managedBy never changes; the manager agent's replicas carry
+``LABEL_REPLICA_OF`` from their creation and are never updated)."""
 
 
 # -- What each kind's owners may write ---------------------------------------------------------------
@@ -229,11 +248,13 @@ RUNTIME_COPIES: Final = Kind(
     TRAINER_GROUP,
     "trainingruntimes",
     {
-        ("CREATE", ""): (DISPATCH,),
+        # On a worker, the manager's agent makes the replica of the manager's copy before a dispatch, and
+        # deletes it once the manager's TrainJob is gone.
+        ("CREATE", ""): (DISPATCH, MANAGER_AGENT),
         # dispatch ties it to its TrainJob (an owner reference, once the TrainJob exists); Trainer's finalizer
         # trainer.kubeflow.org/resource-in-use while a TrainJob refers to it.
         ("UPDATE", ""): (DISPATCH, TRAINER, GARBAGE_COLLECTOR),
-        ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR),
+        ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR, MANAGER_AGENT),
     },
     lambda o: _any(_named(o), _keys(o)),
 )
@@ -330,8 +351,9 @@ PROLOGUES: Final = Kind(
     {
         # Start creates it before a namespace's first TrainJob of a prologue version. Nobody updates it (it is
         # immutable, and its labels name it for people only). The namespace controller (a role of the garbage
-        # collector) deletes it with its namespace, which is never blocked.
-        ("CREATE", ""): (DISPATCH,),
+        # collector) deletes it with its namespace, which is never blocked. On a worker, the manager's agent
+        # creates it before a dispatch.
+        ("CREATE", ""): (DISPATCH, MANAGER_AGENT),
         ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR),
     },
     lambda o: f"{o}.metadata.?name.orValue('').startsWith({_q(PROLOGUE_CONFIGMAP_PREFIX)})",

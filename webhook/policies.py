@@ -58,6 +58,7 @@ from contract.keys import (
     KIND_TRAINJOB,
     LABEL_ANCESTOR_STEP,
     LABEL_QUEUE_NAME,
+    LABEL_REPLICA_OF,
     LABEL_RESTART_ATTEMPT,
     OPENED_TRUE,
     POD_FINALIZER,
@@ -68,6 +69,7 @@ from contract.keys import (
     PROLOGUE_VOLUME,
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
+    TRAINER_GROUP,
 )
 from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
@@ -300,7 +302,11 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         ["CREATE", "UPDATE"],
         {
             "variables": [
-                {"name": "dispatch", "expression": f"{_is_dispatch(config)} || {multikueue_copy_created(config)}"},
+                {
+                    "name": "dispatch",
+                    "expression": f"{_is_dispatch(config)} || {multikueue_copy_created(config)} || "
+                    f"{replica_created(config)}",
+                },
                 {"name": "oldLabels", "expression": _map("oldObject", "labels")},
                 {"name": "newLabels", "expression": _map("object", "labels")},
                 {"name": "oldAnnotations", "expression": _map("oldObject", "annotations")},
@@ -587,6 +593,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     if config.multicluster_role == ROLE_MANAGER:
         docs += manager_policies(namespace)
+    docs += worker_policies(config, namespace)
     return docs + record_start_policy(namespace, config.multicluster_role)
 
 
@@ -631,6 +638,67 @@ def multikueue_copy_created(config: Config) -> str:
         f"(request.operation == 'CREATE' && request.resource.resource in ['trainjobs', 'workloads'] && "
         f"({principal}) && object.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != '')"
     )
+
+
+def replica_created(config: Config) -> str:
+    """CEL: on a worker, the manager's dispatch agent creating the replica of a runtime copy (its
+    ``LABEL_REPLICA_OF`` on it). The replica carries the copy's keys as dispatch made them on the manager."""
+    principal = _is(config.principals(owners.MANAGER_AGENT))
+    return (
+        f"(request.operation == 'CREATE' && request.resource.resource == 'trainingruntimes' && ({principal}) && "
+        f"object.metadata.?labels[?{_q(LABEL_REPLICA_OF)}].orValue('') != '')"
+    )
+
+
+MANAGER_AGENT_POLICY: Final = f"{NAME}-manager-agent"
+MANAGER_AGENT_MESSAGE: Final = (
+    "the manager's dispatch agent (multicluster.managerAgent) creates and deletes here only the replicas of "
+    f"dispatch's runtime copies (TrainingRuntimes named dj-<JobID>-s<N>, labelled {LABEL_REPLICA_OF}) and creates "
+    f"only the prologue's ConfigMap {PROLOGUE_CONFIGMAP}; it updates nothing"
+)
+
+
+def manager_agent_policy(config: Config) -> dict[str, Any]:
+    """Role worker: every write of the manager's dispatch agent here is a create or delete of a replica, or the
+    create of the prologue's ConfigMap. Default deny: its RBAC cannot restrict a create by name, so the policy
+    does. The owner policies then bind what it writes, as any owner's."""
+    target = "(request.operation == 'DELETE' ? oldObject : object)"
+    replica = (
+        f"request.resource.resource == 'trainingruntimes' && request.operation in ['CREATE', 'DELETE'] && "
+        f"{target}.metadata.?name.orValue('').matches({_q(owners.NAME_PATTERN)}) && "
+        f"{target}.metadata.?labels[?{_q(LABEL_REPLICA_OF)}].orValue('') != ''"
+    )
+    prologue = (
+        "request.resource.resource == 'configmaps' && request.operation == 'CREATE' && "
+        f"object.metadata.?name.orValue('') == {_q(PROLOGUE_CONFIGMAP)}"
+    )
+    return _policy(
+        MANAGER_AGENT_POLICY,
+        [(TRAINER_GROUP, "*", "trainingruntimes"), ("", "*", "configmaps")],
+        ["CREATE", "UPDATE", "DELETE"],
+        {
+            "matchConditions": [{"name": "manager-agent", "expression": _is(config.principals(owners.MANAGER_AGENT))}],
+            "validations": [
+                {
+                    "expression": f"variables.subresource == '' && (({replica}) || ({prologue}))",
+                    "message": MANAGER_AGENT_MESSAGE,
+                    "reason": "Forbidden",
+                }
+            ],
+            "variables": [{"name": "subresource", "expression": "request.?subResource.orValue('')"}],
+        },
+    )
+
+
+def worker_policies(config: Config, namespace: str) -> list[dict[str, Any]]:
+    """Role worker's own policy and its binding, where the manager's agent has a principal here."""
+    if config.principals(owners.MANAGER_AGENT) == Principals():
+        return []
+    policy = manager_agent_policy(config)
+    binding = _binding(policy["metadata"]["name"], namespace)
+    # Every namespace: the manager's agent writes in the job namespaces, and is confined everywhere.
+    del binding["spec"]["matchResources"]
+    return [policy, binding]
 
 
 MANAGER_RUNS_NOTHING: Final = f"{NAME}-manager-runs-nothing"

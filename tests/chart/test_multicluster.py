@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from agent.config import load_config as load_agent_config
+from agent.workerreads import WORKER_RULES
 from contract.multicluster import DEFAULT_MIN_DISPATCHES, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
 from webhook.config import Config, Principals
 from webhook.config import load_config as load_webhook_config
-from webhook.policies import MANAGER_RUNS_NOTHING, admission_policies, record_start_policy
+from webhook.policies import MANAGER_AGENT_POLICY, MANAGER_RUNS_NOTHING, admission_policies, record_start_policy
 
 MULTIKUEUE_USER = "multikueue-manager"
 WORKER = {"multicluster": {"role": ROLE_WORKER, "multikueue": {"usernames": [MULTIKUEUE_USER], "groups": []}}}
@@ -150,3 +151,37 @@ def test_a_worker_without_multikueues_principal_is_refused_naming_the_value():
 def test_multikueues_principal_outside_role_worker_is_refused_naming_the_value(role):
     error = template_error({"multicluster": {"role": role, "multikueue": {"usernames": ["x"], "groups": []}}})
     assert f'multicluster.multikueue is set, but multicluster.role is "{role}"' in error, error
+
+
+MANAGER_AGENT_USER = "dispatch-manager-agent"
+WORKER_WITH_AGENT = {
+    "multicluster": {**WORKER["multicluster"], "managerAgent": {"usernames": [MANAGER_AGENT_USER], "groups": []}}
+}
+
+
+def _normalized(rules: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"]), tuple(r.get("resourceNames", ())))
+        for r in rules
+    )
+
+
+def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy(tmp_path):
+    """multicluster.managerAgent on a worker: bound to exactly agent.workerreads.WORKER_RULES (the rights the tests
+    run the manager's agent under), a principal in the webhook's config, and the policies the generators make for
+    it, the manager agent's own included."""
+    r = template(WORKER_WITH_AGENT)
+    role = r.one("ClusterRole", f"{fullname(r)}-manager-agent")
+    assert _normalized(role["rules"]) == _normalized([dict(rule) for rule in WORKER_RULES])
+    binding = r.one("ClusterRoleBinding", f"{fullname(r)}-manager-agent")
+    assert [s["name"] for s in binding["subjects"]] == [MANAGER_AGENT_USER]
+    webhook = _webhook_config(r, tmp_path)
+    assert webhook.manager_agent == Principals(usernames=(MANAGER_AGENT_USER,))
+    expected = _expected(r, Config(dispatch=webhook.dispatch, kueue=webhook.kueue, multiclusterRole=ROLE_WORKER,
+                                   multikueue=webhook.multikueue, managerAgent=webhook.manager_agent))  # fmt: skip
+    assert _policies(r) == expected
+    assert ("ValidatingAdmissionPolicy", f"{fullname(r)}{MANAGER_AGENT_POLICY[len('dispatch-k8s') :]}") in expected
+    # Without the principal, neither the ClusterRole nor the policy.
+    plain = template(WORKER)
+    assert not [d for d in plain.of("ClusterRole") if d["metadata"]["name"].endswith("-manager-agent")]
+    assert not [d for d in plain.of("ValidatingAdmissionPolicy") if d["metadata"]["name"].endswith("-manager-agent")]

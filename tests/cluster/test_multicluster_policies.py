@@ -4,7 +4,8 @@
   everyone, and passes in the other roles;
 * role worker: the manager's MultiKueue creates and deletes its copies of dispatch's TrainJobs and Workloads
   (Kueue's origin label on them), updates those Workloads and their status, and nothing more. A stranger and
-  Kueue act as they did before (Kueue creates no object with dispatch's keys).
+  Kueue act as they did before (Kueue creates no object with dispatch's keys). The manager's dispatch agent
+  creates and deletes the replicas of runtime copies and creates the prologue's ConfigMap, and nothing more.
 
 Every principal acts through impersonation (the admin's right) with cluster-admin's RBAC, so what one may do and
 another may not is the policies' doing. Writes are dry runs: admission runs, nothing is stored.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,7 @@ from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_OPENED,
+    LABEL_REPLICA_OF,
 )
 from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
@@ -35,19 +38,21 @@ from contract.multicluster import (
     ROLE_SINGLE,
     ROLE_WORKER,
 )
-from contract.trainjob import build_trainjob
+from contract.prologue import prologue_configmap
+from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
 from tests.cluster.principals import bound_here
 from tests.unit.fixtures import runtime, submission
 from webhook.config import Config, Principals
-from webhook.policies import MANAGER_RUNS_NOTHING_MESSAGE, admission_policies
+from webhook.policies import MANAGER_AGENT_MESSAGE, MANAGER_RUNS_NOTHING_MESSAGE, admission_policies
 
 pytestmark = pytest.mark.cluster
 RBAC = "rbac.authorization.k8s.io/v1"
 MERGE = "application/merge-patch+json"
 DISPATCH, KUEUE, MULTIKUEUE, STRANGER = "dispatch", "kueue", "multikueue", "stranger"
-PRINCIPALS = (DISPATCH, KUEUE, MULTIKUEUE, STRANGER)
+MANAGER_AGENT = "manager-agent"
+PRINCIPALS = (DISPATCH, KUEUE, MULTIKUEUE, STRANGER, MANAGER_AGENT)
 DRY = {"dryRun": "All"}
 
 
@@ -62,6 +67,7 @@ def _config(role: str) -> Config:
         kueue=Principals(usernames=(_user(KUEUE),)),
         multiclusterRole=role,
         multikueue=Principals(usernames=(_user(MULTIKUEUE),)) if role == ROLE_WORKER else Principals(),
+        managerAgent=Principals(usernames=(_user(MANAGER_AGENT),)) if role == ROLE_WORKER else Principals(),
     )
 
 
@@ -217,6 +223,8 @@ def _worker_objects(namespace: str) -> dict[str, dict[str, Any]]:
         "own": _trainjob(namespace, copy=False),
         "workload copy": _workload(namespace, copy=True),
         "own workload": _workload(namespace, copy=False),
+        "replica": _runtime_copy(namespace, replica=True),
+        "own runtime copy": _runtime_copy(namespace, replica=False),
     }
 
 
@@ -257,6 +265,15 @@ def _trainjob(namespace: str, *, copy: bool) -> dict[str, Any]:
     if copy:
         tj["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL] = "manager"
     return tj
+
+
+def _runtime_copy(namespace: str, *, replica: bool) -> dict[str, Any]:
+    """A dispatch runtime copy, as the manager's agent replicates it to a worker (``replica``: with replica-of) or
+    as dispatch made it there."""
+    made = build_runtime_copy(submission(namespace=namespace, job_id=str(ULID())), runtime())
+    if replica:
+        made["metadata"]["labels"][LABEL_REPLICA_OF] = str(uuid.uuid4())
+    return made
 
 
 def _workload(namespace: str, *, copy: bool, job: str | None = None) -> dict[str, Any]:
@@ -341,6 +358,27 @@ def test_on_a_worker_multikueue_creates_no_other_kind_of_a_dispatch_job(worker):
 
 
 # --- role manager: Kueue's MultiKueue copies the worker's TrainJob status back ------------------------------
+
+
+def test_on_a_worker_the_manager_s_agent_writes_only_replicas_and_the_prologue_s_configmap(worker):
+    ns, c, stored = worker.namespace, worker.clients, worker.stored
+    agent = c[MANAGER_AGENT]
+    plain = _runtime_copy(ns, replica=False)
+    plain["metadata"] = {"name": "not-dispatch-s", "namespace": ns}
+    # Refused first: each waits for the policies to load.
+    assert MANAGER_AGENT_MESSAGE in _enforced(_create(agent, plain))  # no other TrainingRuntime
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ns}}
+    assert MANAGER_AGENT_MESSAGE in _enforced(_create(agent, other))  # no other ConfigMap
+    # Not a replica: its own policy and the owner policy both refuse (either may answer first).
+    for refusal in (_enforced(_create(agent, _runtime_copy(ns, replica=False))),
+                    _enforced(_delete(agent, stored["own runtime copy"]))):  # fmt: skip
+        assert _refused_as_not_its_own(refusal) or MANAGER_AGENT_MESSAGE in refusal, refusal
+    assert _refused_as_not_its_own(_enforced(_create(c[STRANGER], _runtime_copy(ns, replica=True))))
+    assert _enforced(_patch(agent, stored["replica"], {"metadata": {"annotations": {"x": "y"}}}))  # no update
+    # Its own: the create of a replica, carrying the copy's keys; its delete; the prologue's ConfigMap.
+    assert _refusal(_create(agent, _runtime_copy(ns, replica=True))) is None
+    assert _refusal(_delete(agent, stored["replica"])) is None
+    assert _refusal(_create(agent, prologue_configmap(ns))) is None
 
 
 def _manager_objects(namespace: str) -> dict[str, dict[str, Any]]:

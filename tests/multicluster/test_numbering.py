@@ -10,8 +10,9 @@ rises. The Hold evicts through dispatch's check (Retry), never by deactivating a
 gate deactivates it only once the copied status shows no active Job (docs/multicluster.md, "Hold and Release on
 a manager"): a deactivation first would make MultiKueue delete the worker's copy before copying its final status
 back, and stall the job. The workers' owner policies are the chart's in role worker (harness.multicluster), so
-MultiKueue's principal creates and deletes its copies there under them. The rest of the worker side is still
-design, so the test plays its plumbing: it creates the runtime copy on each worker."""
+MultiKueue's principal creates and deletes its copies there under them, and the manager's agent its replicas of
+the runtime copy (docs/multicluster.md, "The runtime copy on the workers"): no test creates a runtime copy on a
+worker."""
 
 from __future__ import annotations
 
@@ -31,11 +32,20 @@ from agent.api.models import HoldRequest, KueueSpec, PreflightRequest, RuntimeRe
 from agent.api.settings import ApiSettings
 from agent.operations import Target, plan_open, plan_release
 from contract.admission import admission_started
-from contract.keys import ANNOTATION_FENCED, FENCED_TRUE, FIELD_MANAGER, LABEL_JOBSET_NAME, POD_FINALIZER
-from contract.trainjob import Submission, build_runtime_copy
+from contract.keys import (
+    ANNOTATION_FENCED,
+    FENCED_TRUE,
+    FIELD_MANAGER,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICA_OF,
+    POD_FINALIZER,
+    PROLOGUE_KEY,
+)
+from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
+from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
-from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MULTIKUEUE_CONTROLLER, MultiCluster
+from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MANAGER_AGENT_USER, MULTIKUEUE_CONTROLLER, MultiCluster
 from harness.sandbox import site
 from harness.tier_b import CLUSTER_QUEUE_QUOTA, KWOK_SLOW_KUBELET_ANNOTATION, RESOURCE_FLAVOR
 from tests.api.cluster import allowed, running_agent, supervisors
@@ -53,6 +63,7 @@ RAISED_BY_K = (
 )
 JSON_PATCH = "application/json-patch+json"
 LINGER = "test.dispatch.phpboyscout.uk/linger"
+SWEEP_SECONDS = 2
 
 
 @dataclass
@@ -120,7 +131,8 @@ def manager(
         credentials = mc.agent_kubeconfigs(workdir)  # guarantee 4: the agent's own read of every worker
         agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}",
                             config={"leaseNamespace": system, "leaseName": "dispatch-admission",
-                                    "workerKubeconfigs": {w: str(p) for w, p in credentials.items()}},
+                                    "workerKubeconfigs": {w: str(p) for w, p in credentials.items()},
+                                    "replicaSweepSeconds": SWEEP_SECONDS},
                             workdir=workdir, until=LEADER)  # fmt: skip
         eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "ClusterQueue", cq), "Active")), 60,
                    "the ClusterQueue with both checks Active")  # fmt: skip
@@ -134,6 +146,8 @@ def manager(
             admin.delete(TRAINER_V, "TrainJob", tj["metadata"]["name"], ns)
         eventually(lambda: _true(not admin.list(KUEUE_V, "Workload", ns)), 90, "the test's Workloads gone")
         for worker in mc.workers:  # no agent there removes dispatch's pod finalizer (the worker side is design)
+            for replica in worker.admin.list(TRAINER_V, "TrainingRuntime", ns):  # the agent that sweeps is stopped
+                worker.admin.delete(TRAINER_V, "TrainingRuntime", replica["metadata"]["name"], ns)
             for pod in worker.admin.list("v1", "Pod", ns):
                 if POD_FINALIZER in pod["metadata"].get("finalizers", []):
                     worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
@@ -236,9 +250,6 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
     sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
                      image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
     try:
-        copy_ = build_runtime_copy(sub, m.runtime)
-        for worker in m.mc.workers:  # the runtime copy on every worker (docs/multicluster.md, Plumbing)
-            worker.admin.create(copy.deepcopy(copy_))
         tj = kit.create_as_start(m.admin, sub, m.runtime)
         assert tj["spec"].get("managedBy") == MULTIKUEUE_CONTROLLER, tj["spec"]
         assert (kit.a_of(tj), kit.floor_of(tj)) == (0, None)
@@ -341,9 +352,6 @@ def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or
     broken: tuple[Path, bytes] | None = None
     lingering: tuple[Any, str] | None = None
     try:
-        copy_ = build_runtime_copy(sub, m.runtime)
-        for worker in m.mc.workers:
-            worker.admin.create(copy.deepcopy(copy_))
         tj = kit.create_as_start(m.admin, sub, m.runtime)
         uid, ns = tj["metadata"]["uid"], m.namespace
         eventually(lambda: kit.workload_of(m.admin, ns, uid), 30, "the Workload created")
@@ -399,3 +407,74 @@ def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or
         if broken is not None:
             broken[0].write_bytes(broken[1])
         trainjobs.stop()
+
+
+def _replica(worker: Any, tj: dict[str, Any]) -> dict[str, Any] | None:
+    """The replica of the job's runtime copy on ``worker``, or None."""
+    name, namespace = tj["spec"]["runtimeRef"]["name"], tj["metadata"]["namespace"]
+    return worker.admin.get_or_none(TRAINER_V, "TrainingRuntime", name, namespace)
+
+
+@pytest.mark.timeout(600)
+def test_the_manager_s_gate_makes_the_runtime_copy_on_every_worker_and_removes_it_with_the_job(
+    manager: Manager,
+) -> None:
+    """The runtime copy on the workers: no worker has the job's runtime copy when it is started; before the
+    dispatch the manager's gate makes the replica (the manager's copy, with replica-of) and the prologue's ConfigMap
+    on every worker, under the workers' policies, and the copy runs on the worker MultiKueue picks. The manager
+    agent's credential writes nothing else there. Once the TrainJob is deleted on the manager, its replicas go."""
+    m = manager
+    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
+                     image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
+    tj = kit.create_as_start(m.admin, sub, m.runtime)
+    uid, ns = tj["metadata"]["uid"], m.namespace
+    assert [w.name for w in m.mc.workers if _replica(w, tj) is not None] == [], "a runtime copy already on a worker"
+    eventually(lambda: kit.workload_of(m.admin, ns, uid), 30, "the Workload created")
+    _write(m, tj, lambda t, w: plan_open(t).writes)
+    _dispatched(m, tj, K)
+
+    source = m.admin.get(TRAINER_V, "TrainingRuntime", tj["spec"]["runtimeRef"]["name"], ns)
+    for worker in m.mc.workers:  # every worker of the config, not only the one MultiKueue picked
+        made = _replica(worker, tj)
+        assert made is not None, f"no replica on {worker.name}"
+        assert made["spec"] == source["spec"]
+        assert made["metadata"]["labels"] == {**source["metadata"]["labels"], LABEL_REPLICA_OF: uid}
+        assert made["metadata"]["annotations"] == source["metadata"]["annotations"]
+        assert not made["metadata"].get("ownerReferences")
+        assert worker.admin.get("v1", "ConfigMap", PROLOGUE_CONFIGMAP, ns)["data"] == {PROLOGUE_KEY: PROLOGUE}
+    ran_on = kit.workload_of(m.admin, ns, uid)["status"]["clusterName"]
+    there = m.mc.worker(ran_on)
+    eventually(lambda: _trainer_pod(there, tj), 120, f"the trainer pod Running on {ran_on}, from the replica")
+
+    # The manager agent's credential writes nothing but replicas and the prologue's ConfigMap on a worker
+    # (the policy the chart renders in role worker), whatever its RBAC allows.
+    agent = KubeHttp(there.control_plane.admin_credentials, impersonate=(MANAGER_AGENT_USER, None))
+    other = kit.training_runtime("not-a-replica", cpu="1")
+    other.update({"kind": "TrainingRuntime"})
+    other["metadata"]["namespace"] = ns
+    for kind, body in (
+        ("TrainingRuntime", other),
+        ("ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ns}}),
+        ("ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}),
+    ):
+        with pytest.raises(ApiError) as refused:
+            agent.create(body)
+        assert refused.value.status == 403, (kind, refused.value)
+        assert "the manager's dispatch agent (multicluster.managerAgent) creates and deletes here only" in str(
+            refused.value
+        ), (kind, refused.value)
+
+    # The job is deleted on the manager: MultiKueue deletes its copy, and the agent's sweep the replicas.
+    m.admin.delete(TRAINER_V, "TrainJob", tj["metadata"]["name"], ns)
+    for worker in m.mc.workers:
+        _free(worker, ns)
+        eventually(lambda w=worker: _true(_replica(w, tj) is None), 120, f"the replica on {worker.name} deleted")
+
+
+def _free(worker: Any, namespace: str) -> None:
+    """No agent runs on these workers to release dispatch's pod finalizer; its pods must go for the copy to go,
+    and with it Trainer's hold on the replica (its resource-in-use finalizer)."""
+    for pod in worker.admin.list("v1", "Pod", namespace):
+        if POD_FINALIZER in pod["metadata"].get("finalizers", []):
+            worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"], {"metadata": {"finalizers": None}},
+                                     namespace)  # fmt: skip

@@ -27,7 +27,7 @@ from agent.operations import plan_open
 from contract.admission import admission_started
 from contract.keys import ANNOTATION_WORKER_ADMITTED, POD_FINALIZER
 from contract.multicluster import ROLE_WORKER
-from contract.trainjob import Submission, build_runtime_copy
+from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.multicluster import KUEUE_V, MultiCluster, Worker
 from harness.sandbox import site
@@ -170,9 +170,6 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
     sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
                      image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
     try:
-        copy_ = build_runtime_copy(sub, m.runtime)
-        for worker in mc.workers:  # the runtime copy on every worker (docs/multicluster.md, Plumbing)
-            worker.admin.create(copy.deepcopy(copy_))
         tj = kit.create_as_start(m.admin, sub, m.runtime)
         name = tj["metadata"]["name"]
         eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from contract.keys import LABEL_REPLICA_OF
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
-from tests.unit.fixtures import trainjob
+from contract.prologue import PROLOGUE_CONFIGMAP
+from tests.unit.fixtures import runtime_copy, trainjob
 from tests.unit.test_webhook_rules import STRANGER, decide, denied_by, request
 from webhook import owners
 from webhook.config import Config, Principals
-from webhook.policies import MANAGER_RUNS_NOTHING, admission_policies
+from webhook.policies import MANAGER_AGENT_POLICY, MANAGER_RUNS_NOTHING, admission_policies
 from webhook.review import User
 
 MULTIKUEUE = User("multikueue-manager", ())
@@ -120,3 +122,70 @@ def test_the_owner_policies_give_multikueue_only_its_copies():
     for expression in variables:
         assert f'["{MULTIKUEUE.username}"]' in expression
         assert expression.count(MULTIKUEUE_ORIGIN_LABEL) == 2, "on the object and on its old version"
+
+
+# -- The manager's dispatch agent on a worker: the replicas of runtime copies (docs/multicluster.md) ------------
+
+MANAGER_AGENT = User("manager-agent", ())
+AGENT_ON_A_WORKER = WORKER.model_copy(update={"manager_agent": Principals(usernames=(MANAGER_AGENT.username,))})
+RUNTIMES = {"resource": "trainingruntimes", "kind": "TrainingRuntime"}
+
+
+def a_replica() -> dict[str, Any]:
+    made = runtime_copy()
+    made["metadata"]["labels"][LABEL_REPLICA_OF] = "5f0c1e8a-0000-4000-8000-000000000001"
+    for key in ("uid", "resourceVersion", "creationTimestamp", "ownerReferences"):
+        made["metadata"].pop(key, None)
+    return made
+
+
+def test_the_manager_agent_s_principal_is_a_worker_s_alone():
+    assert AGENT_ON_A_WORKER.principals(owners.MANAGER_AGENT).includes(MANAGER_AGENT)
+    assert Config().principals(owners.MANAGER_AGENT) == Principals()
+    for role in (ROLE_SINGLE, ROLE_MANAGER):
+        with pytest.raises(ValueError, match="managerAgent is set, but multiclusterRole is"):
+            Config(multiclusterRole=role, managerAgent=Principals(usernames=("x",)))
+
+
+def test_on_a_worker_the_manager_agent_creates_a_replica_under_the_runtime_copy_s_rules():
+    assert decide(request("CREATE", a_replica(), user=MANAGER_AGENT, **RUNTIMES), AGENT_ON_A_WORKER).allowed
+    # The copy's rules bind it as they bind dispatch: a replica that could repeat an identity is refused.
+    restarting = a_replica()
+    restarting["spec"]["template"]["spec"]["failurePolicy"] = {"restartStrategy": "InPlaceRestart"}
+    assert not decide(request("CREATE", restarting, user=MANAGER_AGENT, **RUNTIMES), AGENT_ON_A_WORKER).allowed
+
+
+@pytest.mark.parametrize(
+    ("config", "user", "labelled"),
+    [
+        (Config(), MANAGER_AGENT, True),  # one cluster alone: the manager's agent is a stranger
+        (AGENT_ON_A_WORKER, MANAGER_AGENT, False),  # not a replica: no replica-of label
+        (AGENT_ON_A_WORKER, STRANGER, True),  # anyone else, with the label
+    ],
+)
+def test_every_other_create_of_a_runtime_copy_but_dispatch_s_is_refused(config, user, labelled):
+    made = a_replica()
+    if not labelled:
+        made["metadata"]["labels"].pop(LABEL_REPLICA_OF)
+    assert denied_by(decide(request("CREATE", made, user=user, **RUNTIMES), config)) == "creation.principal"
+
+
+def test_on_a_worker_the_manager_agent_s_own_policy_confines_it_to_replicas_and_the_prologue():
+    (policy,) = [
+        d
+        for d in admission_policies(AGENT_ON_A_WORKER, namespace="dispatch-system")
+        if d["metadata"]["name"] == MANAGER_AGENT_POLICY and d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f'["{MANAGER_AGENT.username}"]' in condition["expression"]
+    (rule,) = policy["spec"]["validations"]
+    assert LABEL_REPLICA_OF in rule["expression"]
+    assert PROLOGUE_CONFIGMAP in rule["expression"]
+    (binding,) = [
+        d
+        for d in admission_policies(AGENT_ON_A_WORKER, namespace="dispatch-system")
+        if d["metadata"]["name"] == MANAGER_AGENT_POLICY and d["kind"] == "ValidatingAdmissionPolicyBinding"
+    ]
+    assert "matchResources" not in binding["spec"], "every namespace, kube-system included"
+    assert MANAGER_AGENT_POLICY not in _names(WORKER), "no principal for it, no policy"
+    assert MANAGER_AGENT_POLICY not in _names(Config())

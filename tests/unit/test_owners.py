@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from webhook import owners
-from webhook.config import Config, Owners
+from webhook.config import Config, Owners, Principals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,9 @@ def test_every_role_of_the_table_has_principals_in_the_config():
     for role in roles | {owners.BREAK_GLASS}:
         assert config.principals(role) is not None
     assert (
-        set(Owners.model_fields) | {owners.DISPATCH, owners.KUEUE, owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS} >= roles
+        set(Owners.model_fields)
+        | {owners.DISPATCH, owners.KUEUE, owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS, owners.MANAGER_AGENT}
+        >= roles
     )
 
 
@@ -36,19 +38,21 @@ def test_break_glass_is_nobody_by_default_and_a_stranger_owns_nothing_but_pod_de
     assert open_to_all == {("pods", ("DELETE", "")), ("pods", ("CREATE", "eviction"))}
 
 
-def test_creates_belong_to_one_creator_each_and_on_a_worker_to_multikueue_for_its_copies():
+def test_creates_belong_to_one_creator_each_and_on_a_worker_to_multikueue_or_the_manager_s_agent_for_its_copies():
     creators = {kind.resource: kind.writes[("CREATE", "")] for kind in owners.KINDS}
     assert creators == {
         "trainjobs": (owners.DISPATCH, owners.MULTIKUEUE),
-        "trainingruntimes": (owners.DISPATCH,),
+        "trainingruntimes": (owners.DISPATCH, owners.MANAGER_AGENT),
         "jobsets": (owners.TRAINER,),
         "jobs": (owners.JOBSET,),
         "pods": (owners.JOB_CONTROLLER,),
         "workloads": (owners.KUEUE, owners.MULTIKUEUE),
-        "configmaps": (owners.DISPATCH,),
+        "configmaps": (owners.DISPATCH, owners.MANAGER_AGENT),
     }
-    # MultiKueue owns nothing outside role worker, and there only its copies (owners.ONLY_ON).
-    assert set(owners.ONLY_ON) == {owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS}
+    # MultiKueue and the manager's agent own nothing outside role worker, and there only their copies and
+    # replicas (owners.ONLY_ON).
+    assert set(owners.ONLY_ON) == {owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS, owners.MANAGER_AGENT}
+    assert Config().principals(owners.MANAGER_AGENT) == Principals()
 
 
 def test_kueue_s_multikueue_writes_only_the_status_of_the_trainjobs_it_manages():

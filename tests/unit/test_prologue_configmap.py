@@ -73,7 +73,10 @@ def test_the_owner_policy_binds_the_name_to_the_text_for_everyone():
     assert f'object.metadata.name == "{PROLOGUE_CONFIGMAP}"' in content["expression"]
     assert '{"prologue.sh": ' in content["expression"]
     creators = owners.PROLOGUES.writes
-    assert creators == {("CREATE", ""): (owners.DISPATCH,), ("DELETE", ""): (owners.DISPATCH, owners.GARBAGE_COLLECTOR)}
+    assert creators == {
+        ("CREATE", ""): (owners.DISPATCH, owners.MANAGER_AGENT),
+        ("DELETE", ""): (owners.DISPATCH, owners.GARBAGE_COLLECTOR),
+    }
     assert (
         "system:serviceaccount:kube-system:namespace-controller" in owners.DEFAULT_USERNAMES[owners.GARBAGE_COLLECTOR]
     )
