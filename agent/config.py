@@ -15,8 +15,8 @@ from agent.constants import (
     LEASE_DURATION_SECONDS,
     RENEW_DEADLINE_SECONDS,
     RENEW_PERIOD_SECONDS,
-    REPLICA_SWEEP_SECONDS,
     RETRY_PERIOD_SECONDS,
+    WORKER_ROUND_SECONDS,
 )
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from contract.multicluster import ROLE_SINGLE, Role
@@ -84,7 +84,7 @@ class AgentConfig(BaseModel):
     agent's own read-only credential there (pods and nodes). The gate reads every worker of a dispatch job's
     MultiKueueConfig before a dispatch, and holds on one it has no credential for (docs/multicluster.md,
     guarantee 4)."""
-    replica_sweep_seconds: float = Field(REPLICA_SWEEP_SECONDS, alias="replicaSweepSeconds", gt=0, le=86400)
+    worker_round_seconds: float = Field(WORKER_ROUND_SECONDS, alias="workerRoundSeconds", gt=0, le=86400)
     """On a MultiKueue manager: how often the agent deletes, on every worker, the replicas of runtime copies whose
     TrainJob is gone (docs/multicluster.md, "The runtime copy on the workers")."""
 

@@ -29,6 +29,11 @@ EVENT_COMPONENT: Final = "dispatch-admission"
 REASON_HELD: Final = "ReadmissionHeld"
 """The check stays Pending; the message says why (e.g. the pods that may still run)."""
 REASON_FOREIGN: Final = "Foreign"
+REASON_QUOTA_KEPT: Final = "QuotaKept"
+"""On a MultiKueue manager: Kueue evicted the job but keeps its quota for the active Jobs MultiKueue copied from a
+worker, and dispatch cannot release it yet (agent/lostquota.py)."""
+REASON_QUOTA_RELEASED: Final = "QuotaReleased"
+"""On a MultiKueue manager: dispatch cleared those copied active counts, so that Kueue releases the quota."""
 """A reset of the execution identity was detected; the message is the spec's wording."""
 EVENT_MESSAGE_MAX: Final = 1024
 """Bytes; events.k8s.io limits a note to 1 kB. The check's message carries the full text."""
@@ -56,9 +61,10 @@ DEFAULT_HEALTH_PORT: Final = 8081
 BACKOFF_BASE_SECONDS: Final = 0.2
 BACKOFF_CAP_SECONDS: Final = 30.0
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
-REPLICA_SWEEP_SECONDS: Final = 60.0
-"""On a MultiKueue manager, how often the replicas of runtime copies whose TrainJob is gone are deleted."""
 """Every request but a watch; the client's default is no timeout at all."""
+WORKER_ROUND_SECONDS: Final = 60.0
+"""On a MultiKueue manager, how often the leader goes round its workers: it deletes the replicas of runtime copies
+whose TrainJob is gone, and releases the quota Kueue keeps for a job evicted from a lost worker."""
 WATCH_TIMEOUT_SECONDS: Final = 300
 """A watch asks the API server to close it after this long (jittered), and is then resumed."""
 LIST_PAGE_SIZE: Final = 500

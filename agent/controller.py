@@ -18,6 +18,10 @@ resourceVersion read), the pods by a consistent LIST.
   A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/jobsetrecord.py).
   The Workload watch keeps the full Workload too, only while a check of ours is due on it.
 
+On a MultiKueue manager with worker credentials, the leader also goes round its workers every
+``workerRoundSeconds`` (nothing here watches them): the replicas of runtime copies whose TrainJob is gone, and the
+Workloads the index marks evicted with their quota kept (agent/lostquota.py).
+
 The watches run on every replica, leader or not: a standby's index and queue are warm when it takes over,
 so it starts on every due Workload at once (the queue de-duplicates), and readiness means the same thing on
 every replica. Only the leader runs workers and writes.
@@ -48,8 +52,8 @@ from agent.metrics import AgentMetrics
 from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue
 from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
 from agent.releaser import FinalizerReleaser
-from agent.workerreads import WorkerClients, sweep_replicas
-from agent.workload import owner_trainjob, waiting_reason
+from agent.workerreads import WorkerClients, release_kept_quota, sweep_replicas
+from agent.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
 from contract.objects import dig, labels, parse_rfc3339
 from serving.kube import describe_api_error
@@ -71,6 +75,9 @@ class Hint:
     """(namespace, name) of the TrainJob that controls it."""
     due: frozenset[str]
     """Names of its checks (anyone's) that are Pending with quota reserved and nothing else in the way."""
+    kept: bool = False
+    """Evicted with its quota still reserved: Kueue waits for its job to stop (on a MultiKueue manager, perhaps
+    for a lost worker's copied status: agent/lostquota.py)."""
 
 
 def hint_of(workload: Mapping[str, Any]) -> Hint:
@@ -82,6 +89,7 @@ def hint_of(workload: Mapping[str, Any]) -> Hint:
     return Hint(
         trainjob=(namespace, owner[0]) if owner else None,
         due=_due_names.setdefault(due, due) if len(_due_names) < 4096 else due,
+        kept=condition_true(workload, EVICTED) and condition_true(workload, QUOTA_RESERVED),
     )
 
 
@@ -121,6 +129,9 @@ class WorkloadIndex:
 
     def due_keys(self, ours: frozenset[str]) -> list[WorkloadKey]:
         return [k for k, h in self.hints.items() if not h.due.isdisjoint(ours)]
+
+    def kept_keys(self) -> list[WorkloadKey]:
+        return [k for k, h in self.hints.items() if h.kept]
 
 
 class Controller:
@@ -274,13 +285,21 @@ class Controller:
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
             if self.kube.workers is not None:
-                group.create_task(self._sweep_replicas(self.kube.workers), name="replica-sweep")
+                group.create_task(self._go_round_workers(self.kube.workers), name="worker-round")
 
-    async def _sweep_replicas(self, workers: WorkerClients) -> None:
-        """On a MultiKueue manager: the replicas of runtime copies on the workers go once their TrainJob is gone."""
+    async def _go_round_workers(self, workers: WorkerClients) -> None:
+        """On a MultiKueue manager, every ``workerRoundSeconds``: the replicas of runtime copies on the workers go
+        once their TrainJob is gone, and each Workload Kueue evicted but keeps the quota of gets it released once
+        nothing of its job may run on a worker (agent/lostquota.py). Nothing on the manager watches the workers,
+        so both are rounds."""
         while True:
             await sweep_replicas(self.kube, workers)
-            await asyncio.sleep(self.config.replica_sweep_seconds)
+            for key in self.index.kept_keys():
+                try:
+                    await release_kept_quota(self.kube, workers, key.namespace, key.name, self.config.node_loss_taints)
+                except Exception as exc:  # one Workload's failure never stops the round
+                    log.warning("Workload %s: its kept quota was not looked at: %s", key, _describe(exc))
+            await asyncio.sleep(self.config.worker_round_seconds)
 
     # -- workers ----------------------------------------------------------------------------------
 

@@ -39,7 +39,14 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.constants import EVENT_COMPONENT, EVENT_MESSAGE_MAX, REASON_FOREIGN, REASON_HELD
+from agent.constants import (
+    EVENT_COMPONENT,
+    EVENT_MESSAGE_MAX,
+    REASON_FOREIGN,
+    REASON_HELD,
+    REASON_QUOTA_KEPT,
+    REASON_QUOTA_RELEASED,
+)
 from contract.keys import KIND_TRAINJOB, TRAINER_API_VERSION
 from contract.objects import dig
 from serving.kube import describe_api_error
@@ -327,6 +334,12 @@ class EventRecorder:
 
     async def held(self, trainjob: Mapping[str, Any], message: str) -> bool:
         return await self._emit(trainjob, REASON_HELD, message, warning=True)
+
+    async def quota_kept(self, trainjob: Mapping[str, Any], message: str) -> bool:
+        return await self._emit(trainjob, REASON_QUOTA_KEPT, message, warning=True)
+
+    async def quota_released(self, trainjob: Mapping[str, Any], message: str) -> bool:
+        return await self._emit(trainjob, REASON_QUOTA_RELEASED, message, warning=False)
 
     async def foreign(self, trainjob: Mapping[str, Any], reasons: Iterable[str]) -> int:
         """Reports each reason not yet reported for this TrainJob uid by this process; returns how many were."""

@@ -192,10 +192,16 @@ class Kube:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    async def patch_trainjob(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
-        """A JSON Patch; the caller's ops carry the uid and resourceVersion preconditions."""
+    async def patch_trainjob(
+        self, namespace: str, name: str, ops: list[Mapping[str, Any]], *, status: bool = False
+    ) -> Obj:
+        """A JSON Patch; the caller's ops carry the uid and resourceVersion preconditions. ``status``: of the status
+        subresource (only ever, on a MultiKueue manager, the release of a lost worker's quota: agent/lostquota.py)."""
+        patch = (
+            self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
+        )
         return await read_json(
-            self.custom.patch_namespaced_custom_object(
+            patch(
                 TRAINER_GROUP,
                 TRAINER_VERSION,
                 namespace,

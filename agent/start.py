@@ -122,8 +122,8 @@ def multikueue_unproven(workload: Mapping[str, Any] | None, multikueue: Collecti
         return None
     return (
         f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch's MultiKueue support is "
-        "not complete (the stale-copy stamp, the release of a fenced worker's quota and Preflight's proof of each "
-        "worker are not built; docs/multicluster.md), so dispatch jobs must not be queued to it"
+        "not complete (the stale-copy stamp and Preflight's proof of each worker are not built; "
+        "docs/multicluster.md), so dispatch jobs must not be queued to it"
     )
 
 

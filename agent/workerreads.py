@@ -21,11 +21,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import podowners
 from agent.constants import REQUEST_TIMEOUT_SECONDS, TRAINER_VERSION, TRAINING_RUNTIMES
-from agent.gate import Blocker
+from agent.gate import Blocker, hold_message
 from agent.kube import Kube, or_none
+from agent.lostquota import kept_active, kept_message, release_patch, released_message
 from agent.replicas import replica_blocker, stale_replicas, unprepared
 from agent.start import prologue_configmap_refusal
 from agent.workers import WorkerLook, plan_workers, unreadable, worker_blockers
+from agent.workload import owner_trainjob
 from contract.keys import FIELD_MANAGER, LABEL_JOBSET_NAME, LABEL_REPLICA_OF, TRAINER_GROUP
 from contract.multicluster import listed_multikueue_checks, multikueue_config_of
 from contract.objects import dig, labels
@@ -200,6 +202,36 @@ async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
             deleted += 1
             log.info("worker %s: deleted the replica %s: its TrainJob is gone", worker, where)
     return deleted
+
+
+async def release_kept_quota(
+    kube: Kube, workers: WorkerClients | None, namespace: str, name: str, taints: Sequence[str]
+) -> bool:
+    """Release the quota Kueue keeps for the evicted Workload ``namespace/name`` of a dispatch TrainJob on the
+    manager (agent/lostquota.py): once the look at every worker the gate makes before a dispatch finds nothing of
+    the job that may still run, clear the active Jobs MultiKueue copied into the TrainJob's status. True: released.
+    Otherwise an Event on the TrainJob says what it waits for; a failed write is left to the next round."""
+    workload = await kube.get_workload(namespace, name)
+    owner = owner_trainjob(workload)
+    trainjob = await kube.get_trainjob(namespace, owner[0]) if owner is not None else None
+    active = kept_active(workload, trainjob)
+    if not active:
+        return False
+    assert workload is not None  # kept_active counts only for both
+    assert trainjob is not None
+    job = str(dig(trainjob, "metadata", "name"))
+    blockers = await look_at_workers(kube, workers, workload, await kube.multikueue_checks(), job, taints)
+    if blockers:
+        await kube.events.quota_kept(trainjob, kept_message(active, hold_message(blockers)))
+        return False
+    try:
+        await kube.patch_trainjob(namespace, job, release_patch(trainjob), status=True)
+    except ApiException as exc:  # 409: MultiKueue or Kueue wrote it since; the next round reads it again
+        log.info("TrainJob %s/%s: its quota was not released: %s", namespace, job, describe_api_error(exc))
+        return False
+    log.info("TrainJob %s/%s: released its quota (%d active Job(s) cleared)", namespace, job, active)
+    await kube.events.quota_released(trainjob, released_message(active))
+    return True
 
 
 async def look_at_workers(

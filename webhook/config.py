@@ -17,6 +17,7 @@ from webhook.owners import (
     DEFAULT_GROUPS,
     DEFAULT_USERNAMES,
     DISPATCH,
+    DISPATCH_STATUS,
     GARBAGE_COLLECTOR,
     JOB_CONTROLLER,
     JOBSET,
@@ -135,7 +136,7 @@ class Config(BaseModel):
 
     def principals(self, role: str) -> Principals:
         """The principals of a role of webhook/owners.py (MultiKueue's: nobody but in role worker)."""
-        if role == DISPATCH:
+        if role in (DISPATCH, DISPATCH_STATUS):
             return self.dispatch
         if role in (KUEUE, MULTIKUEUE_STATUS):
             return self.kueue

@@ -62,6 +62,12 @@ manager's TrainJob, and only on the TrainJobs it manages (``ONLY_ON``: ``spec.ma
 old and the new object; Trainer's CRD makes the field immutable). ``managedBy`` is upstream's word for who owns a
 job's status."""
 
+DISPATCH_STATUS: Final = "dispatchStatus"
+"""dispatch's agent on a manager, as dispatch's own principals: it clears the active Jobs MultiKueue copied into a
+TrainJob's status from a lost worker, once no execution may run on any worker, so that Kueue releases the quota of
+the evicted job (docs/multicluster.md, "A lost worker's quota"); only on the TrainJobs MultiKueue manages
+(``ONLY_ON``, as ``MULTIKUEUE_STATUS``)."""
+
 MANAGER_AGENT: Final = "managerAgent"
 """The manager's dispatch agent on a worker (the user of its credential there, ``multicluster.managerAgent``): a
 principal only in role worker, and there only on the replicas of runtime copies it makes (``LABEL_REPLICA_OF``)
@@ -82,6 +88,7 @@ ROLE_TITLES: Final = {
     EVERYONE: "anyone",
     MULTIKUEUE: "MultiKueue (on a worker, its copies)",
     MULTIKUEUE_STATUS: "Kueue's MultiKueue (the TrainJobs it manages)",
+    DISPATCH_STATUS: "dispatch (the TrainJobs MultiKueue manages)",
     MANAGER_AGENT: "the manager's dispatch agent (on a worker: its replicas, the prologue's ConfigMap)",
 }
 
@@ -137,6 +144,7 @@ def _replica_or_prologue(o: str) -> str:
 ONLY_ON: Final[dict[str, Callable[[str], str]]] = {
     MULTIKUEUE: _origin,
     MULTIKUEUE_STATUS: _managed_by_multikueue,
+    DISPATCH_STATUS: _managed_by_multikueue,
     MANAGER_AGENT: _replica_or_prologue,
 }
 """Roles that own their writes only on some of a kind's objects: CEL over the object named, which must hold of
@@ -234,9 +242,10 @@ TRAINJOBS: Final = Kind(
         ("CREATE", ""): (DISPATCH, MULTIKUEUE),
         # Kueue suspends, unsuspends and fills its runtime-patch entry; the garbage collector removes the
         # finalizers of a foreground or orphaning delete. Trainer writes the status only, and on a MultiKueue
-        # manager Kueue copies it from the worker's TrainJob to the one it manages.
+        # manager Kueue copies it from the worker's TrainJob to the one it manages, and dispatch clears the active
+        # Jobs a lost worker's copy left there.
         ("UPDATE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR),
-        ("UPDATE", "status"): (TRAINER, MULTIKUEUE_STATUS),
+        ("UPDATE", "status"): (TRAINER, MULTIKUEUE_STATUS, DISPATCH_STATUS),
         # Kueue too, where a site sets its workloadRetentionPolicy: a deleted TrainJob leaves its pods, held
         # by dispatch's finalizer until their processes are proven gone.
         ("DELETE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR, MULTIKUEUE),

@@ -132,7 +132,7 @@ def manager(
         agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}",
                             config={"leaseNamespace": system, "leaseName": "dispatch-admission",
                                     "workerKubeconfigs": {w: str(p) for w, p in credentials.items()},
-                                    "replicaSweepSeconds": SWEEP_SECONDS},
+                                    "workerRoundSeconds": SWEEP_SECONDS},
                             workdir=workdir, until=LEADER)  # fmt: skip
         eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "ClusterQueue", cq), "Active")), 60,
                    "the ClusterQueue with both checks Active")  # fmt: skip
@@ -337,6 +337,22 @@ def _fence(m: Manager, worker: str, value: str | None) -> None:
     m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", worker, patch)
 
 
+def _running(m: Manager) -> tuple[dict[str, Any], str, str, str]:
+    """A job started, opened and dispatched, numbered A = K, its trainer pod Running on its worker: the TrainJob,
+    that worker, the other worker, and the pod's name."""
+    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
+                     image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
+    tj = kit.create_as_start(m.admin, sub, m.runtime)
+    uid = tj["metadata"]["uid"]
+    eventually(lambda: kit.workload_of(m.admin, m.namespace, uid), 30, "the Workload created")
+    _write(m, tj, lambda t, w: plan_open(t).writes)
+    _dispatched(m, tj, K)
+    ran_on = kit.workload_of(m.admin, m.namespace, uid)["status"]["clusterName"]
+    other = next(name for name in m.mc.cluster_names if name != ran_on)
+    pod = eventually(lambda: _trainer_pod(m.mc.worker(ran_on), tj), 120, f"the trainer pod Running on {ran_on}")
+    return tj, ran_on, other, pod
+
+
 @pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
 def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or_it_is_fenced(
     manager: Manager, tmp_path: Path
@@ -346,21 +362,13 @@ def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or
     and while one cannot be read, naming the worker; a worker an administrator fences is no longer waited on."""
     m = manager
     trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", m.namespace))
-    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
-                     image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
     fenced: str | None = None
     broken: tuple[Path, bytes] | None = None
     lingering: tuple[Any, str] | None = None
     try:
-        tj = kit.create_as_start(m.admin, sub, m.runtime)
+        tj, ran_on, other, pod = _running(m)
         uid, ns = tj["metadata"]["uid"], m.namespace
-        eventually(lambda: kit.workload_of(m.admin, ns, uid), 30, "the Workload created")
-        _write(m, tj, lambda t, w: plan_open(t).writes)
-        _dispatched(m, tj, K)
-        ran_on = kit.workload_of(m.admin, ns, uid)["status"]["clusterName"]
-        other = next(name for name in m.mc.cluster_names if name != ran_on)
         there = m.mc.worker(ran_on)
-        pod = eventually(lambda: _trainer_pod(there, tj), 120, f"the trainer pod Running on {ran_on}")
         _linger(there, ns, pod, keep=True)
         lingering = (there, pod)
 
@@ -478,3 +486,78 @@ def _free(worker: Any, namespace: str) -> None:
         if POD_FINALIZER in pod["metadata"].get("finalizers", []):
             worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"], {"metadata": {"finalizers": None}},
                                      namespace)  # fmt: skip
+
+
+def _events(m: Manager, tj: dict[str, Any], reason: str) -> list[dict[str, Any]]:
+    """The agent's Events of ``reason`` on the manager's TrainJob."""
+    listed = m.admin.list("v1", "Event", m.namespace)
+    return [e for e in listed if e.get("reason") == reason and e["involvedObject"].get("uid") == tj["metadata"]["uid"]]
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches and a lost worker
+def test_a_worker_lost_while_the_job_runs_keeps_it_until_fenced_then_it_moves_with_r_above_the_lost_one(
+    manager: Manager,
+) -> None:
+    """A worker lost while the job runs (Kueue's connection to it and the agent's credential both fail): after
+    workerLostTimeout Kueue evicts the job on the manager but keeps its quota, for the active Jobs MultiKueue had
+    copied from the lost worker, so the job does not move while that worker may still run it; dispatch's agent
+    says so in an Event naming the worker. An administrator fences the worker: the agent clears the copied active
+    counts, Kueue releases the quota and queues the job again, and the gate dispatches it to the other worker with
+    A raised by K, above every R the execution on the lost worker can reach."""
+    m = manager
+    trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", m.namespace))
+    lost: str | None = None
+    broken: tuple[Path, bytes] | None = None
+    fenced: str | None = None
+    try:
+        tj, lost, other, pod = _running(m)
+        uid, ns = tj["metadata"]["uid"], m.namespace
+        there = m.mc.worker(lost)
+        eventually(lambda: _true(_active(_get(m, tj)) > 0), 60, "the worker's active Job copied to the manager")
+
+        # The worker is lost: Kueue's connection to it and the agent's credential for it both fail. Its pod runs on.
+        m.mc.break_connection(lost)
+        broken = (m.credentials[lost], m.mc.break_agent_kubeconfig(m.credentials[lost]))
+
+        def kept() -> dict[str, Any]:
+            wl = kit.workload_of(m.admin, ns, uid)
+            assert kit.condition_true(wl, "Evicted"), wl["status"].get("conditions")
+            assert kit.condition_true(wl, "QuotaReserved"), "the quota was released while the worker may run the job"
+            events = _events(m, tj, "QuotaKept")
+            assert any(f"worker {lost}: cannot be read" in e["message"] for e in events), events
+            return wl
+
+        # workerLostTimeout (30 s here): Kueue evicts the job on the manager but keeps its quota, and the agent
+        # says why it cannot release it.
+        eventually(kept, 240, f"the job evicted on the manager, its quota kept for {lost}")
+        assert _get(m, tj)["spec"]["suspend"] is True, "Kueue's eviction suspends the manager's TrainJob"
+        assert _copy(m.mc.worker(other), tj) is None, "dispatched while the lost worker may still run the job"
+        assert there.admin.get("v1", "Pod", pod, ns)["status"]["phase"] == "Running"
+        assert (kit.a_of(_get(m, tj)), _active(_get(m, tj))) == (K, 1)
+        assert _events(m, tj, "QuotaReleased") == []
+
+        # An administrator fences the lost worker (it is shut down): the agent releases the quota, and the job
+        # moves to the other worker, numbered A = 2K.
+        _fence(m, lost, FENCED_TRUE)
+        fenced = lost
+        eventually(lambda: _true(_events(m, tj, "QuotaReleased")), 120, "the quota released by the agent")
+        _, remote = _dispatched(m, tj, 2 * K)
+        assert kit.workload_of(m.admin, ns, uid)["status"]["clusterName"] == other
+        moved = eventually(lambda: _trainer_pod(m.mc.worker(other), tj), 120, f"the trainer pod Running on {other}")
+
+        # No two executions share an identity, and R only rises: the lost worker's execution (A = K) can reach
+        # R = K + maxRestarts at most, below the new execution's first R = 2K.
+        old_a, _ = kit.pod_a_j(there.admin.get("v1", "Pod", pod, ns))
+        new_a, new_j = kit.pod_a_j(m.mc.worker(other).admin.get("v1", "Pod", moved, ns))
+        assert (old_a, new_a, new_j) == (K, 2 * K, 0)
+        assert old_a + MAX_RESTARTS < new_a + new_j
+        assert kit.a_of(remote) == 2 * K
+        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(tj["metadata"]["name"])) == [K, 2 * K]
+    finally:
+        if fenced is not None:
+            _fence(m, fenced, None)
+        if broken is not None:
+            broken[0].write_bytes(broken[1])
+        if lost is not None:
+            m.mc.restore_connection(lost)
+        trainjobs.stop()

@@ -21,7 +21,14 @@ def test_every_role_of_the_table_has_principals_in_the_config():
         assert config.principals(role) is not None
     assert (
         set(Owners.model_fields)
-        | {owners.DISPATCH, owners.KUEUE, owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS, owners.MANAGER_AGENT}
+        | {
+            owners.DISPATCH,
+            owners.KUEUE,
+            owners.MULTIKUEUE,
+            owners.MULTIKUEUE_STATUS,
+            owners.DISPATCH_STATUS,
+            owners.MANAGER_AGENT,
+        }
         >= roles
     )
 
@@ -51,7 +58,12 @@ def test_creates_belong_to_one_creator_each_and_on_a_worker_to_multikueue_or_the
     }
     # MultiKueue and the manager's agent own nothing outside role worker, and there only their copies and
     # replicas (owners.ONLY_ON).
-    assert set(owners.ONLY_ON) == {owners.MULTIKUEUE, owners.MULTIKUEUE_STATUS, owners.MANAGER_AGENT}
+    assert set(owners.ONLY_ON) == {
+        owners.MULTIKUEUE,
+        owners.MULTIKUEUE_STATUS,
+        owners.DISPATCH_STATUS,
+        owners.MANAGER_AGENT,
+    }
     assert Config().principals(owners.MANAGER_AGENT) == Principals()
 
 
@@ -64,3 +76,18 @@ def test_kueue_s_multikueue_writes_only_the_status_of_the_trainjobs_it_manages()
     }
     assert writes == {("trainjobs", ("UPDATE", "status"))}
     assert Config().principals(owners.MULTIKUEUE_STATUS) == Config().kueue
+
+
+def test_dispatch_writes_a_trainjob_s_status_only_where_multikueue_manages_it():
+    """The release of a lost worker's quota (agent/lostquota.py): dispatch's principals, on the status of the
+    TrainJobs whose managedBy is MultiKueue's, and nowhere else as that role."""
+    writes = {
+        (kind.resource, w)
+        for kind in owners.KINDS
+        for w, roles in kind.writes.items()
+        if owners.DISPATCH_STATUS in roles
+    }
+    assert writes == {("trainjobs", ("UPDATE", "status"))}
+    assert owners.DISPATCH not in owners.TRAINJOBS.writes[("UPDATE", "status")]
+    assert Config().principals(owners.DISPATCH_STATUS) == Config().dispatch
+    assert owners.ONLY_ON[owners.DISPATCH_STATUS] is owners.ONLY_ON[owners.MULTIKUEUE_STATUS]
