@@ -293,7 +293,10 @@ class Controller:
         nothing of its job may run on a worker (agent/lostquota.py). Nothing on the manager watches the workers,
         so both are rounds."""
         while True:
-            await sweep_replicas(self.kube, workers)
+            try:
+                await sweep_replicas(self.kube, workers)
+            except Exception as exc:  # a failed round is the next round's to finish; the leader's tasks go on
+                log.warning("the sweep of the workers' replicas stopped: %s", _describe(exc))
             for key in self.index.kept_keys():
                 try:
                     await release_kept_quota(self.kube, workers, key.namespace, key.name, self.config.node_loss_taints)

@@ -125,7 +125,13 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
     traffic = Traffic(api_url=env.api.api_url, ca_file=env.api.ca_file, resolve=env.api.resolve, token_file=token,
                       admin=env.admin, namespace=namespace, image=env.image.ref, runtime=runtime,
                       others_runtime=env.tb.training_runtime, jobs=jobs, seed=seed, record=rec.to("calls"))  # fmt: skip
-    asyncio.run(traffic.preflight_once())
+    if arm == "naive" and naive.is_disarmed(env.admin):
+        # A second naive arm on this cluster: the first removed the choke point the start gate's proof needs, so
+        # a Preflight now cannot prove it. The verdict the first arm's Preflight recorded, before it disarmed
+        # anything, stands on the Lease (the naive controller keeps the Lease's record when it takes it over).
+        log("  naive arm: the choke point is disarmed already; the earlier Preflight's verdict stands")
+    else:
+        asyncio.run(traffic.preflight_once())
     gate: naive.NaiveGate | None = None
     stop = threading.Event()
     threads: list[threading.Thread] = []

@@ -342,6 +342,13 @@ def _unbind(admin: KubeHttp, kind: str, name: str, removed: list[str]) -> None:
             raise
 
 
+def is_disarmed(admin: KubeHttp, *, fullname: str = NAME) -> bool:
+    """An earlier naive arm on this cluster disarmed the choke point already (``disarm_choke_point``): the
+    unsuspend policy's binding is gone."""
+    name = UNSUSPEND.replace(NAME, fullname, 1)
+    return admin.get_or_none(ADMISSION_V, "ValidatingAdmissionPolicyBinding", name) is None
+
+
 def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
     """Removes what refuses Kueue's unsuspend of a dispatch TrainJob whose A did not rise since its last
     unsuspend, and the resume of its Jobs that follows, and nothing else; returns what it removed (empty when

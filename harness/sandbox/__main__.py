@@ -3,6 +3,7 @@
     python -m harness.sandbox                    # run the scenario, then keep the cluster up until Ctrl-C
     python -m harness.sandbox --no-wait          # run the scenario and stop (exit 0 when it passed, 1 when not)
     python -m harness.sandbox --supervisor go    # the supervisor's part by the Go client's example supervisor
+    python -m harness.sandbox --multicluster     # a MultiKueue manager and two workers: a worker lost, the job moving
 
 `scripts/sandbox` builds what is missing first. See README.md, "Run the sandbox".
 """
@@ -17,12 +18,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ulid import ULID
+
 from contract.keys import ADMISSION_CHECK_NAME
 from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.multicluster import MultiCluster, start_multicluster
 from harness.processes import stop_everything
 from harness.real_node import RealNode, start_real_node
 from harness.sandbox import go_supervisor, install, on_node, scenario, table, trainer
+from harness.sandbox import multicluster as sandbox_multicluster
 from harness.sandbox.steps import Progress, StepFailed
 from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import TierB, start_tier_b
@@ -48,7 +53,74 @@ def _parser() -> argparse.ArgumentParser:
         "(clients/go/examples/supervisor, built here): Preflight, Start, Open, a Hold and Release, Status, Output "
         "and Stop, with the webhook and the agent as local processes and the job's pods on kwok's nodes",
     )
+    parser.add_argument(
+        "--multicluster",
+        action="store_true",
+        help="the multi-cluster story instead (docs/multicluster.md): a MultiKueue manager and two workers, three "
+        "control planes here, dispatch's agent on the manager; one job runs on a worker, the worker is lost, and "
+        "once it is fenced the job moves to the other worker with R above anything the lost one could reach",
+    )
     return parser
+
+
+def _failed(exc: StepFailed | KeyboardInterrupt) -> int:
+    """The exit code of a run that did not pass, once it said why: 1 naming the failed step and the logs to read,
+    130 when interrupted."""
+    if isinstance(exc, KeyboardInterrupt):
+        print("\nsandbox: interrupted", file=sys.stderr)
+        return 130
+    print(f"\nsandbox: step '{exc.step}' failed: {exc.reason}", file=sys.stderr)
+    for log in exc.logs:
+        print(f"  read {log}", file=sys.stderr)
+    return 1
+
+
+def _multicluster(out: Progress, run_dir: Path, no_wait: bool) -> int:
+    """`--multicluster`: harness.sandbox.multicluster's story, printed; the clusters stay up until Ctrl-C."""
+    work = run_dir / "sandbox"
+    work.mkdir(parents=True, exist_ok=True)
+    out.line("dispatch-k8s sandbox: a MultiKueue manager and two workers, dispatch on the manager, and one job that")
+    out.line("loses its worker and moves (docs/multicluster.md)")
+    out.line(f"  run folder {run_dir}")
+    out.line("  the job's pods on kwok's nodes, which run no containers: its identity is the pods' A and J")
+    out.line()
+    mc: MultiCluster | None = None
+    try:
+        with out.step("clusters", timeout=600, logs=[run_dir.parent]) as done:
+            mc = start_multicluster()
+            done.detail = (
+                f"a manager and {', '.join(mc.cluster_names)}: three control planes, each tier B, MultiKueue Active "
+                "(workerLostTimeout 30s)"
+            )
+        cp = mc.manager.control_plane
+        logs = [cp.supervisor.log_dir / "dispatch-agent.log", cp.supervisor.log_dir / "kueue.log"]
+        story = sandbox_multicluster.run(out, mc, work, str(ULID()), logs)
+        out.line()
+        for line in sandbox_multicluster.table(story):
+            out.line(line)
+        first, second = story.executions
+        out.line()
+        out.line(
+            f"R only rises: the execution on {second.worker} starts at R = {second.a}, above every R the one on the "
+            f"lost {first.worker} can reach ({first.reachable[0]}..{first.reachable[1]}), even if it still runs."
+        )
+        out.line()
+        if no_wait:
+            return 0
+        out.line("The clusters stay up until Ctrl-C.")
+        for role, tb in [("manager", mc.manager), *((w.name, w.tier_b) for w in mc.workers)]:
+            out.line(f"  {role:9} kubeconfig (admin) {tb.control_plane.admin_kubeconfig}")
+        out.line(f"  logs      {run_dir.parent}")
+        _until_interrupted(out)
+        return 0
+    except (StepFailed, KeyboardInterrupt) as exc:
+        return _failed(exc)
+    finally:
+        if mc is not None:
+            count = sum(len(cp.supervisor.processes) for cp in mc.control_planes)
+            mc.stop()
+            out.line(f"Stopped {count} processes. The run folder stays: {run_dir}")
+        stop_everything()
 
 
 def _env_file(path: Path, cp: ControlPlane, setup: scenario.Setup) -> Path:
@@ -169,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     except MissingBinaryError as exc:
         print(f"sandbox: {exc}\n(scripts/sandbox builds them: it runs {BUILD_SCRIPT} first)", file=sys.stderr)
         return 2
+    if args.multicluster:
+        return _multicluster(out, new_run_dir(), args.no_wait)
     in_go = args.supervisor == "go"
     # The Go example's job runs a placeholder image that no real node has: with it, kwok's nodes run the job.
     placeholder = (None, "the Go example supervisor's job runs a placeholder image")
@@ -293,14 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         out.line(f"{'':22}dispatch-agent status --namespace {ref.namespace} --name {ref.name} --uid {ref.uid}")
         _until_interrupted(out)
         return 0
-    except StepFailed as exc:
-        print(f"\nsandbox: step '{exc.step}' failed: {exc.reason}", file=sys.stderr)
-        for log in exc.logs:
-            print(f"  read {log}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\nsandbox: interrupted", file=sys.stderr)
-        return 130
+    except (StepFailed, KeyboardInterrupt) as exc:
+        return _failed(exc)
     finally:
         if network is not None:
             network.stop()

@@ -8,7 +8,7 @@ two never disagree about what a gated queue is).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contract.keys import (
@@ -42,10 +42,12 @@ def resource_flavor(name: str) -> dict[str, Any]:
     return {"apiVersion": KUEUE_V, "kind": "ResourceFlavor", "metadata": {"name": name}}
 
 
-def gated_cluster_queue(name: str, *, check: str, flavor: str, quota: Mapping[str, str]) -> dict[str, Any]:
-    """A ClusterQueue for every namespace whose every admission waits for the AdmissionCheck ``check``, with
-    ``quota`` of ``flavor`` and preemption of lower priorities within the queue. Kueue keeps it inactive until
-    the check is Active, i.e. until dispatch's agent serves it."""
+def gated_cluster_queue(
+    name: str, *, check: str, flavor: str, quota: Mapping[str, str], also: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A ClusterQueue for every namespace whose every admission waits for the AdmissionCheck ``check`` (and the
+    checks ``also``: MultiKueue's on a manager), with ``quota`` of ``flavor`` and preemption of lower priorities
+    within the queue. Kueue keeps it inactive until the check is Active, i.e. until dispatch's agent serves it."""
     return {
         "apiVersion": KUEUE_V,
         "kind": "ClusterQueue",
@@ -53,7 +55,7 @@ def gated_cluster_queue(name: str, *, check: str, flavor: str, quota: Mapping[st
         "spec": {
             "namespaceSelector": {},  # every namespace; a missing selector matches none
             "preemption": {"withinClusterQueue": "LowerPriority"},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
+            "admissionChecksStrategy": {"admissionChecks": [{"name": c} for c in (check, *also)]},
             "resourceGroups": [
                 {
                     "coveredResources": list(quota),

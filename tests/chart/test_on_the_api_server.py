@@ -225,6 +225,10 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: get_node", ("get", "", "nodes", {"name": "node-1"})),
         ("agent: patch_pod (dispatch's finalizer)", ("patch", "", "pods", {"ns": TEAM, "name": "p"})),
         ("agent: patch_trainjob (the raise of A)", ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
+        (
+            "agent: patch_trainjob status=True (a lost worker's quota, agent/lostquota.py)",
+            ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj", "subresource": "status"}),
+        ),
         ("agent: patch_workload (a worker's record)", ("patch", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
         (
             "agent: apply_workload_status",
@@ -332,9 +336,11 @@ def forbidden(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Che
         ("nor deleted", ("delete", KUEUE, "admissionchecks", {"name": "dispatch-admission"})),
         ("Workloads are not deleted", ("delete", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
         ("Workloads are not replaced", ("update", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
+        # A TrainJob's status is Trainer's (and, where MultiKueue manages it, Kueue's): the agent's patch of it is
+        # confined by the owner policy to the TrainJobs MultiKueue manages; it never replaces it.
         (
-            "a TrainJob's status is Trainer's",
-            ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj", "subresource": "status"}),
+            "a TrainJob's status is never replaced",
+            ("update", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj", "subresource": "status"}),
         ),
         ("JobSets are only read", ("delete", JOBSET, "jobsets", {"ns": TEAM, "name": "tj"})),
         ("no RBAC is granted", ("create", "rbac.authorization.k8s.io", "clusterrolebindings", {})),

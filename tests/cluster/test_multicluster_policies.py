@@ -387,7 +387,9 @@ def _manager_objects(namespace: str) -> dict[str, dict[str, Any]]:
     return {"managed": managed, "own": _trainjob(namespace, copy=False)}
 
 
-def test_on_a_manager_kueue_copies_the_status_of_the_trainjobs_multikueue_manages_and_of_no_other(control_plane):
+def test_on_a_manager_kueue_and_dispatch_write_the_status_of_the_trainjobs_multikueue_manages_and_of_no_other(
+    control_plane,
+):
     for armed in _arm(control_plane, _config(ROLE_MANAGER), owners_too=True, before=_manager_objects):
         c, managed, own = armed.clients, armed.stored["managed"], armed.stored["own"]
         status = {"status": {"conditions": []}}
@@ -397,4 +399,6 @@ def test_on_a_manager_kueue_copies_the_status_of_the_trainjobs_multikueue_manage
         # MultiKueue's copy of the worker's status onto the TrainJob it manages.
         assert _refusal(_patch(c[KUEUE], managed, status, "status")) is None
         assert "UPDATE status is made only by" in _enforced(_patch(c[STRANGER], managed, status, "status"))
-        assert "UPDATE status is made only by" in _enforced(_patch(c[DISPATCH], managed, status, "status"))
+        # dispatch's release of a lost worker's quota (agent/lostquota.py): on the TrainJobs MultiKueue manages only.
+        assert _refusal(_patch(c[DISPATCH], managed, status, "status")) is None
+        assert "UPDATE status is made only by" in _enforced(_patch(c[DISPATCH], own, status, "status"))

@@ -258,6 +258,7 @@ EXTERNAL_FLAGS = {
     "--check": "charts/generate.py",
     "--no-wait": "scripts/sandbox",
     "--supervisor": "scripts/sandbox",
+    "--multicluster": "scripts/sandbox",
     "--seed": "scripts/chaos (its own test: tests/unit/test_chaos_cli.py)",
     "--duration": "scripts/chaos",
     "--install-packages": "controlplane/build-node.sh",

@@ -18,17 +18,17 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from agent.api.decisions import RUNTIME_NOT_SEEN
 from contract.admission import admission_count, admission_floor, admission_started
 from contract.keys import (
     ANNOTATION_ADMISSION,
     LABEL_JOBSET_NAME,
     LABEL_RESTART_ATTEMPT,
-    LABEL_WORKLOAD_JOB_UID,
 )
-from contract.prologue import prologue_configmap
-from contract.trainjob import Submission, build_runtime_copy, build_trainjob
-from harness.kube_http import ApiError, KubeHttp
+
+# Re-exported: the tests call them as kit.create_as_start and kit.workload_of.
+from harness.jobs import create_as_start as create_as_start
+from harness.jobs import workload_of as workload_of
+from harness.kube_http import KubeHttp
 from harness.sandbox import site
 
 KUEUE_V = site.KUEUE_V
@@ -59,37 +59,6 @@ def eventually(probe: Callable[[], T], within: float, what: str, interval: float
 
 
 # -- creating ---------------------------------------------------------------------------------------
-
-
-_PROLOGUE_MADE: set[tuple[str, str]] = set()
-"""(API server, namespace) where create_as_start made sure of the prologue's ConfigMap."""
-
-
-def create_as_start(admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]) -> dict[str, Any]:
-    """The runtime copy, then the TrainJob, as Start creates them: Kueue's and Trainer's webhooks read the copy
-    from their informer caches and may refuse the TrainJob for a moment (agent/api/service.py rides this out
-    the same way, on the same messages). The prologue's ConfigMap first, as Start makes sure of it (a real
-    kubelet does not start a trainer pod without it): once per namespace and API server in this process, so
-    that a benchmark's jobs cost the API server what their own objects cost (Start reads it each time)."""
-    if (admin.credentials.server, sub.namespace) not in _PROLOGUE_MADE:
-        try:
-            admin.create(prologue_configmap(sub.namespace))
-        except ApiError as exc:
-            if exc.status != 409:  # made for an earlier job of the namespace
-                raise
-        _PROLOGUE_MADE.add((admin.credentials.server, sub.namespace))
-    admin.create(build_runtime_copy(sub, runtime))
-    trainjob = build_trainjob(sub, runtime["spec"])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return admin.create(trainjob)
-        except ApiError as exc:
-            message = str(exc)
-            not_seen = exc.status == 403 and "untime" in message and any(p in message for p in RUNTIME_NOT_SEEN)
-            if not not_seen or time.monotonic() > deadline:
-                raise
-        time.sleep(0.25)
 
 
 def conditions(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -257,12 +226,6 @@ def training_runtime(
     sandbox uses too). The trainer asks for ``cpu`` so that it takes quota in the ClusterQueue (and can be
     preempted)."""
     return site.training_runtime(name, cpu=cpu, image=IMAGE, failure_policy=failure_policy, node_selector=node_selector)
-
-
-def workload_of(admin: KubeHttp, namespace: str, owner_uid: str) -> dict[str, Any]:
-    items = admin.list(KUEUE_V, "Workload", namespace, label_selector=f"{LABEL_WORKLOAD_JOB_UID}={owner_uid}")
-    assert len(items) == 1, f"{len(items)} Workloads for the TrainJob {owner_uid}"
-    return items[0]
 
 
 def check_entry(workload: Mapping[str, Any], check: str) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import secrets
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +29,11 @@ from ulid import ULID
 
 from agent.api.models import HoldRequest, KueueSpec, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
-from agent.operations import Target, plan_open, plan_release
+from agent.operations import plan_open, plan_release
 from contract.admission import admission_started
 from contract.keys import (
     ANNOTATION_FENCED,
     FENCED_TRUE,
-    FIELD_MANAGER,
     LABEL_JOBSET_NAME,
     LABEL_REPLICA_OF,
     POD_FINALIZER,
@@ -44,6 +42,7 @@ from contract.keys import (
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
+from harness.jobs import write_as_the_api
 from harness.kube_http import ApiError, KubeHttp
 from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MANAGER_AGENT_USER, MULTIKUEUE_CONTROLLER, MultiCluster
 from harness.sandbox import site
@@ -61,7 +60,6 @@ RAISED_BY_K = (
     "the next dispatch starts with A {}, raised by K = maxRestarts + 1 = 3 by the gate before this check turns "
     "Ready (MultiKueue copies the TrainJob to a worker then)"
 )
-JSON_PATCH = "application/json-patch+json"
 LINGER = "test.dispatch.phpboyscout.uk/linger"
 SWEEP_SECONDS = 2
 
@@ -169,10 +167,6 @@ def _true(value: object) -> object:
     return value
 
 
-def _json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) -> None:
-    admin.request("PATCH", admin.object_path(obj), ops, query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
-
-
 def _active(trainjob: dict[str, Any]) -> int:
     """The active Jobs in the TrainJob's status: on the manager, as MultiKueue copied them from the worker."""
     return sum(j.get("active") or 0 for j in trainjob.get("status", {}).get("jobsStatus") or [])
@@ -184,24 +178,6 @@ def _copy(worker: Any, tj: dict[str, Any]) -> dict[str, Any] | None:
 
 def _get(m: Manager, tj: dict[str, Any]) -> dict[str, Any]:
     return m.admin.get(TRAINER_V, "TrainJob", tj["metadata"]["name"], m.namespace)
-
-
-def _write(m: Manager, tj: dict[str, Any], plan: Any) -> None:
-    """Open, Hold or Release as the supervisor API makes them: each write preconditioned on a fresh read, read
-    again after a conflict (Kueue writes too)."""
-    for _ in range(20):
-        trainjob, wl = _get(m, tj), kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"])
-        writes = plan(trainjob, wl)
-        if not writes:
-            return
-        target = trainjob if writes[0].target is Target.TRAINJOB else wl
-        try:
-            _json_patch(m.admin, target, writes[0].patch)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            time.sleep(0.2)
-    raise AssertionError("the writes kept conflicting")
 
 
 def _hold_through_the_api(m: Manager, tj: dict[str, Any], directory: Path) -> str:
@@ -255,7 +231,7 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
         assert (kit.a_of(tj), kit.floor_of(tj)) == (0, None)
 
         eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
-        _write(m, tj, lambda t, w: plan_open(t).writes)
+        write_as_the_api(m.admin, tj, lambda t, w: plan_open(t).writes)
         first, _ = _dispatched(m, tj, K)
         # MultiKueue copies the worker's TrainJob status to the manager's: Kueue's controller, on the TrainJob it
         # manages (docs/security.md, "Several clusters"). Refused, MultiKueue's every later pass fails on it.
@@ -274,7 +250,7 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
                    "the manager's TrainJob suspended, with no active Job")  # fmt: skip
         for worker in m.mc.workers:  # MultiKueue deleted the copy once the manager released the quota
             eventually(lambda w=worker: _true(_copy(w, tj) is None), 60, "the worker's copy deleted")
-        _write(m, tj, lambda t, w: plan_release(t, w).writes)
+        write_as_the_api(m.admin, tj, lambda t, w: plan_release(t, w).writes)
         second, _ = _dispatched(m, tj, 2 * K)
         assert kit.a_of(second) >= kit.a_of(first) + K  # R only rises: above the first dispatch's whole range
 
@@ -345,7 +321,7 @@ def _running(m: Manager) -> tuple[dict[str, Any], str, str, str]:
     tj = kit.create_as_start(m.admin, sub, m.runtime)
     uid = tj["metadata"]["uid"]
     eventually(lambda: kit.workload_of(m.admin, m.namespace, uid), 30, "the Workload created")
-    _write(m, tj, lambda t, w: plan_open(t).writes)
+    write_as_the_api(m.admin, tj, lambda t, w: plan_open(t).writes)
     _dispatched(m, tj, K)
     ran_on = kit.workload_of(m.admin, m.namespace, uid)["status"]["clusterName"]
     other = next(name for name in m.mc.cluster_names if name != ran_on)
@@ -378,7 +354,7 @@ def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or
                    "the held Workload deactivated by the gate once its copy stopped")  # fmt: skip
         eventually(lambda: _true(_copy(there, tj) is None), 60, "the worker's copy deleted")
         assert there.admin.get("v1", "Pod", pod, ns)["metadata"].get("deletionTimestamp"), "the pod was not deleted"
-        _write(m, tj, lambda t, w: plan_release(t, w).writes)
+        write_as_the_api(m.admin, tj, lambda t, w: plan_release(t, w).writes)
 
         def held(*present: str, absent: str = "") -> dict[str, Any]:
             entry = kit.check_entry(kit.workload_of(m.admin, ns, uid), m.check)
@@ -438,7 +414,7 @@ def test_the_manager_s_gate_makes_the_runtime_copy_on_every_worker_and_removes_i
     uid, ns = tj["metadata"]["uid"], m.namespace
     assert [w.name for w in m.mc.workers if _replica(w, tj) is not None] == [], "a runtime copy already on a worker"
     eventually(lambda: kit.workload_of(m.admin, ns, uid), 30, "the Workload created")
-    _write(m, tj, lambda t, w: plan_open(t).writes)
+    write_as_the_api(m.admin, tj, lambda t, w: plan_open(t).writes)
     _dispatched(m, tj, K)
 
     source = m.admin.get(TRAINER_V, "TrainingRuntime", tj["spec"]["runtimeRef"]["name"], ns)

@@ -99,3 +99,39 @@ def test_the_index_marks_the_workloads_evicted_with_their_quota_kept():
     assert index.kept_keys() == [key_of(kept)]
     index.put(key_of(kept), hint_of(workload() | {"metadata": kept["metadata"]}))
     assert index.kept_keys() == []
+
+
+def test_the_round_goes_on_past_a_failed_sweep_and_a_failed_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's round over its workers runs beside its other tasks in one TaskGroup: a failure in it must
+    never end them (nor the round), only be logged and left to the next round."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from agent import controller
+
+    released: list[str] = []
+
+    async def sweep(kube: object, workers: object) -> int:
+        raise RuntimeError("the manager's API refused a GET")
+
+    async def release(kube: object, workers: object, namespace: str, name: str, taints: object) -> bool:
+        released.append(name)
+        if name == "wl-0":
+            raise RuntimeError("a worker's API hung up")
+        return True
+
+    async def stop(seconds: float) -> None:
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(controller, "sweep_replicas", sweep)
+    monkeypatch.setattr(controller, "release_kept_quota", release)
+    monkeypatch.setattr(controller.asyncio, "sleep", stop)
+    index = WorkloadIndex()
+    for i in range(2):
+        wl = evicted()
+        wl["metadata"]["name"] = f"wl-{i}"
+        index.put(key_of(wl), hint_of(wl))
+    me = SimpleNamespace(kube=None, index=index, config=SimpleNamespace(node_loss_taints=(), worker_round_seconds=1))
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(controller.Controller._go_round_workers(me, workers=None))  # type: ignore[arg-type]
+    assert released == ["wl-0", "wl-1"]
