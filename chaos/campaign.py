@@ -140,7 +140,8 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
         gate = naive.NaiveGate(env.admin, check=check, namespace=env.release_namespace)
         gate.take_over(60)
         threads.append(threading.Thread(target=gate.run, args=(stop,), name="naive-gate", daemon=True))
-        log(f"  naive arm: the naive check controller holds the Lease; removed {', '.join(removed)}")
+        what = ", ".join(removed) or "nothing more (an earlier naive arm did)"
+        log(f"  naive arm: the naive check controller holds the Lease; removed {what}")
 
     stranger = attacks.stranger(env.cp, namespace)
     attacker = attacks.Attacker(env.admin, stranger, namespace, seed, rec.to("attacks"),
