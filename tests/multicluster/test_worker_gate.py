@@ -29,11 +29,12 @@ from contract.keys import ANNOTATION_WORKER_ADMITTED, POD_FINALIZER
 from contract.multicluster import ROLE_WORKER
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
+from harness.jobs import write_as_the_api
 from harness.multicluster import KUEUE_V, MultiCluster, Worker
 from harness.sandbox import site
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
-from tests.multicluster.test_numbering import QUEUE, K, Manager, _dispatched, _queue, _true, _write
+from tests.multicluster.test_numbering import QUEUE, K, Manager, _dispatched, _queue, _true
 
 pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
 
@@ -173,7 +174,7 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
         tj = kit.create_as_start(m.admin, sub, m.runtime)
         name = tj["metadata"]["name"]
         eventually(lambda: kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"]), 30, "the Workload created")
-        _write(m, tj, lambda t, w: plan_open(t).writes)
+        write_as_the_api(m.admin, tj, lambda t, w: plan_open(t).writes)
         _dispatched(m, tj, K)
 
         # The copy's first admission on its worker: recorded, then approved.
