@@ -43,6 +43,8 @@ class Result:
     jobs: int
     dir: str
     started_jobs: int = 0
+    bounces: int = 0
+    """Jobs held once they ran, and released (chaos/traffic.py): readmissions of a job that ran."""
     executions: int = 0
     preemptions: int = 0
     faults: dict[str, int] = field(default_factory=dict)
@@ -124,7 +126,8 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
 
     traffic = Traffic(api_url=env.api.api_url, ca_file=env.api.ca_file, resolve=env.api.resolve, token_file=token,
                       admin=env.admin, namespace=namespace, image=env.image.ref, runtime=runtime,
-                      others_runtime=env.tb.training_runtime, jobs=jobs, seed=seed, record=rec.to("calls"))  # fmt: skip
+                      others_runtime=env.tb.training_runtime, jobs=jobs, seed=seed, record=rec.to("calls"),
+                      ledger=site.ledger_dir(dir_))  # fmt: skip
     if arm == "naive" and naive.is_disarmed(env.admin):
         # A second naive arm on this cluster: the first removed the choke point the start gate's proof needs, so
         # a Preflight now cannot prove it. The verdict the first arm's Preflight recorded, before it disarmed
@@ -175,7 +178,8 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
     attack_counts = attacker.counts()
     result = Result(
         arm=arm, seed=seed, duration=duration, nodes=workers, jobs=jobs, dir=str(dir_),
-        started_jobs=traffic.counts.started, executions=report.lives, preemptions=preemptions,
+        started_jobs=traffic.counts.started, bounces=traffic.counts.bounces, executions=report.lives,
+        preemptions=preemptions,
         faults=dict(nem.counts()), attacks=dict(attack_counts),
         attack_kinds=len({a["attack"] for a in records.read(dir_, "attacks")}),
         violations=len(report.violations),
@@ -199,7 +203,8 @@ def summary(result: Result) -> list[str]:
     return [
         f"arm {result.arm}, seed {result.seed}, {result.duration:.0f}s on {len(result.nodes)} real worker nodes, "
         f"{result.jobs} jobs at once",
-        f"  jobs started {result.started_jobs}, executions {result.executions}, preemptions {result.preemptions}, "
+        f"  jobs started {result.started_jobs} ({result.bounces} bounced), executions {result.executions}, "
+        f"preemptions {result.preemptions}, "
         f"API calls {result.calls} ({result.failed_calls} failed)",
         f"  faults {faults}: " + ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items())),
         f"  attacker writes {tried} ({result.attack_kinds} kinds): refused {refused}, "

@@ -5,6 +5,11 @@ Jobs are started on a few ClusterQueues at random priorities and opened at once,
 other and other parties' jobs preempt them; some finish, some fail their rank so JobSet restarts them (J
 rises), some run until stopped; Hold, Release and Stop come at random. The other parties' urgent TrainJobs run
 on kwok's nodes; the harness plays their kubelet and completes them.
+
+Chance alone may readmit no job that had run (seen: a 90 s arm whose preemptions all struck jobs before their
+trainer started), so every arm also *bounces* BOUNCES jobs, as a supervisor moving work would: a job whose
+trainer has written to the ledger is held, and released HELD_SECONDS later. Its readmission is the one the
+readmission gate exists for; a check controller that does not raise A runs it again under the same identity.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ T = TypeVar("T")
 FINAL_PHASES = ("Complete", "Failed")
 CUT_KINDS = (ErrorKind.UNAVAILABLE, ErrorKind.INTERNAL, ErrorKind.RATE_LIMITED)
 """Answers after which the call's outcome is unknown: the agent may have written before it failed."""
+BOUNCES = 2
+"""Jobs per arm held once their trainer ran, and released: readmissions of a job that ran, whatever chance does."""
+HELD_SECONDS = 8
+"""How long a hold lasts at least before a Release may lift it."""
 
 
 @dataclass
@@ -45,6 +54,8 @@ class Job:
     """finish | fail | long: what its trainer does (see site.TRAINER)."""
     opened: bool = False
     held_since: float | None = None
+    bounced: bool = False
+    """Held once its trainer ran, to be released HELD_SECONDS later (the module doc)."""
     stopped: bool = False
     phase: str = ""
     ceased: bool = False
@@ -74,6 +85,7 @@ class Counts:
     releases: int = 0
     stops: int = 0
     others: int = 0
+    bounces: int = 0
     calls: int = 0
     failed_calls: int = 0
     by_error: dict[str, int] = field(default_factory=dict)
@@ -93,10 +105,24 @@ def behaviour(rng: random.Random) -> tuple[str, dict[str, str]]:
     return kind, env
 
 
+def bounce_move(
+    live: list[Job], now: float, *, done: int, ran: Callable[[Job], bool], rng: random.Random
+) -> tuple[str, Job] | None:
+    """The bounce's next move (the module doc): ("release", a bounced job held over HELD_SECONDS) first, then,
+    while fewer than BOUNCES are done, ("hold", an opened job not held nor bounced yet whose trainer ran)."""
+    due = [j for j in live if j.bounced and j.held_since is not None and now - j.held_since > HELD_SECONDS]
+    if due:
+        return "release", due[0]
+    if done >= BOUNCES:
+        return None
+    candidates = [j for j in live if j.opened and j.held_since is None and not j.bounced and ran(j)]
+    return ("hold", rng.choice(candidates)) if candidates else None
+
+
 class Traffic:
     def __init__(self, *, api_url: str, ca_file: Path, resolve: dict[str, str], token_file: Path, admin: KubeHttp,
                  namespace: str, image: str, runtime: str, others_runtime: str, jobs: int, seed: int,
-                 record: Callable[..., None]) -> None:  # fmt: skip
+                 record: Callable[..., None], ledger: Path | None = None) -> None:  # fmt: skip
         self.api_url, self.ca_file, self.resolve, self.token_file = api_url, ca_file, resolve, token_file
         self.admin = admin
         self.namespace = namespace
@@ -106,6 +132,8 @@ class Traffic:
         self.target = jobs
         self.rng = random.Random(seed)
         self.record = record
+        self.ledger = ledger
+        """Where the trainers write (site.ledger_dir): a job ran once its folder holds a life."""
         self.jobs: list[Job] = []
         self.others: list[Others] = []
         self.counts = Counts()
@@ -227,14 +255,36 @@ class Traffic:
             self.others.append(Others(name, now + self.rng.uniform(10, 40)))
             self.counts.others += 1
 
+    def ran(self, job: Job) -> bool:
+        """Its trainer wrote a line to the ledger: an execution of it ran."""
+        folder = self.ledger / job.namespace / job.name if self.ledger is not None else None
+        return folder is not None and any(folder.glob("*.log"))
+
+    async def bounce(self, agent: AgentClient, live: list[Job]) -> bool:
+        """Makes the bounce's next move (``bounce_move``), if any; True when it made a call."""
+        move = bounce_move(live, time.monotonic(), done=self.counts.bounces, ran=self.ran, rng=self.rng)
+        if move is None:
+            return False
+        what, job = move
+        if what == "release":
+            await self.release(agent, job)
+            return True
+        await self.hold(agent, job)
+        if job.held_since is not None:
+            job.bounced = True
+            self.counts.bounces += 1
+        return True
+
     async def tick(self, agent: AgentClient) -> None:
         live = [j for j in self.jobs if j.live]
+        if await self.bounce(agent, live):
+            return
         if len(live) < self.target:
             await self.start_job(agent)
             return
         roll = self.rng.random()
         opened = [j for j in live if j.held_since is None]
-        held = [j for j in live if j.held_since is not None and time.monotonic() - j.held_since > 8]
+        held = [j for j in live if j.held_since is not None and time.monotonic() - j.held_since > HELD_SECONDS]
         if roll < 0.12 and opened:
             await self.hold(agent, self.rng.choice(opened))
         elif roll < 0.35 and held:

@@ -60,9 +60,12 @@ def test_dispatch_passes_the_campaign_and_the_naive_controller_fails_it(env: env
     assert set(result.faults) <= set(nemesis.ALL), lines
 
     naive = campaign.run_arm(env, arm="naive", seed=SEED, duration=NAIVE_SECONDS, jobs=JOBS, quiet=QUIET)
-    if naive.executions <= naive.started_jobs:
-        # No job ran a second time in the window (seen once: 8 started, 7 executions, 4 preemptions, under an API
-        # server and a Kueue restart), so the control was not exercised: once more, with the next seed.
+    if naive.bounces == 0 or naive.executions <= naive.started_jobs:
+        # No job that ran was readmitted in the window (every arm bounces two that ran, chaos/traffic.py, unless
+        # faults kept each trainer from starting until its end), so the control was not exercised: once more, with
+        # the next seed.
         naive = campaign.run_arm(env, arm="naive", seed=SEED + 1, duration=NAIVE_SECONDS, jobs=JOBS, quiet=QUIET)
-    assert naive.executions > naive.started_jobs, "\n".join(campaign.summary(naive))  # a job readmitted
-    assert naive.violations > 0, "the naive check controller passed the checker:\n" + "\n".join(campaign.summary(naive))
+    lines = "\n".join(campaign.summary(naive))
+    assert naive.bounces > 0, lines
+    assert naive.executions > naive.started_jobs, lines  # a job that ran was readmitted
+    assert naive.violations > 0, f"the naive check controller passed the checker:\n{lines}"
