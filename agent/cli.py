@@ -121,7 +121,8 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
         api = None
         settings = served_api_settings(config, args.api_port)
         if args.tls_cert_file:
-            api = ApiServer(ApiKube(api_client_, timeout=settings.request_timeout), settings, metrics=metrics.registry)
+            api_kube = ApiKube(api_client_, timeout=settings.request_timeout, workers=kube.workers)
+            api = ApiServer(api_kube, settings, metrics=metrics.registry)
         health = HealthServer(metrics.registry, ready)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -113,17 +113,21 @@ def multikueue_start_problems(
     return [refusal] if refusal else []
 
 
-def multikueue_unproven(workload: Mapping[str, Any] | None, multikueue: Collection[str]) -> str | None:
+def multikueue_unproven(
+    workload: Mapping[str, Any] | None, multikueue: Collection[str], workers: Sequence[str] = ()
+) -> str | None:
     """Why Preflight cannot prove Kueue mode for a queue whose ClusterQueue lists a MultiKueue check (the probe's
     Workload lists it), or None. The manager's gate waits for the workers (guarantee 4), but the rest of the
-    design is not built (docs/multicluster.md, "Status"): until it is, such a queue is reported, never proven."""
+    design is not built (docs/multicluster.md, "Plumbing"): until it is, such a queue is reported, never proven.
+    ``workers``: what Preflight found on each worker of the check (agent/workerproof.py), one line each."""
     listed = listed_multikueue_checks(workload, multikueue)
     if not listed:
         return None
+    found = f"; its workers: {'; '.join(workers)}" if workers else ""
     return (
         f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch's MultiKueue support is "
-        "not complete (the stale-copy stamp and Preflight's proof of each worker are not built; "
-        "docs/multicluster.md), so dispatch jobs must not be queued to it"
+        "not complete (the stale-copy stamp is not built; docs/multicluster.md), so dispatch jobs must not be "
+        f"queued to it{found}"
     )
 
 

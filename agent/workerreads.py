@@ -20,12 +20,22 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import podowners
-from agent.constants import REQUEST_TIMEOUT_SECONDS, TRAINER_VERSION, TRAINING_RUNTIMES
+from agent.constants import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUES,
+    REQUEST_TIMEOUT_SECONDS,
+    TRAINER_VERSION,
+    TRAINING_RUNTIMES,
+)
 from agent.gate import Blocker, hold_message
 from agent.kube import Kube, or_none
 from agent.lostquota import kept_active, kept_message, release_patch, released_message
 from agent.replicas import replica_blocker, stale_replicas, unprepared
 from agent.start import prologue_configmap_refusal
+from agent.workerproof import WorkerProof, accesses, listed_checks
 from agent.workers import WorkerLook, plan_workers, unreadable, worker_blockers
 from agent.workload import owner_trainjob
 from contract.keys import FIELD_MANAGER, LABEL_JOBSET_NAME, LABEL_REPLICA_OF, TRAINER_GROUP
@@ -52,6 +62,9 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     # confines the create to it; RBAC cannot restrict a create by name).
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": [PROLOGUE_CONFIGMAP]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    # Preflight's proof of the worker (agent/workerproof.py): the job's LocalQueue, its ClusterQueue and the
+    # AdmissionChecks that lists (dispatch's worker-side check there, Active). Reads of queue configuration only.
+    {"apiGroups": [KUEUE_GROUP], "resources": ["localqueues", "clusterqueues", "admissionchecks"], "verbs": ["get"]},
 )
 """The rights of the manager agent's credential on a worker, and nothing more. The chart grants them on a worker
 (role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
@@ -149,6 +162,38 @@ class WorkerClients:
                 _preload_content=False, _request_timeout=self.timeout,
             )
         )  # fmt: skip
+
+    async def prove(self, worker: str, namespace: str, queue: str) -> WorkerProof:
+        """What Preflight proves ``worker`` by (agent/workerproof.py): each right of WORKER_RULES asked with a
+        SelfSubjectAccessReview, then the job's LocalQueue, its ClusterQueue and the AdmissionChecks that lists
+        (GETs; one not found is None)."""
+        api = await self._client(worker)
+        custom, auth = client.CustomObjectsApi(api), client.AuthorizationV1Api(api)
+        opts = {"_preload_content": False, "_request_timeout": self.timeout}
+        denied = []
+        for access in accesses(WORKER_RULES, namespace):
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": access.attributes()}}  # fmt: skip
+            review = await read_json(auth.create_self_subject_access_review(body, **opts))
+            if not dig(review, "status", "allowed"):
+                denied.append((access, str(dig(review, "status", "reason") or "not allowed")))
+
+        def get(plural: str, name: str) -> Awaitable[Any]:
+            return custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name, **opts)
+
+        try:
+            localqueue = await or_none(
+                custom.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUES, queue, **opts)
+            )
+            cq = dig(localqueue, "spec", "clusterQueue")
+            clusterqueue = await or_none(get(CLUSTER_QUEUES, cq)) if isinstance(cq, str) and cq else None
+            checks = {n: await or_none(get(ADMISSION_CHECKS, n)) for n in listed_checks(clusterqueue)}
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            # A right refused: the reviews above name it; the queue is reported unread, not missing.
+            return WorkerProof(None, None, {}, tuple(denied), unread=describe_api_error(exc))
+        return WorkerProof(localqueue, clusterqueue, checks, tuple(denied))
 
     async def close(self) -> None:
         for _, api in self._clients.values():

@@ -12,13 +12,16 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
 
 from contract.keys import FIELD_MANAGER, TRAINER_GROUP
+
+if TYPE_CHECKING:
+    from agent.workerreads import WorkerClients
 
 JSON_PATCH: Final = "application/json-patch+json"
 
@@ -49,6 +52,8 @@ TRAINING_RUNTIMES: Final = Resource(TRAINER_GROUP, "v1alpha1", "trainingruntimes
 CLUSTER_TRAINING_RUNTIMES: Final = Resource(TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", namespaced=False)
 WORKLOADS: Final = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
 ADMISSION_CHECKS: Final = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", namespaced=False)
+MULTIKUEUE_CONFIGS: Final = Resource("kueue.x-k8s.io", "v1beta2", "multikueueconfigs", namespaced=False)
+MULTIKUEUE_CLUSTERS: Final = Resource("kueue.x-k8s.io", "v1beta2", "multikueueclusters", namespaced=False)
 JOBSETS: Final = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
 PODS: Final = Resource("", "v1", "pods")
 CONFIG_MAPS: Final = Resource("", "v1", "configmaps")
@@ -94,9 +99,11 @@ def selector(labels: Mapping[str, str]) -> str:
 class Kube:
     """Thin JSON REST over an ApiClient. Every write carries dispatch's field manager."""
 
-    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
+    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0, workers: WorkerClients | None = None) -> None:
         self.api = api
         self.timeout = timeout
+        self.workers = workers
+        """On a MultiKueue manager: the agent's credential for each worker (Preflight proves them)."""
 
     async def _call(
         self,

@@ -29,6 +29,10 @@ AGENT_RULES: Final[list[Rule]] = [
     # Hold on a MultiKueue manager sets dispatch's own check Retry (Kueue then evicts through MultiKueue).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["admissionchecks"], "verbs": ["list"]},
+    # Preflight through a MultiKueue queue: the MultiKueueConfigs its MultiKueue checks name and the
+    # MultiKueueClusters' fences, which say the workers to prove (agent/workerproof.py).
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueconfigs"], "verbs": ["get"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueclusters"], "verbs": ["list"]},
     # Status.
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
 
 from agent import podowners
@@ -28,6 +29,8 @@ from agent.api.kube import (
     JOBS,
     JOBSETS,
     LEASES,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
     NODES,
     PODS,
     TRAINING_RUNTIMES,
@@ -66,23 +69,33 @@ from agent.start import (
     workload_problems,
 )
 from agent.status import orphans, status
+from agent.workerproof import proof_problems, worker_lines
+from agent.workers import plan_workers
 from contract.admission import preconditions
 from contract.foreign import trainer_job_name
 from contract.keys import (
     KIND_CLUSTER_TRAINING_RUNTIME,
     LABEL_JOB_COMPLETION_INDEX,
     LABEL_JOBSET_NAME,
+    LABEL_QUEUE_NAME,
     LABEL_REPLICATED_JOB_NAME,
     LABEL_WORKLOAD_JOB_UID,
     PROBE_IMAGE,
     TRAINER_CONTAINER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, managed_by_multikueue, multikueue_checks
-from contract.objects import dig
+from contract.multicluster import (
+    MULTIKUEUE_MANAGED_BY,
+    listed_multikueue_checks,
+    managed_by_multikueue,
+    multikueue_checks,
+    multikueue_config_of,
+)
+from contract.objects import dig, labels
 from contract.ownership import is_dispatch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob, runtime_copy_owner_reference
+from serving.kube import describe_api_error
 
 POLL_SECONDS: Final = 0.5
 CONFLICT_ATTEMPTS: Final = 3
@@ -886,12 +899,41 @@ class Service:
                 unchecked = d.unchecked(workload) if kueue else None
                 if unchecked:
                     problems.append(f"for jobs of this runtime, {unchecked}")
-                unproven = multikueue_unproven(workload, multikueue) if kueue else None
+                unproven = None
+                if kueue and listed_multikueue_checks(workload, multikueue):
+                    queue = str(labels(current).get(LABEL_QUEUE_NAME) or "")
+                    workers = await self._prove_workers(namespace, queue, workload, multikueue)
+                    unproven = multikueue_unproven(workload, multikueue, workers)
                 if unproven:
                     problems.append(unproven)
                 owners = d.owner_problems(*await self._probe_children(namespace, name), seconds)
                 return d.ProbeResult(seconds, workload_problems=tuple(problems), owner_problems=tuple(owners))
             await asyncio.sleep(POLL_SECONDS)
+
+    async def _prove_workers(
+        self, namespace: str, queue: str, workload: Mapping[str, Any], multikueue: frozenset[str]
+    ) -> list[str]:
+        """Preflight's proof of each worker the manager's gate would read for a job of this queue (agent/workers.py
+        ``plan_workers``; agent/workerproof.py decides), one line each. A worker that cannot be read is named
+        with why, never an error of Preflight's."""
+        listed = listed_multikueue_checks(workload, multikueue)
+        checks = {str(dig(c, "metadata", "name")): c for c in await self._admission_checks()}
+        named = {n: checks.get(n) for n in listed}
+        config_names = sorted({c for ac in named.values() if (c := multikueue_config_of(ac)) is not None})
+        configs = {c: await self._read(MULTIKUEUE_CONFIGS.path(name=c), f"MultiKueueConfig {c}") for c in config_names}
+        clusters = await self._list(MULTIKUEUE_CLUSTERS.path(), None, "the MultiKueueClusters")
+        workers = self.kube.workers
+        plan = plan_workers(named, configs, clusters, workers.names if workers is not None else ())
+        proven: dict[str, list[str]] = {}
+        for worker in plan.read:
+            assert workers is not None  # plan_workers reads only workers with a credential
+            try:
+                proven[worker] = proof_problems(namespace, queue, await workers.prove(worker, namespace, queue))
+            except ApiException as exc:
+                proven[worker] = [f"cannot be read: {describe_api_error(exc)}"]
+            except Exception as exc:  # a worker that cannot be read is not proven, and Preflight still answers
+                proven[worker] = [f"cannot be read: {type(exc).__name__}: {exc}".rstrip(": ")]
+        return worker_lines(plan, proven)
 
     async def _probe_children(
         self, namespace: str, name: str

@@ -18,6 +18,7 @@ from agent.api.kube import Kube
 from agent.api.models import ObjectRef
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
+from agent.workerreads import WorkerClients
 from certs import pki
 from certs.reload import ReloadingServerContext
 from harness.async_client import api_client
@@ -110,14 +111,18 @@ class RunningAgent:
 
 
 @asynccontextmanager
-async def running_agent(cp: ControlPlane, directory: Path, settings: ApiSettings) -> AsyncIterator[RunningAgent]:
+async def running_agent(
+    cp: ControlPlane, directory: Path, settings: ApiSettings, workers: WorkerClients | None = None
+) -> AsyncIterator[RunningAgent]:
+    """The API served on loopback with real TLS, as the agent under exactly AGENT_RULES; ``workers``: on a
+    MultiKueue manager, the agent's credential for each worker (``workerKubeconfigs``)."""
     ca = pki.make_ca("dispatch-agent-cluster-test")
     pair = pki.make_serving_cert(ca, "dispatch-agent", ip_addresses=[HOST])
     (directory / "tls.crt").write_bytes(pair.cert_pem)
     (directory / "tls.key").write_bytes(pair.key_pem)
     tls = ReloadingServerContext(directory / "tls.crt", directory / "tls.key")
     async with api_client(agent_credentials(cp)) as api:
-        server = ApiServer(Kube(api), settings)
+        server = ApiServer(Kube(api, workers=workers), settings)
         async with serving(server.app(), HOST, 0, tls) as port:
             yield RunningAgent(f"https://{HOST}:{port}", ca, server)
 

@@ -30,6 +30,7 @@ from ulid import ULID
 from agent.api.models import HoldRequest, KueueSpec, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
 from agent.operations import plan_open, plan_release
+from agent.workerreads import WorkerClients
 from contract.admission import admission_started
 from contract.keys import (
     ANNOTATION_FENCED,
@@ -260,30 +261,42 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
         trainjobs.stop()
 
 
-@pytest.mark.timeout(600)
-def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_why(
-    manager: Manager, tmp_path: Path
-) -> None:
-    """dispatch's MultiKueue support is not complete (docs/multicluster.md), so Preflight through a queue whose
-    ClusterQueue lists the MultiKueue check never proves Kueue mode: observe-only, naming the check."""
-    m = manager
+async def preflight_on_the_manager(m: Manager, tmp_path: Path, credentials: dict[str, Path]) -> Any:
+    """Preflight through the test's MultiKueue queue, on the manager's API served with ``credentials`` (the agent's
+    credential for each worker) as a supervisor of the test's namespace calls it."""
     cp = m.mc.manager.control_plane
-    who = supervisors(cp, m.namespace, cp.create_namespace("mc-api-other"))
-
-    async def preflight() -> Any:
-        async with running_agent(cp, tmp_path, ApiSettings(probeSeconds=5)) as agent:
+    who = supervisors(cp, m.namespace, cp.create_namespace(f"mc-api-{secrets.token_hex(3)}"))
+    workers = WorkerClients(credentials)
+    try:
+        async with running_agent(cp, tmp_path, ApiSettings(probeSeconds=5), workers) as agent:
             await allowed(agent, who.tokens["supervisor"], m.namespace)
             async with agent.client(who.tokens["supervisor"]) as api:
                 req = PreflightRequest(namespace=m.namespace, runtime=RuntimeRef(name=m.runtime["metadata"]["name"]),
                                        kueue=KueueSpec(local_queue=QUEUE))  # fmt: skip
                 return await api.preflight(req)
+    finally:
+        await workers.close()
 
-    report = asyncio.run(preflight())
+
+@pytest.mark.timeout(600)
+def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_why(
+    manager: Manager, tmp_path: Path
+) -> None:
+    """dispatch's MultiKueue support is not complete (docs/multicluster.md), so Preflight through a queue whose
+    ClusterQueue lists the MultiKueue check never proves Kueue mode: observe-only, naming the check. It names what
+    each worker lacks: here no dispatch check on the workers' queue (no agent runs on them in this module), and
+    no credential for a worker the agent was not given one for."""
+    m = manager
+    first, second = sorted(m.credentials)
+    report = asyncio.run(preflight_on_the_manager(m, tmp_path, {first: m.credentials[first]}))
     assert report.observe_only, report
     assert not report.readmission_gate, report
     why = report.readmission_gate_reason
     assert f"lists the MultiKueue check {ADMISSION_CHECK}" in why, why
     assert "MultiKueue support is not complete" in (report.observe_only_reason or "")
+    worker_cq = m.mc.worker(first).tier_b.cluster_queue
+    assert f"{first}: ClusterQueue {worker_cq} lists no AdmissionCheck of controller" in why, why
+    assert f"{second}: the agent has no credential to read it (workerKubeconfigs)" in why, why
 
 
 def _trainer_pod(worker: Any, tj: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ both clusters no two executions share an identity, and R only rises."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import secrets
 import time
@@ -34,7 +35,7 @@ from harness.multicluster import KUEUE_V, MultiCluster, Worker
 from harness.sandbox import site
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
-from tests.multicluster.test_numbering import QUEUE, K, Manager, _dispatched, _queue, _true
+from tests.multicluster.test_numbering import QUEUE, K, Manager, _dispatched, _queue, _true, preflight_on_the_manager
 
 pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
 
@@ -242,3 +243,33 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
         trainjobs.stop()
         for recorder in (*copies.values(), *remotes.values()):
             recorder.stop()
+
+
+@pytest.mark.timeout(600)
+def test_preflight_proves_each_worker_with_dispatch_s_check_there_and_names_one_it_cannot_read(
+    armed: Armed, tmp_path: Path
+) -> None:
+    """With dispatch's agent on every worker and its check on the worker ClusterQueue of the job's queue, the
+    manager's Preflight proves each worker with the agent's own credential for it (the rights the gate uses, the
+    queue, the check Active); a worker whose credential points nowhere is named, not proven. Kueue mode stays
+    observe-only on a MultiKueue queue while the stale-copy stamp is not built."""
+    m, mc = armed.manager, armed.manager.mc
+    for run in ("proven", "broken"):
+        (tmp_path / run).mkdir()
+    report = asyncio.run(preflight_on_the_manager(m, tmp_path / "proven", m.credentials))
+    why = report.readmission_gate_reason
+    assert report.observe_only, report
+    assert "the stale-copy stamp is not built" in why, why
+    for worker in mc.cluster_names:
+        assert f"{worker}: proven" in why, why
+
+    lost = sorted(m.credentials)[0]
+    working = mc.break_agent_kubeconfig(m.credentials[lost])
+    try:
+        report = asyncio.run(preflight_on_the_manager(m, tmp_path / "broken", m.credentials))
+    finally:
+        m.credentials[lost].write_bytes(working)
+    why = report.readmission_gate_reason
+    assert f"{lost}: cannot be read: " in why, why
+    assert f"{lost}: proven" not in why, why
+    assert all(f"{w}: proven" in why for w in mc.cluster_names if w != lost), why
