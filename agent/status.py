@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agent.gate import blockers_of
@@ -30,7 +30,7 @@ from contract.keys import (
     LABEL_RESTART_ATTEMPT,
     POD_FINALIZER,
 )
-from contract.multicluster import managed_by_multikueue
+from contract.multicluster import PREBUILT_WORKLOAD, is_copy, managed_by_multikueue
 from contract.objects import annotations, dig, labels, parse_rfc3339
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.trainer import prefixes_from_env
@@ -93,6 +93,12 @@ class Status:
     orphans: tuple[str, ...] = field(default_factory=tuple)
     ceased_reason: str = ""
     hold: HoldStatus | None = None
+    cluster: str | None = None
+    """On a MultiKueue manager: the worker MultiKueue runs the job on (its Workload's ``status.clusterName``),
+    whose pods and JobSet this Status reports."""
+    cluster_reason: str = ""
+    """Why that worker's pods are not reported ("" when they are): no credential for it, unreadable, or the
+    TrainJob of the job's name there is not MultiKueue's copy of this job."""
 
 
 def _count(read: Any, obj: object) -> int | None:
@@ -323,19 +329,7 @@ def status(
     """``now``: to tell whether a hold's ``until`` has passed (not reported as expired without it)."""
     checks = list(checks)
     assessment = assess(pods, nodes, node_loss_taints)
-    pod_statuses = tuple(
-        PodStatus(
-            name=c.pod,
-            node=c.node,
-            phase=dig(p, "status", "phase"),
-            verdict=c.verdict.value,
-            may_still_run=c.may_still_run,
-            reason=c.reason,
-            a=_pod_count(annotations(p).get(ANNOTATION_ADMISSION)),
-            j=_pod_count(labels(p).get(LABEL_RESTART_ATTEMPT)),
-        )
-        for p, c in zip(pods, assessment.classifications, strict=True)
-    )
+    pod_statuses = _pod_statuses(pods, assessment)
     a, floor = _count(admission_count, trainjob), _count(admission_floor, trainjob)
     restarts = dig(jobset, "status", "restarts")
     j = restarts if isinstance(restarts, int) else (0 if jobset is not None else None)
@@ -359,6 +353,66 @@ def status(
         orphans=orphans(trainjob, jobset=jobset, pods=pods, runtime_copy=runtime_copy),
         ceased_reason=ceased_why,
         hold=hold_of(trainjob, workload, now),
+    )
+
+
+def _pod_statuses(pods: Sequence[Mapping[str, Any]], assessment: Assessment) -> tuple[PodStatus, ...]:
+    return tuple(
+        PodStatus(
+            name=c.pod,
+            node=c.node,
+            phase=dig(p, "status", "phase"),
+            verdict=c.verdict.value,
+            may_still_run=c.may_still_run,
+            reason=c.reason,
+            a=_pod_count(annotations(p).get(ANNOTATION_ADMISSION)),
+            j=_pod_count(labels(p).get(LABEL_RESTART_ATTEMPT)),
+        )
+        for p, c in zip(pods, assessment.classifications, strict=True)
+    )
+
+
+def copy_of(workload: Mapping[str, Any] | None, copy: Mapping[str, Any] | None) -> bool:
+    """``copy`` (a worker's TrainJob of the job's name) is MultiKueue's copy of the job whose manager Workload is
+    ``workload``: it carries MultiKueue's origin label and names that Workload as its prebuilt one, by a label or,
+    where Kueue's ``WorkloadIdentifierAnnotations`` is on (or the name is too long for a label), an annotation
+    of the same key (Kueue v0.19.2 ``SetMultiKueueMeta``). A TrainJob of the same name made there by anyone
+    else is not reported as the job."""
+    name = dig(workload, "metadata", "name")
+    named = (labels(copy).get(PREBUILT_WORKLOAD), annotations(copy).get(PREBUILT_WORKLOAD))
+    return is_copy(copy) and name is not None and name in named
+
+
+def on_worker(
+    s: Status,
+    cluster: str,
+    *,
+    copy: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    foreign: Sequence[str],
+    nodes: Mapping[str, Mapping[str, Any]],
+    node_loss_taints: Iterable[str] = (),
+) -> Status:
+    """A manager's Status ``s`` of a job MultiKueue runs on ``cluster``, with that worker's view: the pods of
+    MultiKueue's ``copy`` there (``pods``: sorted by the ownership chain from the copy; ``foreign``: the others,
+    reported), judged on that worker's ``nodes``, and their executions. A, the floor, the gate, the hold and
+    Ceased stay the manager's: the manager numbers every dispatch, and Ceased needs every worker, not this one
+    (docs/multicluster.md). J is the copy's JobSet's, and R = A + J, only while the copy carries the manager's A
+    (a copy of an earlier dispatch reports its executions, not the current J)."""
+    assessment = assess(pods, nodes, node_loss_taints)
+    restarts = dig(jobset, "status", "restarts")
+    j = restarts if isinstance(restarts, int) else (0 if jobset is not None else None)
+    current = j is not None and s.a is not None and _count(admission_count, copy) == s.a
+    return replace(
+        s,
+        cluster=cluster,
+        cluster_reason="",
+        pods=_pod_statuses(pods, assessment),
+        executions=executions(copy, pods),
+        j=j if current else None,
+        r=s.a + j if current and s.a is not None and j is not None else None,
+        foreign=(*s.foreign, *(f"on worker {cluster}: {f}" for f in foreign)),
     )
 
 

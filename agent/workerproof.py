@@ -51,7 +51,10 @@ class Access:
         return f"{self.verb} {what}{f' {self.name}' if self.name else ''}{scope}"
 
     def attributes(self) -> dict[str, str]:
-        attrs = {"group": self.group, "resource": self.resource, "verb": self.verb}
+        resource, _, subresource = self.resource.partition("/")  # RBAC's "pods/log": resource and subresource
+        attrs = {"group": self.group, "resource": resource, "verb": self.verb}
+        if subresource:
+            attrs["subresource"] = subresource
         if self.namespace:
             attrs["namespace"] = self.namespace
         if self.name:

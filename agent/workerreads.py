@@ -65,6 +65,12 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     # Preflight's proof of the worker (agent/workerproof.py): the job's LocalQueue, its ClusterQueue and the
     # AdmissionChecks that lists (dispatch's worker-side check there, Active). Reads of queue configuration only.
     {"apiGroups": [KUEUE_GROUP], "resources": ["localqueues", "clusterqueues", "admissionchecks"], "verbs": ["get"]},
+    # Status and Output on the manager follow the job to the worker MultiKueue runs it on (its Workload's
+    # status.clusterName): MultiKueue's copy of the TrainJob and its JobSet (GET; the pods, Jobs and Nodes above),
+    # and rank 0's log.
+    {"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 """The rights of the manager agent's credential on a worker, and nothing more. The chart grants them on a worker
 (role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
@@ -83,6 +89,10 @@ class WorkerClients:
     @property
     def names(self) -> frozenset[str]:
         return frozenset(self._files)
+
+    async def client(self, worker: str) -> client.ApiClient:
+        """The client for ``worker`` (the API's reads there go through it: agent/api/service.py)."""
+        return await self._client(worker)
 
     async def _client(self, worker: str) -> client.ApiClient:
         path = self._files[worker]

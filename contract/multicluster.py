@@ -30,6 +30,9 @@ MULTIKUEUE_CONFIG_KIND: Final = "MultiKueueConfig"
 """The kind a MultiKueue AdmissionCheck's ``spec.parameters`` names: its ``spec.clusters`` are the workers."""
 MULTIKUEUE_ORIGIN_LABEL: Final = "kueue.x-k8s.io/multikueue-origin"
 """The label MultiKueue puts on the remote Workload and the remote TrainJob it creates on a worker."""
+PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
+"""On a worker's copy, a label or (Kueue's WorkloadIdentifierAnnotations) an annotation: the name of the remote
+Workload MultiKueue made for it, the manager Workload's name."""
 
 ROLE_SINGLE: Final = ""
 ROLE_MANAGER: Final = "manager"

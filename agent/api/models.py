@@ -174,6 +174,17 @@ class StatusResponse(_Model):
         alias="deletionTimestamp",
         description="set once the TrainJob is being deleted (Stop): it goes when its pods are gone",
     )
+    cluster: str | None = Field(
+        None,
+        description="on a MultiKueue manager: the worker MultiKueue runs the job on (its Workload's "
+        "status.clusterName), whose pods, executions and J this Status reports",
+    )
+    cluster_reason: str = Field(
+        "",
+        alias="clusterReason",
+        description="why the pods on that worker are not reported (no credential for it, unreadable, or no copy "
+        "of the job there); empty when they are",
+    )
 
     @classmethod
     def of(cls, ref: ObjectRef, s: Status) -> StatusResponse:
@@ -198,6 +209,8 @@ class StatusResponse(_Model):
             hold=HoldModel(**vars(s.hold)) if s.hold is not None else None,
             foreign=list(s.foreign),
             orphans=list(s.orphans),
+            cluster=s.cluster,
+            cluster_reason=s.cluster_reason,
         )
 
 

@@ -68,7 +68,7 @@ from agent.start import (
     readback_changes,
     workload_problems,
 )
-from agent.status import orphans, status
+from agent.status import Status, copy_of, on_worker, orphans, status
 from agent.workerproof import proof_problems, worker_lines
 from agent.workers import plan_workers
 from contract.admission import preconditions
@@ -142,30 +142,37 @@ class Service:
 
     # -- shared reads ------------------------------------------------------------------------------
 
-    async def _read(self, path: str, what: str) -> dict[str, Any] | None:
+    async def _read(self, path: str, what: str, kube: Kube | None = None) -> dict[str, Any] | None:
+        """``kube``: a worker's (Status and Output on a MultiKueue manager); this cluster's when None."""
         try:
-            return await self.kube.get(path)
+            return await (kube or self.kube).get(path)
         except KubeError as exc:
             raise d.read_failed(exc, what) from None
 
-    async def _list(self, path: str, labels: Mapping[str, str] | None, what: str) -> list[dict[str, Any]]:
+    async def _list(
+        self, path: str, labels: Mapping[str, str] | None, what: str, kube: Kube | None = None
+    ) -> list[dict[str, Any]]:
         try:
-            return await self.kube.list(path, labels)
+            return await (kube or self.kube).list(path, labels)
         except KubeError as exc:
             if exc.status == 404:  # the kind is not served (Kueue or JobSet not installed): none of them
                 return []
             raise d.read_failed(exc, what) from None
 
     async def _owned_pods(
-        self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None, selector: Mapping[str, str]
+        self,
+        trainjob: Mapping[str, Any],
+        jobset: Mapping[str, Any] | None,
+        selector: Mapping[str, str],
+        kube: Kube | None = None,
     ) -> podowners.Sorted:
         """The TrainJob's pods matching ``selector``, sorted by the ownership chain (agent/podowners.py): a
         pod that merely carries the JobSet's label is reported as foreign, never counted or streamed."""
         ns, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
-        labelled = await self._list(PODS.path(ns), selector, f"the pods of {ns}/{name}")
+        labelled = await self._list(PODS.path(ns), selector, f"the pods of {ns}/{name}", kube)
         jobs = {}
         for job_name in podowners.job_names(labelled):
-            job = await self._read(JOBS.path(ns, job_name), f"Job {ns}/{job_name}")
+            job = await self._read(JOBS.path(ns, job_name), f"Job {ns}/{job_name}", kube)
             if job is not None:
                 jobs[job_name] = job
         return podowners.sort_pods(trainjob, jobset, labelled, jobs)
@@ -468,10 +475,10 @@ class Service:
         assessment = assess(pods, await self._nodes(pods), self.settings.node_loss_taints)
         return tuple(Blocker(pod, f"{c.verdict.value}: {c.reason}") for pod, c in assessment.may_still_run)
 
-    async def _nodes(self, pods: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    async def _nodes(self, pods: list[dict[str, Any]], kube: Kube | None = None) -> dict[str, Mapping[str, Any]]:
         nodes: dict[str, Mapping[str, Any]] = {}
         for node_name in sorted({dig(p, "spec", "nodeName") for p in pods} - {None}):
-            node = await self._read(NODES.path(name=node_name), f"Node {node_name}")
+            node = await self._read(NODES.path(name=node_name), f"Node {node_name}", kube)
             if node is not None:
                 nodes[node_name] = node
         return nodes
@@ -589,8 +596,48 @@ class Service:
             now=self.now(),
         )
         s = replace(s, foreign=(*s.foreign, *(p.report() for p in owned.foreign)))
+        if kueue and managed_by_multikueue(trainjob):
+            s = await self._on_worker(s, ns, name, workload)
         deleting = dig(trainjob, "metadata", "deletionTimestamp")
         return StatusResponse.of(ref, s).model_copy(update={"deletion_timestamp": deleting})
+
+    async def _worker(self, workload: Mapping[str, Any] | None) -> tuple[str | None, Kube | None, str]:
+        """On a MultiKueue manager: the worker MultiKueue runs the job on (its Workload's ``status.clusterName``;
+        None: not dispatched now), a client of the API's for it with the agent's credential, or why there is
+        none."""
+        cluster = dig(workload, "status", "clusterName")
+        if not isinstance(cluster, str) or not cluster:
+            return None, None, ""
+        workers = self.kube.workers
+        if workers is None or cluster not in workers.names:
+            return cluster, None, "the agent has no credential to read it (workerKubeconfigs)"
+        try:
+            api = await workers.client(cluster)
+        except Exception as exc:  # an unreadable credential: reported, Status still answers
+            return cluster, None, f"cannot be read: {type(exc).__name__}: {exc}".rstrip(": ")
+        return cluster, Kube(api, timeout=self.kube.timeout), ""
+
+    async def _on_worker(self, s: Status, ns: str, name: str, workload: Mapping[str, Any] | None) -> Status:
+        """Status ``s`` of a job MultiKueue runs, with the pods of its copy on the worker that runs it
+        (agent/status.py ``on_worker``), or with why they are not reported."""
+        cluster, remote, why = await self._worker(workload)
+        if cluster is None or remote is None:
+            return replace(s, cluster=cluster, cluster_reason=why)
+        try:
+            copy = await self._read(TRAINJOBS.path(ns, name), f"TrainJob {ns}/{name} on worker {cluster}", remote)
+            if not copy_of(workload, copy):
+                missing = "none" if copy is None else "one that is not MultiKueue's copy of this job"
+                return replace(s, cluster=cluster, cluster_reason=f"the worker holds {missing} under its name")
+            assert copy is not None
+            jobset = await self._read(JOBSETS.path(ns, name), f"JobSet {ns}/{name} on worker {cluster}", remote)
+            owned = await self._owned_pods(copy, jobset, {LABEL_JOBSET_NAME: name}, remote)
+            pods = list(owned.ours)
+            nodes = await self._nodes(pods, remote)
+        except ApiError as exc:
+            return replace(s, cluster=cluster, cluster_reason=f"cannot be read: {exc.message}")
+        foreign = [p.report() for p in owned.foreign]
+        return on_worker(s, cluster, copy=copy, jobset=jobset, pods=pods, foreign=foreign, nodes=nodes,
+                         node_loss_taints=self.settings.node_loss_taints)  # fmt: skip
 
     async def _record_jobset(self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Mapping[str, Any]:
         """Record the JobSet's UID the first time Status sees it (in plain mode no gate ever does), so that a
@@ -639,12 +686,16 @@ class Service:
         if job is None:
             raise ApiError(ErrorKind.CONFLICT, f"TrainJob {req.namespace}/{req.name} has no dispatch runtime patch")
         selector = {LABEL_JOBSET_NAME: req.name, LABEL_REPLICATED_JOB_NAME: job, LABEL_JOB_COMPLETION_INDEX: "0"}
-        jobset = await self._read(JOBSETS.path(req.namespace, req.name), f"JobSet {req.namespace}/{req.name}")
-        owned = await self._owned_pods(trainjob, jobset, selector)
+        owner, remote, where = trainjob, None, ""
+        if is_kueue_mode(trainjob) and managed_by_multikueue(trainjob):
+            owner, remote, where = await self._copy_on_worker(req, trainjob)
+        jobset = await self._read(JOBSETS.path(req.namespace, req.name), f"JobSet {req.namespace}/{req.name}", remote)
+        owned = await self._owned_pods(owner, jobset, selector, remote)
         # Only a pod proven the TrainJob's is streamed as its rank 0 (not one whose Job is gone).
         pod = d.rank0([p for p in owned.ours if dig(p, "metadata", "name") not in owned.unproven])
         if pod is None:
-            raise ApiError(ErrorKind.NOT_FOUND, f"rank 0 of TrainJob {req.namespace}/{req.name} has no pod (yet)")
+            what = f"rank 0 of TrainJob {req.namespace}/{req.name} has no pod (yet){where}"
+            raise ApiError(ErrorKind.NOT_FOUND, what)
         pod_name = str(dig(pod, "metadata", "name"))
         query = [("container", TRAINER_CONTAINER)]
         if req.follow:
@@ -652,7 +703,7 @@ class Service:
         if req.tail_lines is not None:
             query.append(("tailLines", str(req.tail_lines)))
         try:
-            async with self.kube.stream(PODS.path(req.namespace, pod_name, "log"), query) as response:
+            async with (remote or self.kube).stream(PODS.path(req.namespace, pod_name, "log"), query) as response:
                 yield pod_name, response
         except KubeError as exc:
             if exc.status == 400:  # the container is not running yet, or has no log to show
@@ -660,6 +711,24 @@ class Service:
             if exc.status == 404:
                 raise ApiError(ErrorKind.NOT_FOUND, f"rank 0's pod {pod_name} is gone") from None
             raise ApiError(ErrorKind.UNAVAILABLE, f"cannot read the log of {pod_name}: {exc.describe()}") from None
+
+    async def _copy_on_worker(
+        self, req: OutputRequest, trainjob: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Any], Kube, str]:
+        """Output on a MultiKueue manager: MultiKueue's copy of the job on the worker that runs it, a client for
+        that worker, and where (for the messages). Refused, saying why, when the job is on no worker now or the
+        worker cannot be read."""
+        ns, name = req.namespace, req.name
+        workload = await self._workload(ns, str(dig(trainjob, "metadata", "uid")))
+        cluster, remote, why = await self._worker(workload)
+        if cluster is None:
+            raise ApiError(ErrorKind.NOT_FOUND, f"TrainJob {ns}/{name} runs through MultiKueue and is on no worker now")
+        if remote is None:
+            raise ApiError(ErrorKind.UNAVAILABLE, f"TrainJob {ns}/{name} runs on worker {cluster}: {why}")
+        copy = await self._read(TRAINJOBS.path(ns, name), f"TrainJob {ns}/{name} on worker {cluster}", remote)
+        if copy is None or not copy_of(workload, copy):
+            raise ApiError(ErrorKind.NOT_FOUND, f"worker {cluster} holds no copy of TrainJob {ns}/{name} (yet)")
+        return copy, remote, f" on worker {cluster}"
 
     # -- Preflight -----------------------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.api.models import HoldRequest, KueueSpec, PreflightRequest, RuntimeRef
+from agent.api.errors import ApiError as AgentApiError
+from agent.api.models import HoldRequest, KueueSpec, ObjectRef, OutputRequest, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
 from agent.operations import plan_open, plan_release
 from agent.workerreads import WorkerClients
@@ -199,6 +200,33 @@ def _hold_through_the_api(m: Manager, tj: dict[str, Any], directory: Path) -> st
     return asyncio.run(hold())
 
 
+def _status_and_output(m: Manager, tj: dict[str, Any], directory: Path) -> tuple[Any, str]:
+    """Status as the supervisor calls it on the manager (the agent's API with its credential for each worker, over
+    real TLS), and where Output goes for rank 0: the pod it streams, or its refusal (the workers' pods run on
+    kwok's nodes, whose kubelet serves no log)."""
+    cp = m.mc.manager.control_plane
+    who = supervisors(cp, m.namespace, cp.create_namespace(f"mc-api-{secrets.token_hex(3)}"))
+    ref = ObjectRef(namespace=m.namespace, name=tj["metadata"]["name"], uid=tj["metadata"]["uid"])
+    workers = WorkerClients(m.credentials)
+
+    async def read() -> tuple[Any, str]:
+        try:
+            async with running_agent(cp, directory, ApiSettings(), workers) as agent:
+                await allowed(agent, who.tokens["supervisor"], m.namespace)
+                async with agent.client(who.tokens["supervisor"]) as api:
+                    status = await api.status(ref)
+                req = OutputRequest(namespace=ref.namespace, name=ref.name, uid=ref.uid, tail_lines=1)
+                try:
+                    async with agent.server.service.output(req) as (pod, _):
+                        return status, f"streams {pod}"
+                except AgentApiError as exc:
+                    return status, f"refused: {exc.message}"
+        finally:
+            await workers.close()
+
+    return asyncio.run(read())
+
+
 def _dispatched(m: Manager, tj: dict[str, Any], a: int, within: float = 180) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dispatch numbered A: the manager's check Ready with the gate's message, the copy on the chosen worker
     carrying A, and the manager's TrainJob unsuspended with A recorded as started and not raised again."""
@@ -358,6 +386,14 @@ def test_the_manager_s_gate_waits_on_every_worker_until_nothing_may_run_there_or
         tj, ran_on, other, pod = _running(m)
         uid, ns = tj["metadata"]["uid"], m.namespace
         there = m.mc.worker(ran_on)
+
+        # Status and Output on the manager follow the job to its worker: the copy's pod there, numbered A = K.
+        status, output = _status_and_output(m, tj, tmp_path)
+        assert (status.cluster, status.cluster_reason) == (ran_on, ""), status
+        assert [(p.name, p.a, p.may_still_run) for p in status.pods] == [(pod, K, True)], status.pods
+        assert [(e.a, e.j, e.r) for e in status.executions] == [(K, 0, K)], status.executions
+        assert (status.a, status.j, status.r, status.ceased) == (K, 0, K, False), status
+        assert pod in output, output
         _linger(there, ns, pod, keep=True)
         lingering = (there, pod)
 

@@ -6,7 +6,7 @@ import pytest
 
 from agent.gate import blockers_of
 from agent.nodeloss import assess
-from agent.status import orphans, phase, status
+from agent.status import copy_of, on_worker, orphans, phase, status
 from contract.admission import raise_admission
 from contract.identity import Execution
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED
@@ -424,3 +424,60 @@ def test_a_job_multikueue_runs_is_never_ceased_on_the_manager_once_a_dispatch_wa
     gated = trainjob()
     gated["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
     assert _ceased(gated, wl=workload(reserved=False))[0] is True
+
+
+def _manager_and_copy(copy_a: int = 2):
+    """A manager's TrainJob MultiKueue runs (A = 2, its Workload named wl-1) and the copy on its worker."""
+    tj = opened_running()
+    tj["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    wl = workload(state="Ready")
+    wl["metadata"]["name"] = "wl-1"
+    wl.setdefault("status", {})["clusterName"] = "worker-1"
+    remote = trainjob()
+    for _ in range(copy_a):
+        remote = apply_json_patch(remote, raise_admission(remote).patch)
+    remote["metadata"]["uid"] = "copy-uid"
+    remote["metadata"]["labels"] = {"kueue.x-k8s.io/multikueue-origin": "manager",
+                                    "kueue.x-k8s.io/prebuilt-workload-name": "wl-1"}  # fmt: skip
+    return tj, wl, remote
+
+
+def test_a_manager_s_status_shows_the_pods_of_the_copy_on_the_worker_that_runs_it():
+    tj, wl, remote = _manager_and_copy()
+    assert copy_of(wl, remote)
+    s = status(trainjob=tj, workload=wl, jobset=None, pods=[], nodes={}, runtime_copy=None, checks=[CHECK])
+    assert (s.j, s.r, s.pods, s.ceased) == (None, None, (), False)
+    jobset = {"metadata": {"name": "js", "uid": "js-uid"}, "status": {"restarts": 1}}
+    there = on_worker(s, "worker-1", copy=remote, jobset=jobset, pods=[pod("p0", 2, 1), pod("old", 2, 0, phase_="Failed")],
+                      foreign=["stray: its Job x belongs to JobSet y"], nodes=NODES)  # fmt: skip
+    assert (there.cluster, there.cluster_reason) == ("worker-1", "")
+    assert (there.a, there.floor, there.j, there.r) == (2, 2, 1, 3)
+    assert [(e.a, e.j, e.r, e.pods) for e in there.executions] == [(2, 0, 2, ("old",)), (2, 1, 3, ("p0",))]
+    assert [(p.name, p.may_still_run) for p in there.pods] == [("p0", True), ("old", False)]
+    assert there.foreign == ("on worker worker-1: stray: its Job x belongs to JobSet y",)
+    assert not there.ceased, "Ceased needs every worker, never the one that runs the job"
+
+
+def test_a_copy_of_an_earlier_dispatch_reports_its_executions_but_not_the_current_j_or_r():
+    tj, wl, remote = _manager_and_copy(copy_a=1)
+    s = status(trainjob=tj, workload=wl, jobset=None, pods=[], nodes={}, runtime_copy=None, checks=[CHECK])
+    there = on_worker(s, "worker-1", copy=remote, jobset={"status": {"restarts": 0}}, pods=[pod("p0", 1, 0)],
+                      foreign=[], nodes=NODES)  # fmt: skip
+    assert (there.a, there.j, there.r) == (2, None, None)
+    assert [(e.a, e.j, e.r) for e in there.executions] == [(1, 0, 1)]
+
+
+def test_only_multikueue_s_copy_of_this_job_is_its_copy():
+    _, wl, remote = _manager_and_copy()
+    assert copy_of(wl, remote)
+    other = copy.deepcopy(remote)
+    other["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] = "wl-2"
+    assert not copy_of(wl, other), "the copy of another dispatch's Workload"
+    del remote["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"]
+    assert not copy_of(wl, remote), "a TrainJob of the name that MultiKueue did not make"
+    annotated = copy.deepcopy(other)
+    annotated["metadata"]["labels"].pop("kueue.x-k8s.io/prebuilt-workload-name")
+    annotated["metadata"]["annotations"]["kueue.x-k8s.io/prebuilt-workload-name"] = "wl-1"
+    assert copy_of(wl, annotated), "Kueue's WorkloadIdentifierAnnotations names it by an annotation"
+    assert not copy_of(None, other)
+    assert not copy_of(wl, None)

@@ -85,6 +85,8 @@ def test_every_right_of_the_worker_rules_is_asked_scoped_as_the_gate_uses_it() -
     assert len(asked) == every
     assert Access("", "configmaps", "get", NS, "x").attributes() == {
         "group": "", "resource": "configmaps", "verb": "get", "namespace": NS, "name": "x"}  # fmt: skip
+    assert Access("", "pods/log", "get", NS).attributes() == {
+        "group": "", "resource": "pods", "subresource": "log", "verb": "get", "namespace": NS}  # fmt: skip
     assert Access("", "nodes", "get").describe() == "get nodes"
     assert Access("trainer.kubeflow.org", "trainingruntimes", "list").describe() == (
         "list trainingruntimes.trainer.kubeflow.org in every namespace"

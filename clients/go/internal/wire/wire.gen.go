@@ -376,6 +376,12 @@ type StatusResponse struct {
 	CheckMessage *string `json:"checkMessage"`
 	CheckState   *string `json:"checkState"`
 
+	// Cluster on a MultiKueue manager: the worker MultiKueue runs the job on (its Workload's status.clusterName), whose pods, executions and J this Status reports
+	Cluster *string `json:"cluster,omitempty"`
+
+	// ClusterReason why the pods on that worker are not reported (no credential for it, unreadable, or no copy of the job there); empty when they are
+	ClusterReason *string `json:"clusterReason,omitempty"`
+
 	// DeletionTimestamp set once the TrainJob is being deleted (Stop): it goes when its pods are gone
 	DeletionTimestamp *string            `json:"deletionTimestamp,omitempty"`
 	Executions        []ExecutionModel   `json:"executions"`
