@@ -56,7 +56,7 @@ from agent.workerreads import WorkerClients, release_kept_quota, sweep_replicas
 from agent.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
 from contract.objects import dig, labels, parse_rfc3339
-from serving.kube import describe_api_error
+from serving.kube import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ class Controller:
             return
         exc = task.exception()
         if exc is not None and self._broken is not None and not self._broken.done():
-            log.error("the workers died: %s", _describe(exc) if isinstance(exc, Exception) else exc)
+            log.error("the workers died: %s", describe_error(exc))
             self._broken.set_exception(exc)
 
     async def _stop_leading(self) -> None:
@@ -296,12 +296,12 @@ class Controller:
             try:
                 await sweep_replicas(self.kube, workers)
             except Exception as exc:  # a failed round is the next round's to finish; the leader's tasks go on
-                log.warning("the sweep of the workers' replicas stopped: %s", _describe(exc))
+                log.warning("the sweep of the workers' replicas stopped: %s", describe_error(exc))
             for key in self.index.kept_keys():
                 try:
                     await release_kept_quota(self.kube, workers, key.namespace, key.name, self.config.node_loss_taints)
                 except Exception as exc:  # one Workload's failure never stops the round
-                    log.warning("Workload %s: its kept quota was not looked at: %s", key, _describe(exc))
+                    log.warning("Workload %s: its kept quota was not looked at: %s", key, describe_error(exc))
             await asyncio.sleep(self.config.worker_round_seconds)
 
     # -- workers ----------------------------------------------------------------------------------
@@ -323,7 +323,7 @@ class Controller:
                 raise
             except Exception as exc:
                 self.queue.done(key)
-                log.warning("%s: pass failed: %s", key, _describe(exc), exc_info=not isinstance(exc, ApiException))
+                log.warning("%s: pass failed: %s", key, describe_error(exc), exc_info=not isinstance(exc, ApiException))
                 self.metrics.errors.inc(type(exc).__name__)
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started, "error")
                 self.queue.add_after(key, self.limiter.when(key))
@@ -375,7 +375,7 @@ class Controller:
                     log.info("AdmissionCheck %s: Active=True", name)
                 except Exception as exc:
                     failed = True
-                    log.warning("AdmissionCheck %s: cannot set Active: %s", name, _describe(exc))
+                    log.warning("AdmissionCheck %s: cannot set Active: %s", name, describe_error(exc))
             if failed:
                 await asyncio.sleep(backoff.next())
                 continue
@@ -499,7 +499,3 @@ class _Handler:
 
     def event(self, kind: str, obj: Mapping[str, Any]) -> None:
         self.on_event(kind, obj)
-
-
-def _describe(exc: Exception) -> str:
-    return describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"

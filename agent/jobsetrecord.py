@@ -30,7 +30,7 @@ from contract.admission import preconditions
 from contract.foreign import jobset_uid_ops
 from contract.objects import dig
 from contract.ownership import is_dispatch
-from serving.kube import describe_api_error
+from serving.kube import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class JobSetRecorder:
                 status = exc.status if isinstance(exc, ApiException) else None
                 if status not in (404, 422):  # gone, or another object of that name: nothing to record
                     if status != 409:
-                        log.warning("JobSet UID record of %s/%s: %s", key[0], key[1], _describe(exc))
+                        log.warning("JobSet UID record of %s/%s: %s", key[0], key[1], describe_error(exc))
                     self.queue.add_after(key, self.limiter.when(key))
                 continue
             self.queue.done(key)
@@ -98,7 +98,3 @@ class JobSetRecorder:
         self.reads.wrote_trainjob(written)
         self.recorded += 1
         log.info("TrainJob %s/%s: JobSet UID recorded", namespace, name)
-
-
-def _describe(exc: Exception) -> str:
-    return describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"

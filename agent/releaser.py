@@ -20,7 +20,7 @@ from agent.kube import Kube
 from agent.podfinalizer import carries, release_ops
 from agent.queue import Backoff
 from contract.objects import dig
-from serving.kube import describe_api_error
+from serving.kube import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class FinalizerReleaser:
         try:
             node = await self.kube.get_node(node_name) if isinstance(node_name, str) and node_name else None
         except Exception as exc:
-            log.warning("pod %s/%s: cannot read Node %s: %s", *pod_key(pod), node_name, _describe(exc))
+            log.warning("pod %s/%s: cannot read Node %s: %s", *pod_key(pod), node_name, describe_error(exc))
             return False
         ops = release_ops(pod, node, self.node_loss_taints)
         if ops is None:
@@ -122,10 +122,10 @@ class FinalizerReleaser:
         except ApiException as exc:
             if exc.status in (404, 409, 422):  # gone, changed or replaced: its next event decides afresh
                 return True
-            log.warning("pod %s/%s: cannot remove dispatch's finalizer: %s", *pod_key(pod), _describe(exc))
+            log.warning("pod %s/%s: cannot remove dispatch's finalizer: %s", *pod_key(pod), describe_error(exc))
             return False
         except Exception as exc:
-            log.warning("pod %s/%s: cannot remove dispatch's finalizer: %s", *pod_key(pod), _describe(exc))
+            log.warning("pod %s/%s: cannot remove dispatch's finalizer: %s", *pod_key(pod), describe_error(exc))
             return False
         self.released += 1
         log.info("pod %s/%s: its processes are proven gone; dispatch's finalizer removed", *pod_key(pod))
@@ -136,7 +136,3 @@ def could_release(pod: Mapping[str, Any]) -> bool:
     """Only a pod being deleted or in a terminal phase can be proven gone: any other is skipped without
     reading its Node (a running pod's status changes often)."""
     return bool(dig(pod, "metadata", "deletionTimestamp")) or dig(pod, "status", "phase") in ("Succeeded", "Failed")
-
-
-def _describe(exc: Exception) -> str:
-    return describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"

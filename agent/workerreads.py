@@ -42,7 +42,7 @@ from contract.keys import FIELD_MANAGER, LABEL_JOBSET_NAME, LABEL_REPLICA_OF, TR
 from contract.multicluster import listed_multikueue_checks, multikueue_config_of
 from contract.objects import dig, labels
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
-from serving.kube import api_client, describe_api_error, read_json
+from serving.kube import api_client, describe_api_error, describe_error, read_json
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
         try:
             found = await workers.replicas(worker)
         except Exception as exc:  # one worker's failure never stops the others' sweep
-            log.warning("worker %s: the replicas cannot be listed: %s", worker, f"{type(exc).__name__}: {exc}")
+            log.warning("worker %s: the replicas cannot be listed: %s", worker, describe_error(exc))
             continue
         trainjobs = {}
         for r in found:
@@ -250,9 +250,7 @@ async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
             try:
                 await workers.delete_replica(worker, stale)
             except Exception as exc:
-                log.warning(
-                    "worker %s: the replica %s was not deleted: %s", worker, where, f"{type(exc).__name__}: {exc}"
-                )
+                log.warning("worker %s: the replica %s was not deleted: %s", worker, where, describe_error(exc))
                 continue
             deleted += 1
             log.info("worker %s: deleted the replica %s: its TrainJob is gone", worker, where)
@@ -316,19 +314,15 @@ async def look_at_workers(
         assert workers is not None  # plan_workers reads only workers with a credential
         try:
             seen = await workers.look(worker, namespace, jobset_name)
-        except ApiException as exc:
-            return [unreadable(worker, describe_api_error(exc))]
         except Exception as exc:  # any failure to read a worker is a hold, never an approval
-            return [unreadable(worker, f"{type(exc).__name__}: {exc}".rstrip(": "))]
+            return [unreadable(worker, describe_error(exc))]
         blockers = worker_blockers(worker, jobset_name, seen, taints)
         if want is None:
             return blockers
         try:
             return [*blockers, *await workers.prepare(worker, want)]
-        except ApiException as exc:
-            return [*blockers, unprepared(worker, f"cannot be prepared: {describe_api_error(exc)}")]
         except Exception as exc:
-            return [*blockers, unprepared(worker, f"cannot be prepared: {type(exc).__name__}: {exc}".rstrip(": "))]
+            return [*blockers, unprepared(worker, f"cannot be prepared: {describe_error(exc)}")]
 
     held = await asyncio.gather(*(read(w) for w in plan.read))
     if plan.fenced:

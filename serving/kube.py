@@ -101,6 +101,14 @@ def describe_api_error(exc: ApiException) -> str:
     return f"{text}: {message}" if message else text
 
 
+def describe_error(exc: BaseException) -> str:
+    """One line for any failure of a call to an API server: ``describe_api_error`` for the API server's answer,
+    the exception's type and message otherwise (a connection refused, a timeout, an unreadable kubeconfig)."""
+    if isinstance(exc, ApiException):
+        return describe_api_error(exc)
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
+
 async def read_json(call: Awaitable[Any]) -> Any:
     """The JSON body of a call made with ``_preload_content=False`` (the API's own JSON, not a client model:
     the pure core reads camelCase dicts), or ApiException carrying the API server's message."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import aiohttp
-from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
 
 from agent import podowners
@@ -95,7 +94,7 @@ from contract.ownership import is_dispatch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob, runtime_copy_owner_reference
-from serving.kube import describe_api_error
+from serving.kube import describe_error
 
 POLL_SECONDS: Final = 0.5
 CONFLICT_ATTEMPTS: Final = 3
@@ -614,7 +613,7 @@ class Service:
         try:
             api = await workers.client(cluster)
         except Exception as exc:  # an unreadable credential: reported, Status still answers
-            return cluster, None, f"cannot be read: {type(exc).__name__}: {exc}".rstrip(": ")
+            return cluster, None, f"cannot be read: {describe_error(exc)}"
         return cluster, Kube(api, timeout=self.kube.timeout), ""
 
     async def _on_worker(self, s: Status, ns: str, name: str, workload: Mapping[str, Any] | None) -> Status:
@@ -998,10 +997,8 @@ class Service:
             assert workers is not None  # plan_workers reads only workers with a credential
             try:
                 proven[worker] = proof_problems(namespace, queue, await workers.prove(worker, namespace, queue))
-            except ApiException as exc:
-                proven[worker] = [f"cannot be read: {describe_api_error(exc)}"]
             except Exception as exc:  # a worker that cannot be read is not proven, and Preflight still answers
-                proven[worker] = [f"cannot be read: {type(exc).__name__}: {exc}".rstrip(": ")]
+                proven[worker] = [f"cannot be read: {describe_error(exc)}"]
         return worker_lines(plan, proven)
 
     async def _probe_children(
