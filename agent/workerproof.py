@@ -5,8 +5,9 @@ A dispatch job queued to a MultiKueue queue runs on whichever worker MultiKueue 
 MultiKueueConfig's clusters, so Preflight proves every one the manager's gate would read (agent/workers.py
 ``plan_workers``: a fenced worker is not read, one without a credential is named). A worker is proven when:
 
-- the manager agent's credential for it works and holds every right the gate uses there (``WORKER_RULES``,
-  asked one by one with SelfSubjectAccessReviews, so a missing right is named before a dispatch needs it);
+- the manager agent's credential for it works and holds every right the agent uses there (``WORKER_RULES``: the
+  gate's, Preflight's, Status's and Output's; asked one by one with SelfSubjectAccessReviews, so a missing
+  right is named before a dispatch needs it);
 - it serves the job's LocalQueue (MultiKueue creates the copy's Workload in the queue of the same name there),
   and that queue's ClusterQueue lists dispatch's AdmissionCheck (the worker-side gate, guarantee 3), Active
   (Kueue's Active condition on it says dispatch's agent on the worker serves it), and no MultiKueue check (a
@@ -34,7 +35,7 @@ ALL_NAMESPACES: Final = frozenset({("trainingruntimes", "list")})
 
 @dataclass(frozen=True)
 class Access:
-    """One right the gate uses on a worker, as a SelfSubjectAccessReview's resourceAttributes."""
+    """One right the manager's agent uses on a worker, as a SelfSubjectAccessReview's resourceAttributes."""
 
     group: str
     resource: str
@@ -63,7 +64,7 @@ class Access:
 
 
 def accesses(rules: Sequence[Mapping[str, Any]], namespace: str) -> list[Access]:
-    """Each (group, resource, verb, name) of ``rules`` (RBAC rules), scoped as the gate uses it for a job in
+    """Each (group, resource, verb, name) of ``rules`` (RBAC rules), scoped as the agent uses it for a job in
     ``namespace``."""
     found = []
     for rule in rules:
