@@ -15,7 +15,8 @@ resourceVersion read), the pods by a consistent LIST.
 * Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion).
 * TrainJobs and JobSets (agent/caches.py): kept in memory for the passes' reads; a change enqueues the
   TrainJob's Workload if due, so an Open, a Hold or a Release that changes only the TrainJob wakes the gate.
-  A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/jobsetrecord.py).
+  A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/jobsetrecord.py). On a
+  MultiKueue worker, a TrainJob's change also has MultiKueue's copy verified if it is marked (agent/copies.py).
   The Workload watch keeps the full Workload too, only while a check of ours is due on it.
 
 On a MultiKueue manager with worker credentials, the leader also goes round its workers every
@@ -44,6 +45,7 @@ from agent.admissioncheck import AdmissionCheckCache, active_patch
 from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.config import AgentConfig
 from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
+from agent.copies import CopyVerifier
 from agent.gate import Action
 from agent.jobsetrecord import JobSetRecorder
 from agent.kube import Kube
@@ -55,6 +57,7 @@ from agent.releaser import FinalizerReleaser
 from agent.workerreads import WorkerClients, release_kept_quota, sweep_replicas
 from agent.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
+from contract.multicluster import ROLE_WORKER
 from contract.objects import dig, labels, parse_rfc3339
 from serving.kube import describe_error
 
@@ -167,6 +170,8 @@ class Controller:
         kube.reads = self.reads
         self.recorder = JobSetRecorder(kube, self.reads)
         """Records each TrainJob's JobSet UID when its JobSet is first seen (agent/jobsetrecord.py)."""
+        self.copies = CopyVerifier(kube, self.reads) if config.multicluster_role == ROLE_WORKER else None
+        """On a MultiKueue worker: lets MultiKueue's copies start only with their dispatch's A (agent/copies.py)."""
         self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
@@ -192,7 +197,7 @@ class Controller:
             WORKLOADS: _Handler(self._workloads_page, self._workload_event, self._workloads_begin, self._workloads_end),
             "pods": _Handler(self._pods_page, self._pod_event, self.releaser.list_begin, self.releaser.list_end),
             "nodes": _Handler(lambda _: None, self._node_event, on_end=self._nodes_end),
-            TRAINJOBS: StoreHandler(self.reads.trainjobs, keep_trainjob, self._enqueue_for_trainjob),
+            TRAINJOBS: StoreHandler(self.reads.trainjobs, keep_trainjob, self._trainjob_changed),
             JOBSETS: StoreHandler(self.reads.jobsets, keep_jobset, self._jobset_changed),
         }
         self._live = {WORKLOADS: self.reads.workloads.on_live, TRAINJOBS: self.reads.trainjobs.on_live,
@@ -245,6 +250,8 @@ class Controller:
             await self._stop_leading()
             self.queue.shutdown()
             self.recorder.shutdown()
+            if self.copies is not None:
+                self.copies.shutdown()
             await self.elector.release()
             for task in [*tasks, stopping]:
                 task.cancel()
@@ -282,6 +289,8 @@ class Controller:
             group.create_task(self._keep_active(), name="active-condition")
             group.create_task(self.releaser.run(), name="pod-finalizers")
             group.create_task(self.recorder.run(), name="jobset-uid-records")
+            if self.copies is not None:
+                group.create_task(self.copies.run(), name="copy-verification")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
             if self.kube.workers is not None:
@@ -453,6 +462,11 @@ class Controller:
         key = self.index.by_trainjob.get((str(dig(pod, "metadata", "namespace")), str(jobset)))
         if key is not None and self.index.due(key, self.checks.ours()):
             self.queue.add(key)
+
+    def _trainjob_changed(self, obj: Mapping[str, Any]) -> None:
+        self._enqueue_for_trainjob(obj)
+        if self.copies is not None:
+            self.copies.trainjob_changed(obj)
 
     def _enqueue_for_trainjob(self, obj: Mapping[str, Any]) -> None:
         """A TrainJob, or a JobSet (named after its TrainJob), changed: its Workload, if due."""

@@ -15,7 +15,9 @@ start it numbers are one write, and the unsuspend policy refuses any start whose
 The gate only checks that the next execution can be numbered, and holds, saying why, when it cannot.
 Except in MultiKueue mode (contract/multicluster.py): MultiKueue copies the TrainJob to a worker before the
 manager's unsuspend, so there the gate raises A itself, by K = maxRestarts + 1, in a preconditioned TrainJob
-patch written before its Ready; the unsuspend then only records it.
+patch written before its Ready; the unsuspend then only records it. It also stamps that A on the Workload
+(``dispatched-admission``), between the raise and the Ready: the worker's agent lets a copy start only when its A
+equals the stamp its remote Workload carries (agent/copies.py).
 
 On a MultiKueue worker (role worker) a remote Workload, MultiKueue's copy (its origin label), is approved at its
 first admission on this worker only (``worker_copy``): the gate records ``worker-admitted`` on it, in a JSON
@@ -47,6 +49,7 @@ from contract.errors import ContractError
 from contract.foreign import foreign_reasons, jobset_uid_ops
 from contract.gates import is_opened_by_dispatch
 from contract.keys import (
+    ANNOTATION_DISPATCHED,
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_HOLD_REASON,
     ANNOTATION_HOLD_WHO,
@@ -98,7 +101,7 @@ class Decision:
     workload_patch: list[dict[str, Any]] | None = None
     """JSON Patch for the Workload, preconditioned on it as read, written before ``check_write``: on a worker, the
     record of the first admission of MultiKueue's copy (``worker_copy``); on a manager, the deactivation of a
-    Workload dispatch's Hold holds, once the copy stopped."""
+    Workload dispatch's Hold holds, once the copy stopped; and the stamp of the A it raised for a dispatch."""
     new_a: int | None = None
     """The A the approved execution will start with."""
     foreign: tuple[str, ...] = field(default_factory=tuple)
@@ -210,6 +213,7 @@ def decide(
     record = jobset_uid_ops(trainjob, jobset)
     message = f"the next execution starts with A {a}" + (", raised in the write that admits it" if raises else "")
     ops = [*preconditions(trainjob), *record] if record else []
+    stamp = None
     if dispatch_raise is not None:
         # MultiKueue copies the TrainJob to a worker once every other check is Ready, before the manager's
         # unsuspend: the raise in the unsuspend would come too late, so it is made here, before the Ready.
@@ -219,11 +223,15 @@ def decide(
             f"the next dispatch starts with A {a}, raised by K = maxRestarts + 1 = {k} by the gate before this "
             "check turns Ready (MultiKueue copies the TrainJob to a worker then)"
         )
+        # The stamp: MultiKueue clones this Workload into the remote one from the cache entry that shows the
+        # Ready, so the stamp it carries is this dispatch's A even when its copy of the TrainJob is older.
+        stamp = [*preconditions(workload), add_op(workload, ("metadata", "annotations", ANNOTATION_DISPATCHED), str(a))]
     return Decision(
         Action.ADMIT,
         message,
         trainjob_patch=ops or None,
         check_write=check_state_apply(workload, check, READY, message, now),
+        workload_patch=stamp,
         new_a=a,
         foreign=foreign,
     )

@@ -15,16 +15,13 @@ TrainJob gone, or another object of that name) is dropped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from agent.caches import Reads
 from agent.kube import Kube
-from agent.queue import QueueShutDown, RateLimiter, WorkQueue
+from agent.queue import RateLimiter, WorkQueue, serve_keys
 from agent.workload import owner_trainjob
 from contract.admission import preconditions
 from contract.foreign import jobset_uid_ops
@@ -64,36 +61,20 @@ class JobSetRecorder:
 
     async def run(self) -> None:
         """While leading: one look at a time (records are rare, and each is one small write)."""
-        while True:
-            try:
-                key = await self.queue.get()
-            except QueueShutDown:
-                return
-            try:
-                await self._look(key)
-            except asyncio.CancelledError:
-                self.queue.done(key)
-                self.queue.add(key)  # leadership lost mid-look: the next leader looks again
-                raise
-            except Exception as exc:  # the API failed, or the TrainJob changed since read (409): later, afresh
-                self.queue.done(key)
-                status = exc.status if isinstance(exc, ApiException) else None
-                if status not in (404, 422):  # gone, or another object of that name: nothing to record
-                    if status != 409:
-                        log.warning("JobSet UID record of %s/%s: %s", key[0], key[1], describe_error(exc))
-                    self.queue.add_after(key, self.limiter.when(key))
-                continue
-            self.queue.done(key)
-            self.limiter.forget(key)
+        await serve_keys(self.queue, self.limiter, self._look, self._failed)
+
+    @staticmethod
+    def _failed(key: TrainJobKey, exc: Exception) -> None:
+        log.warning("JobSet UID record of %s/%s: %s", key[0], key[1], describe_error(exc))
 
     async def _look(self, key: TrainJobKey) -> None:
         namespace, name, uid = key
         trainjob = await self.reads.trainjob(namespace, name, uid)
         if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
-            return
+            return None
         ops = jobset_uid_ops(trainjob, await self.reads.jobset(namespace, name))
         if not ops:
-            return  # recorded already, or the JobSet is not this TrainJob's own
+            return None  # recorded already, or the JobSet is not this TrainJob's own
         written = await self.kube.patch_trainjob(namespace, name, [*preconditions(trainjob), *ops])
         self.reads.wrote_trainjob(written)
         self.recorded += 1

@@ -214,6 +214,25 @@ class Kube:
             )
         )
 
+    async def delete_trainjob(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        """Delete a TrainJob only if it is still the object read, as read (uid and resourceVersion preconditions):
+        only ever, on a worker, MultiKueue's copy made from a stale view of the manager's TrainJob
+        (agent/copies.py)."""
+        await read_json(
+            self.custom.delete_namespaced_custom_object(
+                TRAINER_GROUP,
+                TRAINER_VERSION,
+                namespace,
+                TRAINJOBS,
+                name,
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version),
+                    propagation_policy="Background",
+                ),
+                **self._opts(),
+            )
+        )
+
     async def patch_pod(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
         """A JSON Patch on a pod (only ever the removal of dispatch's finalizer); its test ops and the
         resourceVersion it writes back are its preconditions."""
@@ -224,8 +243,9 @@ class Kube:
         )
 
     async def patch_workload(self, namespace: str, name: str, ops: list[Mapping[str, Any]]) -> Obj:
-        """A JSON Patch of a Workload (only ever, on a worker, the record of a copy's first admission); the caller's
-        ops carry the uid and resourceVersion preconditions."""
+        """A JSON Patch of a Workload (on a worker, the record of a copy's first admission and of the copy let start
+        under it; on a manager, the stamp of a dispatch's A and the deactivation of a held Workload); the caller's ops
+        carry the uid and resourceVersion preconditions."""
         return await read_json(
             self.custom.patch_namespaced_custom_object(
                 KUEUE_GROUP,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.constants import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS
 
@@ -143,3 +145,38 @@ class WorkQueue(Generic[K]):
 
     def _wake(self) -> None:
         self._nonempty.set()
+
+
+async def serve_keys(
+    queue: WorkQueue[K],
+    limiter: RateLimiter[K],
+    look: Callable[[K], Awaitable[float | None]],
+    failed: Callable[[K, Exception], None],
+) -> None:
+    """One worker over ``queue`` while leading: ``look`` at each key in turn; it returns seconds after which to look
+    again, or None. Cancelled mid-look (leadership lost), the key goes back for whoever leads next. A failed look is
+    tried again after the key's backoff, except a 404 or 422 (the object gone, or another of that name: nothing to
+    do); ``failed`` reports it, but for a 409 (changed since read: the retry reads afresh)."""
+    while True:
+        try:
+            key = await queue.get()
+        except QueueShutDown:
+            return
+        try:
+            again = await look(key)
+        except asyncio.CancelledError:
+            queue.done(key)
+            queue.add(key)
+            raise
+        except Exception as exc:
+            queue.done(key)
+            status = exc.status if isinstance(exc, ApiException) else None
+            if status not in (404, 422):
+                if status != 409:
+                    failed(key, exc)
+                queue.add_after(key, limiter.when(key))
+            continue
+        queue.done(key)
+        limiter.forget(key)
+        if again is not None:
+            queue.add_after(key, again)

@@ -213,7 +213,8 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     check_write = d.check_write
     if d.workload_patch is not None:
         # On a worker, the record of the copy's first admission, before its Ready: a crash or a refused Ready
-        # after it leaves the copy held, never admitted twice. On a manager, the deactivation of a held Workload.
+        # after it leaves the copy held, never admitted twice. On a manager, the deactivation of a held Workload,
+        # or the stamp of the A just raised (after the raise landed, before the Ready).
         try:
             recorded_wl = await kube.patch_workload(key.namespace, key.name, d.workload_patch)
         except ApiException as exc:

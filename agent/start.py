@@ -126,7 +126,8 @@ def multikueue_unproven(
     found = f"; its workers: {'; '.join(workers)}" if workers else ""
     return (
         f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch's MultiKueue support is "
-        "not complete (the stale-copy stamp is not built; docs/multicluster.md), so dispatch jobs must not be "
+        "not complete (a lost worker that comes back unfenced may restart its stale copy; docs/multicluster.md), so "
+        "dispatch jobs must not be "
         f"queued to it{found}"
     )
 

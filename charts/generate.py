@@ -33,7 +33,7 @@ from contract.prologue import PROLOGUE_CONFIGMAP
 from webhook.config import Config, Owners, Principals
 from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
 from webhook.owners import DISPATCH, KUEUE, MANAGER_AGENT, MULTIKUEUE
-from webhook.policies import admission_policies, manager_policies, worker_policies
+from webhook.policies import admission_policies, manager_policies, mark_copy_policy, worker_policies
 
 CHART = Path(__file__).parent / "dispatch-k8s"
 TEMPLATES = CHART / "templates"
@@ -195,7 +195,9 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
     # (MANAGER_ONLY). Role single stands for the others: role manager's policies are its own plus role single's.
     # The manager agent's own policy, on a worker where it has a principal, is rendered only there (WORKER_AGENT).
     worker = worker_policies(config, NAMESPACE)
-    docs = [d for d in admission_policies(config, namespace=NAMESPACE) if d not in worker]
+    # Role worker's own MutatingAdmissionPolicy (the mark of MultiKueue's copies), rendered only there.
+    marks = mark_copy_policy(NAMESPACE)
+    docs = [d for d in admission_policies(config, namespace=NAMESPACE) if d not in worker + marks]
     single = config.model_copy(
         update={"multikueue": Principals(), "manager_agent": Principals(), "multicluster_role": ROLE_SINGLE}
     )
@@ -227,9 +229,14 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
     text = text.replace(_CHECK, CHECK_TEMPLATE)
     for i in reversed(range(len(expressions))):  # __..._10__ before __..._1__
         text = text.replace(_MARK.format(i), _principals_template(expressions[i]))
+    for doc in marks:
+        doc["metadata"]["name"] = _release_scoped(doc["metadata"]["name"])
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = _release_scoped(doc["spec"]["policyName"])
     mutating_text = _dump_by_role(
         [docs[i] for i in mutating], {n: variants[i] for n, i in enumerate(mutating) if i in variants}
     )
+    mutating_text += f"{{{{- if {WORKER_ONLY} }}}}\n---\n" + _strip_component(_dump(marks)) + "{{- end }}\n"
     return [docs[i] for i in policies], text, mutating_text
 
 

@@ -56,6 +56,21 @@ before it approves the copy's first admission there, so that every later admissi
 goes back through the manager, which numbers a new dispatch (docs/multicluster.md, guarantee 3). Its value is
 the time of that approval."""
 
+ANNOTATION_DISPATCHED: Final = "dispatch.phpboyscout.uk/dispatched-admission"
+"""On a MultiKueue manager's Workload of a dispatch job: the A its readmission gate raised for the dispatch it is
+about to approve, written before its Ready (the stamp). MultiKueue clones the Workload's annotations into the
+remote Workload it creates on a worker, from the cache entry that shows the Ready, so the remote Workload carries
+the A of its own dispatch, whatever A the copy of the TrainJob carries (docs/multicluster.md, "The stale copy")."""
+ANNOTATION_UNVERIFIED: Final = "dispatch.phpboyscout.uk/unverified"
+"""On a MultiKueue worker, on MultiKueue's copy of a dispatch TrainJob: set at its creation (dispatch's mutating
+policy or webhook), removed only by dispatch's agent there once the copy's A equals its remote Workload's stamp
+(``ANNOTATION_DISPATCHED``) and no other copy ran under that Workload. The copy does not start while it is set."""
+ANNOTATION_VERIFIED_COPY: Final = "dispatch.phpboyscout.uk/verified-copy"
+"""On a MultiKueue worker, on the remote Workload: the uid of the one TrainJob copy dispatch's agent let start
+under it, written before the copy's mark ``ANNOTATION_UNVERIFIED`` is removed. A copy MultiKueue creates again
+under the same Workload is never verified: it would start a second execution with the dispatch's A."""
+UNVERIFIED_TRUE: Final = "true"
+
 # -- Annotations on a MultiKueueCluster (on a MultiKueue manager) ------------------------------------
 ANNOTATION_FENCED: Final = "dispatch.phpboyscout.uk/fenced"
 """On a manager's MultiKueueCluster, set to ``FENCED_TRUE`` by an administrator: the worker is shut down, so

@@ -10,13 +10,22 @@ the ranges [A, A + K - 1] of successive dispatches never overlap, and R only ris
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Final, Literal
 
-from contract.admission import Raise, admission_count, admission_floor, raise_to
+from contract.admission import Raise, admission_count, admission_floor, parse_count, preconditions, raise_to
 from contract.errors import ContractError, Problem
 from contract.identity import R_BOUND
-from contract.keys import ANNOTATION_FENCED, FENCED_TRUE
-from contract.objects import dig
+from contract.keys import (
+    ANNOTATION_DISPATCHED,
+    ANNOTATION_FENCED,
+    ANNOTATION_UNVERIFIED,
+    ANNOTATION_VERIFIED_COPY,
+    FENCED_TRUE,
+    UNVERIFIED_TRUE,
+)
+from contract.objects import add_op, annotations, dig, labels, pointer
 
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
 """The ``spec.controllerName`` of Kueue's MultiKueue AdmissionCheck."""
@@ -194,3 +203,122 @@ def budget_problem(runtime_spec: Mapping[str, Any], a: int, min_dispatches: int)
         f"(floor(({R_BOUND} - 1 - {restarts} - {a}) / {restarts + 1})), fewer than the site's minDispatches "
         f"{min_dispatches}: lower {MAX_RESTARTS_FIELD}"
     )
+
+
+# -- The stale copy: a worker's copy starts only under the A its remote Workload was stamped with ----------------
+
+
+def unverified(obj: Mapping[str, Any] | None) -> bool:
+    """MultiKueue's copy carries dispatch's mark ``ANNOTATION_UNVERIFIED`` (any value: only its absence lets it
+    start)."""
+    return ANNOTATION_UNVERIFIED in annotations(obj)
+
+
+def prebuilt_workload(copy: Mapping[str, Any] | None) -> str | None:
+    """The remote Workload a worker's copy names as its prebuilt one: a label, or (Kueue's
+    ``WorkloadIdentifierAnnotations``) an annotation of the same key; None when it names none."""
+    for found in (labels(copy), annotations(copy)):
+        value = found.get(PREBUILT_WORKLOAD)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class CopyAction(Enum):
+    NOTHING = "nothing"
+    """Not an unverified dispatch copy: nothing to do."""
+    WAIT = "wait"
+    """Cannot be verified yet, or never: the copy stays marked and does not start (``reason`` says why)."""
+    VERIFY = "verify"
+    """Its A is its dispatch's: record it on the remote Workload (if not yet) and remove the mark."""
+    DELETE = "delete"
+    """Stale: it carries an A other than its dispatch's. Deleted, MultiKueue creates it again from the manager's
+    current TrainJob."""
+
+
+@dataclass(frozen=True)
+class CopyVerdict:
+    action: CopyAction
+    reason: str
+    workload_patch: list[dict[str, Any]] | None = None
+    """Preconditioned on the remote Workload as read: the record ``ANNOTATION_VERIFIED_COPY`` of this copy."""
+    copy_patch: list[dict[str, Any]] | None = None
+    """Preconditioned on the copy as read: the removal of its mark. Written after ``workload_patch`` landed."""
+    final: bool = False
+    """A wait that no later read of the same Workload ends (no stamp, an unreadable one, another copy verified
+    there): not looked at again but on a change of the copy."""
+
+
+def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None) -> CopyVerdict:
+    """On a worker, what dispatch's agent does with MultiKueue's copy ``copy`` of a dispatch TrainJob, given the
+    remote Workload it names (None: not found).
+
+    The copy was made from MultiKueue's cache of the manager's TrainJob, which may show an earlier dispatch's A;
+    the remote Workload was cloned from the cache entry showing the manager gate's Ready, so its stamp
+    ``ANNOTATION_DISPATCHED`` is this dispatch's A. A copy starts only with that A, and only one copy per remote
+    Workload: a copy MultiKueue creates again under the same Workload would start a second execution with the A
+    the first one ran (its J at 0 in a new JobSet), so it is never verified (docs/multicluster.md, "The stale
+    copy")."""
+    if not (is_copy(copy) and unverified(copy)):
+        return CopyVerdict(CopyAction.NOTHING, "not an unverified copy")
+    name = prebuilt_workload(copy)
+    if name is None:
+        return CopyVerdict(CopyAction.WAIT, f"the copy names no remote Workload ({PREBUILT_WORKLOAD})")
+    if workload is None:
+        return CopyVerdict(CopyAction.WAIT, f"its remote Workload {name} is not there (yet)")
+    if not is_copy(workload) or dig(workload, "metadata", "name") != name:
+        return CopyVerdict(CopyAction.WAIT, f"Workload {name} is not MultiKueue's copy")
+    try:
+        a = admission_count(copy)
+        stamp = annotations(workload).get(ANNOTATION_DISPATCHED)
+        if stamp is None:
+            return CopyVerdict(
+                CopyAction.WAIT,
+                f"its remote Workload {name} carries no {ANNOTATION_DISPATCHED}: the manager's dispatch-k8s did not "
+                "stamp this dispatch, so its A cannot be verified here",
+                final=True,
+            )
+        stamped = parse_count(f"annotation {ANNOTATION_DISPATCHED}", stamp)
+    except ContractError as exc:
+        return CopyVerdict(CopyAction.WAIT, f"cannot be verified: {exc}", final=True)
+    if a != stamped:
+        return CopyVerdict(
+            CopyAction.DELETE,
+            f"the copy carries A {a}, its dispatch was stamped {stamped} ({ANNOTATION_DISPATCHED} on Workload {name}): "
+            "made from a stale view of the manager's TrainJob; deleted, MultiKueue makes it again",
+        )
+    uid = dig(copy, "metadata", "uid")
+    verified = annotations(workload).get(ANNOTATION_VERIFIED_COPY)
+    if verified is not None and verified != uid:
+        return CopyVerdict(
+            CopyAction.WAIT,
+            f"another copy (uid {verified}) was let start under Workload {name} before: a second one would repeat "
+            f"A {a}; it never starts, and the job goes back through the manager when evicted there",
+            final=True,
+        )
+    remove = [*preconditions(copy), {"op": "remove", "path": pointer("metadata", "annotations", ANNOTATION_UNVERIFIED)}]
+    record = (
+        None
+        if verified == uid
+        else [*preconditions(workload), add_op(workload, ("metadata", "annotations", ANNOTATION_VERIFIED_COPY), uid)]
+    )
+    return CopyVerdict(
+        CopyAction.VERIFY,
+        f"A {a} is the stamp of its dispatch on Workload {name}",
+        workload_patch=record,
+        copy_patch=remove,
+    )
+
+
+def mark_copy_ops(trainjob: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The mutation at the creation of MultiKueue's copy on a worker: the mark ``ANNOTATION_UNVERIFIED``, and
+    ``spec.suspend: true`` (Kueue's defaulting suspends it too; the copy starts only by an unsuspend, which the
+    unsuspend rules judge)."""
+    ops = (
+        []
+        if unverified(trainjob)
+        else [add_op(trainjob, ("metadata", "annotations", ANNOTATION_UNVERIFIED), UNVERIFIED_TRUE)]
+    )
+    if dig(trainjob, "spec", "suspend") is not True:
+        ops.append(add_op(trainjob, ("spec", "suspend"), True))
+    return ops

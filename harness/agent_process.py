@@ -38,6 +38,11 @@ CLUSTER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
+WORKER_CLUSTER_RULES: list[dict[str, Any]] = [
+    *CLUSTER_RULES,
+    # Role worker only: the delete of MultiKueue's copy made from a stale view of the manager's TrainJob.
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["delete"]},
+]
 LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
 ]

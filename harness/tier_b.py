@@ -24,7 +24,7 @@ import yaml
 
 from certs import pki
 from contract.keys import POD_FINALIZER
-from contract.multicluster import ROLE_SINGLE, Role
+from contract.multicluster import ROLE_SINGLE, ROLE_WORKER, Role
 from harness.binaries import TIER_B_BINARIES
 from harness.cluster import LOOPBACK, ControlPlane, free_port, load_yaml_docs
 from harness.kube_http import ApiError, KubeHttp
@@ -42,7 +42,7 @@ from harness.webhooks import (
 from webhook import owners
 from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
 from webhook.configurations import NAME, namespace_selector
-from webhook.policies import owner_policies, record_start_policy, worker_policies
+from webhook.policies import mark_copy_policy, owner_policies, record_start_policy, worker_policies
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -388,7 +388,9 @@ def install_owner_policies(
     would be numbered. A test that polices strangers installs the chart's other policies on its namespace
     besides. A MultiKueue worker's (harness.multicluster) are installed again as the chart's in role worker, with
     the manager's MultiKueue principal (``multikueue``), and the manager agent's (``manager_agent``) with its own
-    policy (webhook/policies.py ``worker_policies``: it writes only replicas and the prologue's ConfigMap)."""
+    policy (webhook/policies.py ``worker_policies``: it writes only replicas and the prologue's ConfigMap), and the
+    chart's MutatingAdmissionPolicy ``mark-copy`` (MultiKueue's copies created marked unverified: a worker's agent
+    in role worker verifies them)."""
     config = Config(
         dispatch=Principals(groups=("system:serviceaccounts",)),
         owners=Owners(breakGlass=Principals(groups=("system:masters",))),
@@ -416,7 +418,8 @@ def install_owner_policies(
         }
         cp.admin.apply(policy)
         cp.admin.apply(binding)
-    for doc in record_start_policy("dispatch-system", multicluster_role):
+    marks = mark_copy_policy("dispatch-system") if multicluster_role == ROLE_WORKER else []
+    for doc in record_start_policy("dispatch-system", multicluster_role) + marks:
         doc["metadata"]["name"] = doc["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         if "policyName" in doc["spec"]:
             doc["spec"]["policyName"] = doc["spec"]["policyName"].replace(NAME, HARNESS_POLICY_PREFIX, 1)

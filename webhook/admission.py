@@ -20,14 +20,14 @@ from contract.keys import (
     GATE,
     JOBSET_GROUP,
 )
-from contract.multicluster import ROLE_WORKER, records_only
+from contract.multicluster import ROLE_WORKER, is_copy, mark_copy_ops, records_only
 from contract.names import TrainJobName, parse_name
 from contract.objects import add_op, dig
 from contract.ownership import is_dispatch, is_kueue_mode, owned_by_dispatch
 from contract.patches import foreign_entry_problems
 from webhook.config import Config
 from webhook.review import Lookups, Request, Verdict
-from webhook.rules.creation import creation_problems
+from webhook.rules.creation import creation_problems, multikueue_copy_problems
 from webhook.rules.jobsets import jobset_create_problems, jobset_delete_problems, jobset_status_problems
 from webhook.rules.reserved_keys import reserved_key_problems
 from webhook.rules.runtime_copy import copy_creation_problems, copy_update_problems
@@ -131,7 +131,9 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
     warnings: list[str] = []
     exempt: frozenset[str] = frozenset()
     if resource == TRAINJOBS and new is not None:
-        if request.operation == "CREATE" and is_dispatch(new) and not copy:
+        if request.operation == "CREATE" and is_dispatch(new) and copy and config.multicluster_role == ROLE_WORKER:
+            problems += multikueue_copy_problems(new)
+        elif request.operation == "CREATE" and is_dispatch(new) and not copy:
             if stranger:
                 problems.append(_principal(request, "dispatch TrainJobs"))
             else:
@@ -207,7 +209,8 @@ def _validate_other(request: Request, config: Config, resource: tuple[str, str],
 
 def mutate(request: Request, config: Config) -> Verdict:
     """Close a dispatch TrainJob at birth when dispatch created it open; number an execution in the write that
-    starts it (``_record_start``). Nothing else is ever mutated.
+    starts it (``_record_start``); on a worker, mark MultiKueue's copy unverified at its creation. Nothing else is
+    ever mutated.
 
     Kueue mode gets dispatch's gate (Kueue allows the annotation at creation only), plain mode
     ``suspend: true``. Neither changes what the job runs.
@@ -217,6 +220,11 @@ def mutate(request: Request, config: Config) -> Verdict:
         return Verdict.allow()
     if request.operation == "UPDATE":
         return _record_start(request.old_object, new, config)
+    if request.operation == "CREATE" and config.multicluster_role == ROLE_WORKER and is_copy(new):
+        # MultiKueue's copy on a worker (by whoever creates it: only MultiKueue may): marked unverified, suspended,
+        # until dispatch's agent matches its A to the stamp of its dispatch (contract/multicluster.py
+        # ``verify_copy``). The MutatingAdmissionPolicy mark-copy does the same where the API server serves it.
+        return Verdict.allow(patch=mark_copy_ops(new))
     if request.operation != "CREATE" or not config.dispatch.includes(request.user):
         return Verdict.allow()
     ops: list[dict[str, Any]] = []

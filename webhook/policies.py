@@ -53,6 +53,7 @@ from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
+    ANNOTATION_UNVERIFIED,
     GATE,
     HOLD_ANNOTATIONS,
     KIND_TRAINJOB,
@@ -70,6 +71,7 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
     TRAINER_GROUP,
+    UNVERIFIED_TRUE,
 )
 from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
@@ -311,6 +313,11 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                 {"name": "newLabels", "expression": _map("object", "labels")},
                 {"name": "oldAnnotations", "expression": _map("oldObject", "annotations")},
                 {"name": "newAnnotations", "expression": _map("object", "annotations")},
+                *(
+                    [{"name": "copyCreated", "expression": multikueue_copy_created(config)}]
+                    if config.multicluster_role == ROLE_WORKER
+                    else []
+                ),
             ],
             "validations": [
                 {
@@ -338,6 +345,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "message": f"only dispatch adds or removes its gate {GATE} in {ANNOTATION_ADMISSION_GATED_BY}",
                     "reason": "Forbidden",
                 },
+                *([_copy_created_marked()] if config.multicluster_role == ROLE_WORKER else []),
             ],
         },
     )
@@ -480,7 +488,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "' in the write that unsuspends (dispatch\\'s admission policy or mutating webhook writes it)'",
                     "reason": "Forbidden",
                 },
-                *([_copy_records_only()] if config.multicluster_role == ROLE_WORKER else []),
+                *([_copy_records_only(), _copy_verified()] if config.multicluster_role == ROLE_WORKER else []),
                 {
                     "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
                     f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
@@ -594,7 +602,8 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
     if config.multicluster_role == ROLE_MANAGER:
         docs += manager_policies(namespace)
     docs += worker_policies(config, namespace)
-    return docs + record_start_policy(namespace, config.multicluster_role)
+    marks = mark_copy_policy(namespace) if config.multicluster_role == ROLE_WORKER else []
+    return docs + record_start_policy(namespace, config.multicluster_role) + marks
 
 
 def _copy(obj: str) -> str:
@@ -625,6 +634,34 @@ def _copy_records_only() -> dict[str, Any]:
         f"{_annotation('object', ANNOTATION_ADMISSION_FLOOR)})",
         "message": "on a MultiKueue worker the start of MultiKueue's copy records A and never raises it: the manager "
         "numbers each dispatch, and a copy started here before goes back through the manager",
+        "reason": "Forbidden",
+    }
+
+
+def _unverified(obj: str) -> str:
+    return f"{obj}.metadata.?annotations[?{_q(ANNOTATION_UNVERIFIED)}].hasValue()"
+
+
+def _copy_created_marked() -> dict[str, Any]:
+    """Role worker, in the reserved-keys policy: MultiKueue's copy of a dispatch TrainJob is created marked
+    unverified and suspended (dispatch's mutating webhook adds both; webhook/rules/creation.py
+    ``multikueue_copy_problems``), so it starts only once dispatch's agent matched its A to its dispatch's stamp."""
+    return {
+        "expression": "!(variables.copyCreated && request.resource.resource == 'trainjobs') || "
+        f"({_unverified('object')} && object.?spec.?suspend.orValue(false) == true)",
+        "message": f"on a MultiKueue worker MultiKueue's copy is created suspended and marked {ANNOTATION_UNVERIFIED} "
+        "(dispatch's mutating webhook adds both): it starts once dispatch's agent verified its A",
+        "reason": "Forbidden",
+    }
+
+
+def _copy_verified() -> dict[str, Any]:
+    """Role worker, in the unsuspend policy: MultiKueue's copy does not start while dispatch's mark ``unverified`` is
+    on it (webhook/rules/updates.py ``copy_unsuspend_problems``; docs/multicluster.md, "The stale copy")."""
+    return {
+        "expression": f"!({_copy('oldObject')} || {_copy('object')}) || !{_unverified('object')}",
+        "message": f"MultiKueue's copy starts once dispatch's agent on this worker has matched its A to the stamp of "
+        f"its dispatch on the remote Workload and removed {ANNOTATION_UNVERIFIED}",
         "reason": "Forbidden",
     }
 
@@ -1138,6 +1175,7 @@ def owner_policies(config: Config, *, carrying: bool = False) -> list[dict[str, 
 
 
 RECORD_START: Final = f"{NAME}-record-start"
+MARK_COPY: Final = f"{NAME}-mark-copy"
 _CANONICAL_COUNT: Final = "^(0|[1-9][0-9]{0,17})$"
 """contract/admission.py ``parse_count``: a decimal count without leading zeros, in a 64-bit int."""
 _POD_ANNOTATIONS_IN_JOB: Final = ("template", "spec", "template", "metadata", "annotations")
@@ -1210,30 +1248,16 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
         + _json_patch_add("variables.jobs[0]", job, _POD_ANNOTATIONS_IN_JOB, ANNOTATION_ADMISSION, "variables.next")
         + f"] + ({raise_record})"
     )
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {
-            "name": RECORD_START,
-            "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "policy"},
-        },
-        "spec": {
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [RESOURCES[0][0]],
-                        "apiVersions": ["*"],
-                        "resources": [RESOURCES[0][2]],
-                        "operations": ["UPDATE"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "dispatch-objects", "expression": claims("trainjobs")},
-                {"name": "unsuspends", "expression": UNSUSPENDS},
-            ],
+    conditions = [
+        {"name": "dispatch-objects", "expression": claims("trainjobs")},
+        {"name": "unsuspends", "expression": UNSUSPENDS},
+    ]
+    return _trainjob_mutation(
+        RECORD_START,
+        namespace,
+        "UPDATE",
+        conditions,
+        {
             "variables": [
                 {"name": "entries", "expression": entries},
                 {
@@ -1319,14 +1343,56 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
                 }
             ],
         },
+    )
+
+
+def mark_copy_policy(namespace: str) -> list[dict[str, Any]]:
+    """Role worker: the MutatingAdmissionPolicy that marks MultiKueue's copy of a dispatch TrainJob (its origin label)
+    ``unverified`` and suspended at its creation, in-process (contract/multicluster.py ``mark_copy_ops``; the webhook
+    does the same where the API server serves no MutatingAdmissionPolicy). The copy then starts only once dispatch's
+    agent on the worker has matched its A to the stamp of its dispatch and removed the mark (docs/multicluster.md,
+    "The stale copy"); the reserved-keys policy refuses MultiKueue's copy created without the mark."""
+    mark = _json_patch_add("object", "''", ("metadata", "annotations"), ANNOTATION_UNVERIFIED, _q(UNVERIFIED_TRUE))
+    suspend = _json_patch("add", "'/spec/suspend'", "true")
+    conditions = [
+        {"name": "dispatch-objects", "expression": claims("trainjobs")},
+        {"name": "multikueue-copy", "expression": _copy("object")},
+    ]
+    expression = (
+        f"({_unverified('object')} ? [] : [{mark}]) + (object.?spec.?suspend.orValue(false) == true ? [] : [{suspend}])"
+    )
+    mutations = [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]
+    return _trainjob_mutation(MARK_COPY, namespace, "CREATE", conditions, {"mutations": mutations})
+
+
+def _trainjob_mutation(
+    name: str, namespace: str, operation: str, conditions: list[dict[str, str]], body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A MutatingAdmissionPolicy over dispatch TrainJobs (``operation``, ``conditions``; ``body``: its variables and
+    mutations), failing closed and never reinvoked, and its binding to the job namespaces."""
+    labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "policy"}
+    rule = {
+        "apiGroups": [RESOURCES[0][0]],
+        "apiVersions": ["*"],
+        "resources": [RESOURCES[0][2]],
+        "operations": [operation],
+    }
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": {"resourceRules": [rule]},
+            "matchConditions": conditions,
+            **body,
+        },
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {
-            "name": RECORD_START,
-            "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "policy"},
-        },
-        "spec": {"policyName": RECORD_START, "matchResources": {"namespaceSelector": namespace_selector(namespace)}},
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"policyName": name, "matchResources": {"namespaceSelector": namespace_selector(namespace)}},
     }
     return [policy, binding]

@@ -16,7 +16,13 @@ from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
 from webhook.config import Config, Principals
 from webhook.config import load_config as load_webhook_config
-from webhook.policies import MANAGER_AGENT_POLICY, MANAGER_RUNS_NOTHING, admission_policies, record_start_policy
+from webhook.policies import (
+    MANAGER_AGENT_POLICY,
+    MANAGER_RUNS_NOTHING,
+    admission_policies,
+    mark_copy_policy,
+    record_start_policy,
+)
 
 MULTIKUEUE_USER = "multikueue-manager"
 WORKER = {"multicluster": {"role": ROLE_WORKER, "multikueue": {"usernames": [MULTIKUEUE_USER], "groups": []}}}
@@ -67,7 +73,7 @@ def test_the_role_reaches_the_webhook_and_the_agent_and_the_policies_are_the_gen
                                    multikueue=multikueue))  # fmt: skip
     assert _policies(r) == expected
     # The MutatingAdmissionPolicy record-start too (rendered where the API server serves it): in role worker it
-    # records the start of MultiKueue's copy without raising A.
+    # records the start of MultiKueue's copy without raising A; and there only, mark-copy.
     served = template(values, extra=["--api-versions", MAP_CAPABILITY])
     mutating = {(d["kind"], d["metadata"]["name"]): without_labels(d)
                 for d in served.of("MutatingAdmissionPolicy") + served.of("MutatingAdmissionPolicyBinding")}  # fmt: skip
@@ -78,7 +84,7 @@ MAP_CAPABILITY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 
 
 def _mutating_expected(r: Rendered, role: str) -> dict[tuple[str, str], Any]:
-    docs = record_start_policy(r.namespace, role)
+    docs = record_start_policy(r.namespace, role) + (mark_copy_policy(r.namespace) if role == ROLE_WORKER else [])
     for doc in docs:
         doc["metadata"]["name"] = doc["metadata"]["name"].replace("dispatch-k8s", fullname(r), 1)
         if "policyName" in doc["spec"]:
@@ -185,3 +191,14 @@ def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy
     plain = template(WORKER)
     assert not [d for d in plain.of("ClusterRole") if d["metadata"]["name"].endswith("-manager-agent")]
     assert not [d for d in plain.of("ValidatingAdmissionPolicy") if d["metadata"]["name"].endswith("-manager-agent")]
+
+
+@pytest.mark.parametrize(("values", "deletes"), [({}, False), (MANAGER, False), (WORKER, True)])
+def test_only_on_a_worker_may_the_agent_delete_trainjobs(values, deletes):
+    """The agent deletes MultiKueue's copy made from a stale view of the manager's TrainJob (agent/copies.py), and
+    only on a worker: elsewhere it never deletes a TrainJob."""
+    r = template(values)
+    rules = r.one("ClusterRole", f"{fullname(r)}-agent")["rules"]
+    verbs = {v for rule in rules if "trainjobs" in rule["resources"] for v in rule["verbs"]}
+    assert ("delete" in verbs) is deletes
+    assert {"get", "list", "watch", "patch"} <= verbs

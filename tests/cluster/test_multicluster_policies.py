@@ -29,7 +29,9 @@ from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_OPENED,
+    ANNOTATION_UNVERIFIED,
     LABEL_REPLICA_OF,
+    UNVERIFIED_TRUE,
 )
 from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
@@ -264,6 +266,7 @@ def _trainjob(namespace: str, *, copy: bool) -> dict[str, Any]:
     annotations |= {ANNOTATION_OPENED: "true", ANNOTATION_ADMISSION_FLOOR: "3", ANNOTATION_ADMISSION_STARTED: "1"}
     if copy:
         tj["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL] = "manager"
+        annotations[ANNOTATION_UNVERIFIED] = UNVERIFIED_TRUE  # as dispatch's mutating webhook or mark-copy leaves it
     return tj
 
 
@@ -298,6 +301,10 @@ def test_on_a_worker_multikueue_creates_its_copies_and_a_stranger_and_kueue_do_n
     copy = _trainjob(ns, copy=True)
     # Its copy of a TrainJob, with dispatch's keys, A, the floor and admission-started as the manager left them.
     assert _refusal(_create(c[MULTIKUEUE], copy)) is None
+    # Unmarked (no mutation of dispatch's ran): refused, it could start with an earlier dispatch's A.
+    unmarked = _trainjob(ns, copy=True)
+    del unmarked["metadata"]["annotations"][ANNOTATION_UNVERIFIED]
+    assert f"marked {ANNOTATION_UNVERIFIED}" in _enforced(_create(c[MULTIKUEUE], unmarked))
     assert _refused_as_not_its_own(_enforced(_create(c[STRANGER], copy)))
     assert _refused_as_not_its_own(_enforced(_create(c[KUEUE], copy)))
     # Not its copy: no origin label.

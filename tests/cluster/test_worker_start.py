@@ -21,7 +21,13 @@ from ulid import ULID
 
 from contract.admission import admission_count, admission_floor, admission_started, raise_admission
 from contract.identity import epoch, r_of
-from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_ADMISSION_STARTED, ANNOTATION_OPENED
+from contract.keys import (
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_OPENED,
+    ANNOTATION_UNVERIFIED,
+    UNVERIFIED_TRUE,
+)
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_SINGLE, ROLE_WORKER
 from contract.objects import annotations
 from contract.trainjob import build_trainjob
@@ -37,6 +43,7 @@ pytestmark = pytest.mark.cluster
 RBAC = "rbac.authorization.k8s.io/v1"
 JSON_PATCH = "application/json-patch+json"
 KUEUE_USER = "dispatch-worker-test:kueue"
+MULTIKUEUE_USER = "dispatch-worker-test:multikueue"
 
 
 @dataclass
@@ -45,18 +52,32 @@ class Armed:
     namespace: str
     admin: KubeHttp
     kueue: KubeHttp
+    multikueue: KubeHttp
+    docs: list[dict[str, Any]]
 
 
-def _trainjob(cp: ControlPlane, namespace: str, *, is_copy: bool) -> dict[str, Any]:
+def _trainjob(cp: ControlPlane, namespace: str, *, is_copy: bool, marked: bool = False) -> dict[str, Any]:
     """A Kueue-mode dispatch TrainJob that dispatch opened and whose A was raised to 1, suspended: on a worker with
-    ``is_copy``, MultiKueue's copy of the manager's (its origin label). Stored by the admin before any policy."""
+    ``is_copy``, MultiKueue's copy of the manager's (its origin label), verified by dispatch's agent unless
+    ``marked``. Stored by the admin (dispatch's principal here)."""
+    tj = cp.admin.create(_opened_copy(namespace, is_copy=is_copy))  # in role worker, mark-copy marks a copy
+    if not marked and ANNOTATION_UNVERIFIED in annotations(tj):  # dispatch's agent verified it
+        unmark = [{"op": "remove", "path": "/metadata/annotations/" + ANNOTATION_UNVERIFIED.replace("/", "~1")}]
+        tj = cp.admin.request("PATCH", cp.admin.object_path(tj), unmark, content_type=JSON_PATCH)
+    elif marked and ANNOTATION_UNVERIFIED not in annotations(tj):
+        mark = [{"op": "add", "path": "/metadata/annotations/" + ANNOTATION_UNVERIFIED.replace("/", "~1"),
+                 "value": UNVERIFIED_TRUE}]  # fmt: skip
+        tj = cp.admin.request("PATCH", cp.admin.object_path(tj), mark, content_type=JSON_PATCH)
+    return cp.admin.request("PATCH", cp.admin.object_path(tj), raise_admission(tj).patch, content_type=JSON_PATCH)
+
+
+def _opened_copy(namespace: str, *, is_copy: bool = True) -> dict[str, Any]:
     tj = build_trainjob(submission(namespace=namespace, job_id=str(ULID())), runtime()["spec"])
     tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
     tj["metadata"]["annotations"][ANNOTATION_OPENED] = "true"
     if is_copy:
         tj["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL] = "manager"
-    tj = cp.admin.create(tj)
-    return cp.admin.request("PATCH", cp.admin.object_path(tj), raise_admission(tj).patch, content_type=JSON_PATCH)
+    return tj
 
 
 def _with_suspend(tj: dict[str, Any], suspend: bool) -> dict[str, Any]:
@@ -89,13 +110,15 @@ def armed(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterat
     cp.admin.create({
         "apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": binding},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUEUE_USER}],
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                     for user in (KUEUE_USER, MULTIKUEUE_USER)],
     })  # fmt: skip
     # The admin plays dispatch (it creates, opens and raises the jobs, and MultiKueue's copies, as those would).
     config = Config(
         dispatch=Principals(groups=("system:masters",)),
         kueue=Principals(usernames=(KUEUE_USER,)),
         multiclusterRole=role,
+        multikueue=Principals(usernames=(MULTIKUEUE_USER,)) if role == ROLE_WORKER else Principals(),
     )
     docs = bound_here(admission_policies(config, namespace="dispatch-system", owners_too=False), namespace, suffix)
     for doc in docs:
@@ -116,7 +139,8 @@ def armed(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterat
                 raise
         assert time.monotonic() < deadline, "the policies were not in force within 60 s"
         time.sleep(0.3)
-    yield Armed(role, namespace, cp.admin, kueue)
+    multikueue = KubeHttp(cp.admin_credentials, impersonate=(MULTIKUEUE_USER, None))
+    yield Armed(role, namespace, cp.admin, kueue, multikueue, docs)
     for doc in reversed(docs):
         cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
     cp.admin.delete(RBAC, "ClusterRoleBinding", binding)
@@ -186,3 +210,64 @@ def test_on_a_worker_the_origin_label_of_a_copy_never_changes(armed: Armed, cont
         assert "origin label" in refusal
     else:
         assert refusal is None
+
+
+def test_on_a_worker_a_copy_does_not_start_while_marked_unverified(armed: Armed, control_plane):
+    """The mark dispatch's mutating webhook puts on MultiKueue's copy at its creation: the copy starts only once
+    dispatch's agent has matched its A to its dispatch's stamp and removed the mark (docs/multicluster.md, "The
+    stale copy"), and nobody else removes it."""
+    tj = _trainjob(control_plane, armed.namespace, is_copy=True, marked=True)
+    refusal = _refusal(lambda: _kueue_sets(armed, tj, suspend=False))
+    if armed.role != ROLE_WORKER:
+        assert refusal is None  # the mark means nothing outside a worker (nobody but dispatch writes it)
+        return
+    assert refusal is not None
+    assert ANNOTATION_UNVERIFIED in refusal
+    # Kueue (or anyone but dispatch) removing the mark is refused: a key of dispatch's.
+    unmarked = copy.deepcopy(tj)
+    del unmarked["metadata"]["annotations"][ANNOTATION_UNVERIFIED]
+    assert _refusal(lambda: armed.kueue.request("PUT", armed.kueue.object_path(tj), unmarked)) is not None
+    # dispatch's agent removes it (the admin plays dispatch), and the start passes, recording A.
+    verified = armed.admin.request("PUT", armed.admin.object_path(tj), unmarked)
+    started = _kueue_sets(armed, verified, suspend=False)
+    assert admission_started(started) == admission_count(tj)
+
+
+def test_on_a_worker_multikueue_s_copy_is_created_marked_and_suspended_or_refused(armed: Armed):
+    """The MutatingAdmissionPolicy mark-copy (role worker) marks MultiKueue's copy unverified and suspends it at its
+    creation; without it (and without the webhook, which does the same), the reserved-keys policy refuses the copy
+    unmarked: it could start with an earlier dispatch's A."""
+    plain = _opened_copy(armed.namespace)
+    plain["spec"]["suspend"] = False
+    if armed.role != ROLE_WORKER:
+        # One cluster alone knows no MultiKueue principal: its create of a dispatch TrainJob is a stranger's.
+        refusal = _refusal(lambda: _dry_create(armed.multikueue, plain))
+        assert refusal is not None
+        assert "only dispatch adds, changes or removes" in refusal
+        return
+    created = _dry_create(armed.multikueue, plain)
+    assert annotations(created)[ANNOTATION_UNVERIFIED] == UNVERIFIED_TRUE
+    assert created["spec"]["suspend"] is True
+    # Without the mutation: refused.
+    mark = next(
+        d for d in armed.docs if d["kind"] == "MutatingAdmissionPolicyBinding" and "mark-copy" in d["metadata"]["name"]
+    )
+    armed.admin.delete(mark["apiVersion"], mark["kind"], mark["metadata"]["name"])
+    try:
+        deadline = time.monotonic() + 60
+        while (refusal := _refusal(lambda: _dry_create(armed.multikueue, plain))) is None:
+            assert time.monotonic() < deadline, "the mark-copy binding still acted 60 s after its deletion"
+            time.sleep(0.3)
+        assert f"marked {ANNOTATION_UNVERIFIED}" in refusal
+        marked = copy.deepcopy(plain)
+        marked["metadata"]["annotations"][ANNOTATION_UNVERIFIED] = UNVERIFIED_TRUE
+        assert _refusal(lambda: _dry_create(armed.multikueue, marked)) is not None  # unsuspended
+        marked["spec"]["suspend"] = True
+        assert _refusal(lambda: _dry_create(armed.multikueue, marked)) is None
+    finally:
+        armed.admin.create(mark)
+
+
+def _dry_create(client: KubeHttp, obj: dict[str, Any]) -> Any:
+    path = client.collection_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
+    return client.request("POST", path, obj, query={"dryRun": "All"})

@@ -26,10 +26,18 @@ from ulid import ULID
 from agent.gate import WORKER_FIRST_MESSAGE, worker_held_message
 from agent.operations import plan_open
 from contract.admission import admission_started
-from contract.keys import ANNOTATION_WORKER_ADMITTED, POD_FINALIZER
+from contract.keys import (
+    ANNOTATION_DISPATCHED,
+    ANNOTATION_UNVERIFIED,
+    ANNOTATION_VERIFIED_COPY,
+    ANNOTATION_WORKER_ADMITTED,
+    POD_FINALIZER,
+    UNVERIFIED_TRUE,
+)
 from contract.multicluster import ROLE_WORKER
+from contract.objects import annotations
 from contract.trainjob import Submission
-from harness.agent_process import LEADER, AgentProcess, grant, start_agent
+from harness.agent_process import LEADER, WORKER_CLUSTER_RULES, AgentProcess, grant, start_agent
 from harness.jobs import write_as_the_api
 from harness.multicluster import KUEUE_V, MultiCluster, Worker
 from harness.sandbox import site
@@ -63,7 +71,8 @@ def _start_agent(
         config["multiclusterRole"] = role
     if credentials:
         config["workerKubeconfigs"] = {w: str(p) for w, p in credentials.items()}
-    return start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}", config=config,
+    rules = WORKER_CLUSTER_RULES if role == ROLE_WORKER else None
+    return start_agent(cp, kubeconfig=grant(cp, system, rules), name=f"dispatch-agent-{system}", config=config,
                        workdir=tmp, until=LEADER)  # fmt: skip
 
 
@@ -152,6 +161,23 @@ def _ready_transitions(versions: list[dict[str, Any]], uid: str, check: str) -> 
     return count
 
 
+def _verified(worker: Worker, namespace: str, name: str, workload: str, a: int, recorder: kit.Recorder) -> None:
+    """The copy ``name`` on ``worker`` carries A ``a``, the stamp its remote Workload carries, was created marked
+    unverified and no longer is, and is the copy the worker's agent recorded on that Workload."""
+
+    def check() -> None:
+        there = worker.admin.get(TRAINER_V, "TrainJob", name, namespace)
+        wl = _remote_workload(worker, namespace, workload)
+        assert annotations(wl).get(ANNOTATION_DISPATCHED) == str(a), wl["metadata"]
+        assert ANNOTATION_UNVERIFIED not in annotations(there), there["metadata"]
+        assert annotations(wl).get(ANNOTATION_VERIFIED_COPY) == there["metadata"]["uid"], wl["metadata"]
+        first = next((v for v in recorder.versions(name) if v["metadata"]["uid"] == there["metadata"]["uid"]), None)
+        assert first is not None, "the copy's creation not in the worker's history yet"
+        assert annotations(first).get(ANNOTATION_UNVERIFIED) == UNVERIFIED_TRUE, first["metadata"]
+
+    eventually(check, 30, "the copy verified against its dispatch's stamp")
+
+
 def _admissions(recorder: kit.Recorder, name: str) -> list[int]:
     """A at each start of every copy of the TrainJob ``name`` on one worker, copy by copy (each checked by
     kit.assert_a_rises_before_each_admission)."""
@@ -194,6 +220,10 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
             assert (kit.a_of(there), admission_started(there)) == (K, K)
 
         eventually(started_first, 120, "the copy started on its worker with the A the manager gave it")
+        # The stale-copy defence in the real flow: MultiKueue cloned the manager gate's stamp into the remote
+        # Workload; the copy was created marked unverified (mark-copy), and the worker's agent, finding its A equal
+        # to the stamp, recorded it on the remote Workload and removed the mark.
+        _verified(worker, m.namespace, name, remote["metadata"]["name"], K, copies[worker.name])
 
         # Evicted on the worker, with the manager cut off: only the worker's Kueue acts on the copy.
         mc.break_connection(worker)
@@ -231,6 +261,7 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
             assert (kit.a_of(there), admission_started(there)) == (2 * K, 2 * K)
 
         eventually(started_there, 120, "the new copy started on its worker with A raised by K")
+        _verified(chosen, m.namespace, name, manager_wl["metadata"]["name"], 2 * K, copies[chosen.name])
 
         # The histories: the held copy's check turned Ready once; each copy started once, with the A the manager
         # gave it; no two executions share an identity and R only rises.
@@ -256,14 +287,14 @@ def test_preflight_proves_each_worker_with_dispatch_s_check_there_and_names_one_
     """With dispatch's agent on every worker and its check on the worker ClusterQueue of the job's queue, the
     manager's Preflight proves each worker with the agent's own credential for it (the rights the gate uses, the
     queue, the check Active); a worker whose credential points nowhere is named, not proven. Kueue mode stays
-    observe-only on a MultiKueue queue while the stale-copy stamp is not built."""
+    observe-only on a MultiKueue queue while a worker that comes back unfenced is not handled."""
     m, mc = armed.manager, armed.manager.mc
     for run in ("proven", "broken"):
         (tmp_path / run).mkdir()
     report = asyncio.run(preflight_on_the_manager(m, tmp_path / "proven", m.credentials))
     why = report.readmission_gate_reason
     assert report.observe_only, report
-    assert "the stale-copy stamp is not built" in why, why
+    assert "a lost worker that comes back unfenced may restart its stale copy" in why, why
     for worker in mc.cluster_names:
         assert f"{worker}: proven" in why, why
 

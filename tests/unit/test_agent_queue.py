@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue, backoff_delay
+from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue, backoff_delay, serve_keys
 
 aio = pytest.mark.asyncio(loop_scope="function")
 
@@ -119,3 +120,27 @@ def test_stream_backoff_has_bounded_jitter_and_resets():
     assert b.next(rand=1) == 10  # capped after jitter too
     b.reset()
     assert b.next(rand=0.5) == 1.25
+
+
+@aio
+async def test_serve_keys_looks_again_when_asked_retries_failures_and_drops_the_gone():
+    queue: WorkQueue[str] = WorkQueue()
+    looks: list[str] = []
+    failures: list[str] = []
+    fail = {"conflict": ApiException(status=409), "gone": ApiException(status=404), "broken": RuntimeError("x")}
+
+    async def look(key: str) -> float | None:
+        looks.append(key)
+        if key in fail and looks.count(key) == 1:
+            raise fail[key]
+        return 0.01 if key == "again" and looks.count(key) == 1 else None
+
+    for key in ("again", "conflict", "gone", "broken", "plain"):
+        queue.add(key)
+    task = asyncio.create_task(serve_keys(queue, RateLimiter(base=0.01), look, lambda k, _: failures.append(k)))
+    await asyncio.sleep(0.3)
+    queue.shutdown()
+    await task
+    # Asked to look again: twice. A 409 and any other failure: tried again, only the latter reported. A 404: once.
+    assert sorted(looks) == ["again", "again", "broken", "broken", "conflict", "conflict", "gone", "plain"]
+    assert failures == ["broken"]

@@ -18,7 +18,7 @@ from agent.start import multikueue_start_problems, multikueue_unproven, readback
 from contract.admission import admission_count, admission_floor, admission_started, start_count, unsuspend_ops
 from contract.errors import ContractError
 from contract.identity import R_BOUND
-from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED
+from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED, ANNOTATION_DISPATCHED
 from contract.multicluster import (
     IGNORE_MAX_RESTARTS,
     MULTIKUEUE_CONTROLLER,
@@ -205,6 +205,27 @@ def test_the_gate_raises_a_by_k_before_its_ready_in_its_own_preconditioned_write
         "/annotations/dispatch.phpboyscout.uk~1admission",
         "/metadata/annotations/dispatch.phpboyscout.uk~1admission-floor",
     }
+
+
+def test_the_gate_stamps_the_a_it_raised_on_the_workload_before_its_ready():
+    # MultiKueue clones the Workload into the remote one from the cache entry showing the Ready; the stamp, written
+    # between the raise and the Ready and preconditioned on the Workload as read, is that dispatch's A there.
+    tj, wl = managed(opened()), mk_workload()
+    d = decide_mk(tj, spec(2), wl=wl)
+    assert d.workload_patch is not None
+    assert d.workload_patch[:2] == [
+        {"op": "test", "path": "/metadata/uid", "value": wl["metadata"]["uid"]},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": wl["metadata"]["resourceVersion"]},
+    ]
+    stamped = apply_json_patch(wl, d.workload_patch)
+    assert stamped["metadata"]["annotations"][ANNOTATION_DISPATCHED] == "3" == str(d.new_a)
+    again = decide_mk(apply_json_patch(tj, d.trainjob_patch), spec(2), wl=stamped)
+    assert apply_json_patch(stamped, again.workload_patch)["metadata"]["annotations"][ANNOTATION_DISPATCHED] == "6"
+
+
+def test_outside_multikueue_mode_the_gate_stamps_nothing():
+    d = go(tj=opened())
+    assert (d.action, d.workload_patch) == (Action.ADMIT, None)
 
 
 def test_then_the_unsuspend_only_records_and_nothing_raises_twice():

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from contract.keys import LABEL_REPLICA_OF
+from contract.keys import ANNOTATION_UNVERIFIED, LABEL_REPLICA_OF, UNVERIFIED_TRUE
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from contract.prologue import PROLOGUE_CONFIGMAP
 from tests.unit.fixtures import runtime_copy, trainjob
-from tests.unit.test_webhook_rules import STRANGER, decide, denied_by, request
+from tests.unit.kubelet import apply_json_patch
+from tests.unit.test_webhook_rules import DISPATCH, KUEUE, STRANGER, admit, decide, denied_by, request
 from webhook import owners
+from webhook.admission import mutate
 from webhook.config import Config, Principals
 from webhook.policies import MANAGER_AGENT_POLICY, MANAGER_RUNS_NOTHING, admission_policies
 from webhook.review import User
@@ -46,8 +48,46 @@ def test_multikueues_principal_is_a_workers_alone():
             Config(multiclusterRole=role, multikueue=Principals(usernames=("x",)))
 
 
-def test_on_a_worker_multikueue_creates_its_copy_of_a_dispatch_trainjob():
-    assert decide(request("CREATE", remote_trainjob(), user=MULTIKUEUE), WORKER).allowed
+def test_on_a_worker_multikueue_creates_its_copy_of_a_dispatch_trainjob_marked_unverified_and_suspended():
+    req = request("CREATE", remote_trainjob(), user=MULTIKUEUE)
+    ops = mutate(req, WORKER).patch
+    created = apply_json_patch(req.object, ops)
+    assert created["metadata"]["annotations"][ANNOTATION_UNVERIFIED] == UNVERIFIED_TRUE
+    assert created["spec"]["suspend"] is True
+    assert admit(req, WORKER).allowed
+    # Unmarked (dispatch's mutating webhook did not run), or unsuspended, the copy is refused: it could start with
+    # an earlier dispatch's A.
+    assert denied_by(decide(req, WORKER)) == "creation.multikueue-copy"
+    open_copy = copy.deepcopy(created)
+    open_copy["spec"]["suspend"] = False
+    assert denied_by(decide(request("CREATE", open_copy, user=MULTIKUEUE), WORKER)) == "creation.multikueue-copy"
+
+
+@pytest.mark.parametrize(
+    ("config", "labelled", "marked"), [(WORKER, True, True), (Config(), True, False), (WORKER, False, False)]
+)
+def test_the_mark_is_put_on_a_worker_on_every_copy_and_only_there(config, labelled, marked):
+    tj = remote_trainjob()
+    if not labelled:
+        tj["metadata"]["labels"].pop(MULTIKUEUE_ORIGIN_LABEL)
+    created = apply_json_patch(tj, mutate(request("CREATE", tj, user=DISPATCH), config).patch or [])
+    assert (ANNOTATION_UNVERIFIED in created["metadata"]["annotations"]) is marked
+
+
+def test_a_marked_copy_does_not_start_and_only_dispatch_removes_the_mark():
+    marked = remote(trainjob())
+    marked["metadata"]["annotations"][ANNOTATION_UNVERIFIED] = UNVERIFIED_TRUE
+    marked["spec"]["suspend"] = True
+    started = copy.deepcopy(marked)
+    started["spec"]["suspend"] = False
+    refused = decide(request("UPDATE", started, marked, user=KUEUE), WORKER)
+    assert not refused.allowed
+    assert "its A to the stamp of its dispatch" in refused.message
+    unmarked = copy.deepcopy(marked)
+    del unmarked["metadata"]["annotations"][ANNOTATION_UNVERIFIED]
+    assert not decide(request("UPDATE", unmarked, marked, user=MULTIKUEUE), WORKER).allowed
+    assert not decide(request("UPDATE", unmarked, marked, user=STRANGER), WORKER).allowed
+    assert decide(request("UPDATE", unmarked, marked, user=DISPATCH), WORKER).allowed
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from contract.errors import ContractError, Problem
 from contract.gates import has_dispatch_gate
 from contract.keys import (
     ANNOTATION_COMMENT,
+    ANNOTATION_UNVERIFIED,
     ENV_K8S_WORKDIR,
     ENV_RESERVED_PREFIX,
     GATE,
@@ -23,7 +24,7 @@ from contract.keys import (
     TRAINER_CONTAINER,
     TRAINER_GROUP,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, unverified
 from contract.names import TrainJobName, parse_name
 from contract.objects import annotations, dig, labels
 from contract.ownership import is_kueue_mode, runtime_patches
@@ -208,6 +209,28 @@ def creation_problems(
         if dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY:  # set by Kueue's defaulting, before us
             problems += runtime.multikueue_problems()
     return problems, warnings
+
+
+def multikueue_copy_problems(trainjob: Mapping[str, Any]) -> list[Problem]:
+    """On a worker, MultiKueue's copy of a dispatch TrainJob is created marked unverified and suspended (dispatch's
+    mutating webhook adds both: contract/multicluster.py ``mark_copy_ops``), so that it starts only once dispatch's
+    agent there has matched its A to its dispatch's stamp. Refused otherwise: without the mutation it could start
+    with an earlier dispatch's A (docs/multicluster.md, "The stale copy")."""
+    problems = []
+    if not unverified(trainjob):
+        problems.append(
+            _p(
+                "multikueue-copy",
+                f"metadata.annotations[{ANNOTATION_UNVERIFIED}]",
+                None,
+                "set at creation by dispatch's mutating webhook: the copy starts once dispatch's agent verified its A",
+            )
+        )
+    if dig(trainjob, "spec", "suspend") is not True:
+        problems.append(
+            _p("multikueue-copy", "spec.suspend", dig(trainjob, "spec", "suspend"), "a copy is created suspended")
+        )
+    return problems
 
 
 def _patch_problems(

@@ -25,12 +25,13 @@ from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
+    ANNOTATION_UNVERIFIED,
     HOLD_ANNOTATIONS,
     LABEL_QUEUE_NAME,
     OPENED_TRUE,
     RUNTIME_PATCH_MANAGER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL, unverified
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.patches import merged_admission
@@ -305,21 +306,35 @@ def copy_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     manager numbered this dispatch, so the write that starts the copy records A and raises neither A nor the
     floor. A second start of the same copy (A already recorded as started) is refused by ``unsuspend_problems``,
     as A is not above the record: the copy was evicted here and goes back through the manager, which sends it
-    again with a new A (docs/multicluster.md, guarantee 3)."""
+    again with a new A (docs/multicluster.md, guarantee 3). And it does not start while dispatch's mark
+    ``unverified`` is on it (docs/multicluster.md, "The stale copy")."""
     if not unsuspends(old, new):
         return []
+    problems = []
+    if unverified(new):
+        problems.append(
+            Problem(
+                "update.unverified",
+                f"metadata.annotations[{ANNOTATION_UNVERIFIED}]",
+                annotations(new).get(ANNOTATION_UNVERIFIED),
+                "MultiKueue's copy starts once dispatch's agent on this worker has matched its A to the stamp of its "
+                "dispatch on the remote Workload and removed the mark (a copy made from a stale view of the "
+                "manager's TrainJob would repeat an earlier dispatch's A)",
+            )
+        )
     before = (_count(admission_count, old), _count(admission_floor, old))
     after = (_count(admission_count, new), _count(admission_floor, new))
     if before == after:
-        return []
+        return problems
     return [
+        *problems,
         Problem(
             "update.unsuspend",
             _A,
             f"A {before[0]} -> {after[0]}, floor {before[1]} -> {after[1]}",
             "on a MultiKueue worker the start of MultiKueue's copy records A and never raises it: the manager "
             "numbers each dispatch, and a copy started here before goes back through the manager",
-        )
+        ),
     ]
 
 

@@ -1,0 +1,94 @@
+"""On a MultiKueue worker, the verification of MultiKueue's copies: a copy starts only with its dispatch's A.
+
+MultiKueue makes the copy of a dispatch TrainJob from its cache of the manager's TrainJob, which may show an
+earlier dispatch's A (the gate's raise and its Ready are two writes to two objects, and nothing orders their
+arrival in that cache); it makes the remote Workload from the cache entry that shows the Ready, so the stamp the
+manager's gate wrote before it (``dispatched-admission``) is this dispatch's A. dispatch's mutating webhook marks
+every copy ``unverified`` at its creation, and the unsuspend rules refuse its start while the mark is on it. This
+verifier, fed by the TrainJob watch, decides each marked copy (contract/multicluster.py ``verify_copy``, pure):
+its A equals the stamp, and no other copy was let start under that Workload, so it records the copy's uid on the
+remote Workload, then removes the mark (each a JSON Patch preconditioned on the object as read); or its A differs,
+so it deletes the copy (preconditioned on its uid and resourceVersion), and MultiKueue makes it again from the
+manager's current TrainJob (docs/multicluster.md, "The stale copy").
+
+Only the leader writes; the watch runs on every replica, so a new leader finds the marked copies in its store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from agent.caches import Reads
+from agent.kube import Kube
+from agent.queue import RateLimiter, WorkQueue, serve_keys
+from contract.multicluster import CopyAction, is_copy, prebuilt_workload, unverified, verify_copy
+from contract.objects import dig
+from contract.ownership import is_dispatch
+from serving.kube import describe_error
+
+log = logging.getLogger(__name__)
+
+CopyKey = tuple[str, str, str]
+"""(namespace, name, uid) of a copy."""
+
+RETRY_SECONDS = 5.0
+"""A copy that cannot be verified yet (its remote Workload not there yet) is looked at again after this: nothing it
+waits for is watched here. One that never will (``CopyVerdict.final``) is looked at again only when it changes."""
+
+
+class CopyVerifier:
+    def __init__(self, kube: Kube, reads: Reads) -> None:
+        self.kube, self.reads = kube, reads
+        self.queue: WorkQueue[CopyKey] = WorkQueue()
+        self.limiter: RateLimiter[CopyKey] = RateLimiter()
+        self.verified = 0
+        self.deleted = 0
+        """Copies let start and stale copies deleted (for the tests and the log)."""
+
+    def trainjob_changed(self, trainjob: Mapping[str, Any]) -> None:
+        """A TrainJob event that was news: a marked copy of a dispatch TrainJob is looked at."""
+        if dig(trainjob, "metadata", "deletionTimestamp") or not (is_copy(trainjob) and unverified(trainjob)):
+            return
+        if is_dispatch(trainjob):
+            meta = trainjob["metadata"]
+            self.queue.add((str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))))
+
+    def shutdown(self) -> None:
+        self.queue.shutdown()
+
+    async def run(self) -> None:
+        """While leading: one copy at a time (a copy is made once per dispatch)."""
+        await serve_keys(self.queue, self.limiter, self._look, self._failed)
+
+    @staticmethod
+    def _failed(key: CopyKey, exc: Exception) -> None:
+        log.warning("copy %s/%s: not verified: %s", key[0], key[1], describe_error(exc))
+
+    async def _look(self, key: CopyKey) -> float | None:
+        """Decides one copy and writes what it decided; when to look at it again, if it must be."""
+        namespace, name, uid = key
+        copy = await self.kube.get_trainjob(namespace, name)  # fresh: the mark's removal is preconditioned on it
+        if copy is None or dig(copy, "metadata", "uid") != uid or not is_dispatch(copy):
+            return None
+        workload_name = prebuilt_workload(copy)
+        workload = await self.kube.get_workload(namespace, workload_name) if workload_name else None
+        verdict = verify_copy(copy, workload)
+        if verdict.action is CopyAction.WAIT:
+            log.info("copy %s/%s: not verified: %s", namespace, name, verdict.reason)
+            return None if verdict.final else RETRY_SECONDS
+        if verdict.action is CopyAction.DELETE:
+            await self.kube.delete_trainjob(namespace, name, uid, str(dig(copy, "metadata", "resourceVersion")))
+            self.deleted += 1
+            log.warning("copy %s/%s deleted: %s", namespace, name, verdict.reason)
+            return None
+        if verdict.action is CopyAction.VERIFY:
+            if verdict.workload_patch is not None:
+                assert workload_name is not None  # verify_copy records only on a Workload it was given
+                await self.kube.patch_workload(namespace, workload_name, verdict.workload_patch)
+            written = await self.kube.patch_trainjob(namespace, name, verdict.copy_patch or [])
+            self.reads.wrote_trainjob(written)
+            self.verified += 1
+            log.info("copy %s/%s verified: %s", namespace, name, verdict.reason)
+        return None

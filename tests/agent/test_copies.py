@@ -1,0 +1,105 @@
+"""The verification of MultiKueue's copies on a worker (agent/copies.py), against the real API server: the agent runs
+in role worker, the test plays MultiKueue (the remote Workload stamped with its dispatch's A, and the copy, marked
+unverified as dispatch's mutating webhook leaves it). A copy whose A is the stamp is let start (its uid recorded on
+the Workload, then the mark removed); a copy made from a stale view of the manager's TrainJob is deleted; a second
+copy under the same Workload stays marked (docs/multicluster.md, "The stale copy")."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ulid import ULID
+
+from agent.config import AgentConfig
+from contract.admission import admission_count, raise_to
+from contract.keys import ANNOTATION_DISPATCHED, ANNOTATION_UNVERIFIED, ANNOTATION_VERIFIED_COPY, UNVERIFIED_TRUE
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, ROLE_WORKER
+from contract.objects import annotations
+from harness.cluster import ControlPlane
+from harness.kube_http import ApiError
+from tests.agent import kueue_double as kueue
+from tests.agent.running import RunningController
+from tests.agent.test_controller import eventually
+
+pytestmark = pytest.mark.cluster
+JSON_PATCH = "application/json-patch+json"
+
+
+@pytest.fixture
+def worker_agent(control_plane, namespace) -> Iterator[RunningController]:
+    config = AgentConfig(leaseNamespace=namespace, multiclusterRole=ROLE_WORKER)
+    running = RunningController(control_plane, config, f"in-test-{namespace}")
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def remote_workload(cp: ControlPlane, namespace: str, stamp: str) -> dict[str, Any]:
+    """The remote Workload as MultiKueue clones it from the manager's: its origin label and the gate's stamp."""
+    return cp.admin.create({
+        "apiVersion": kueue.KUEUE_V, "kind": "Workload",
+        "metadata": {"name": f"trainjob-dj-copy-{secrets.token_hex(3)}", "namespace": namespace,
+                     "labels": {MULTIKUEUE_ORIGIN_LABEL: "manager"}, "annotations": {ANNOTATION_DISPATCHED: stamp}},
+        "spec": kueue.workload_spec(),
+    })  # fmt: skip
+
+
+def a_copy(cp: ControlPlane, namespace: str, workload: dict[str, Any], a: int, **overrides: Any) -> dict[str, Any]:
+    """MultiKueue's copy of a dispatch TrainJob carrying A ``a``, marked unverified and suspended."""
+    tj = kueue.create_dispatch_trainjob(cp, namespace, **overrides)
+    tj = cp.admin.request("PATCH", cp.admin.object_path(tj), raise_to(tj, a).patch, content_type=JSON_PATCH)
+    ops = [
+        {"op": "add", "path": f"/metadata/labels/{MULTIKUEUE_ORIGIN_LABEL.replace('/', '~1')}", "value": "manager"},
+        {"op": "add", "path": f"/metadata/labels/{PREBUILT_WORKLOAD.replace('/', '~1')}",
+         "value": workload["metadata"]["name"]},
+        {"op": "add", "path": f"/metadata/annotations/{ANNOTATION_UNVERIFIED.replace('/', '~1')}",
+         "value": UNVERIFIED_TRUE},
+    ]  # fmt: skip
+    return cp.admin.request("PATCH", cp.admin.object_path(tj), ops, content_type=JSON_PATCH)
+
+
+def _gone(cp: ControlPlane, tj: dict[str, Any]) -> bool:
+    try:
+        return kueue.get_trainjob(cp, tj)["metadata"]["uid"] != tj["metadata"]["uid"]
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        return True
+
+
+def test_a_copy_carrying_its_dispatch_s_stamp_starts_and_a_second_one_never(control_plane, namespace, worker_agent):
+    cp = control_plane
+    kueue.create_admission_check(cp)  # the controller's readiness waits for a listed AdmissionCheck watch
+    wl = remote_workload(cp, namespace, stamp="4")
+    first = a_copy(cp, namespace, wl, 4)
+    eventually(
+        lambda: ANNOTATION_UNVERIFIED not in annotations(kueue.get_trainjob(cp, first)),
+        what="the copy's mark to be removed",
+    )
+    verified = kueue.get_trainjob(cp, first)
+    assert admission_count(verified) == 4
+    assert annotations(kueue.get_workload(cp, wl))[ANNOTATION_VERIFIED_COPY] == first["metadata"]["uid"]
+    # MultiKueue makes the copy again under the same Workload (the first one deleted): it would start a second
+    # execution with A 4, J at 0 in a new JobSet. It stays marked.
+    cp.admin.delete(first["apiVersion"], "TrainJob", first["metadata"]["name"], namespace)
+    eventually(lambda: _gone(cp, first), what="the first copy to go")
+    second = a_copy(cp, namespace, wl, 4, job_id=str(ULID()))  # another name: the runtime copy stays
+    time.sleep(3)
+    assert annotations(kueue.get_trainjob(cp, second))[ANNOTATION_UNVERIFIED] == UNVERIFIED_TRUE
+    assert worker_agent.call(lambda c: c.copies.verified) == 1
+
+
+def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted(control_plane, namespace, worker_agent):
+    cp = control_plane
+    kueue.create_admission_check(cp)
+    wl = remote_workload(cp, namespace, stamp="8")
+    stale = a_copy(cp, namespace, wl, 4)  # the previous dispatch's A: MultiKueue's cache lagged the raise to 8
+    eventually(lambda: _gone(cp, stale), what="the stale copy to be deleted")
+    assert worker_agent.call(lambda c: c.copies.deleted) == 1
+    assert ANNOTATION_VERIFIED_COPY not in annotations(kueue.get_workload(cp, wl))
