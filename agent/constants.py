@@ -37,6 +37,10 @@ REASON_QUOTA_KEPT: Final = "QuotaKept"
 worker, and dispatch cannot release it yet (agent/lostquota.py)."""
 REASON_QUOTA_RELEASED: Final = "QuotaReleased"
 """On a MultiKueue manager: dispatch cleared those copied active counts, so that Kueue releases the quota."""
+REASON_COPY_UNVERIFIED: Final = "CopyUnverified"
+"""On a MultiKueue worker: MultiKueue's copy stays marked unverified and does not start (agent/copies.py)."""
+REASON_STALE_COPY: Final = "StaleCopyDeleted"
+"""On a MultiKueue worker: MultiKueue's copy carried an A other than its dispatch's stamp, and was deleted."""
 EVENT_MESSAGE_MAX: Final = 1024
 """Bytes; events.k8s.io limits a note to 1 kB. The check's message carries the full text."""
 

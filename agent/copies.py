@@ -8,8 +8,9 @@ every copy ``unverified`` at its creation, and the unsuspend rules refuse its st
 verifier, fed by the TrainJob watch, decides each marked copy (contract/multicluster.py ``verify_copy``, pure):
 its A equals the stamp, and no other copy was let start under that Workload, so it records the copy's uid on the
 remote Workload, then removes the mark (each a JSON Patch preconditioned on the object as read); or its A differs,
-so it deletes the copy (preconditioned on its uid and resourceVersion), and MultiKueue makes it again from the
-manager's current TrainJob (docs/multicluster.md, "The stale copy").
+so it deletes the copy (preconditioned on its uid and resourceVersion): the remote Workload it adopted goes with it
+and the manager dispatches again, or, not adopted yet, MultiKueue makes the copy again from a fresher view of the
+manager's TrainJob (docs/multicluster.md, "The stale copy").
 
 Only the leader writes; the watch runs on every replica, so a new leader finds the marked copies in its store.
 """
@@ -77,11 +78,15 @@ class CopyVerifier:
         verdict = verify_copy(copy, workload)
         if verdict.action is CopyAction.WAIT:
             log.info("copy %s/%s: not verified: %s", namespace, name, verdict.reason)
-            return None if verdict.final else RETRY_SECONDS
+            if not verdict.final:
+                return RETRY_SECONDS
+            await self.kube.events.copy_unverified(copy, f"does not start: {verdict.reason}")
+            return None
         if verdict.action is CopyAction.DELETE:
             await self.kube.delete_trainjob(namespace, name, uid, str(dig(copy, "metadata", "resourceVersion")))
             self.deleted += 1
             log.warning("copy %s/%s deleted: %s", namespace, name, verdict.reason)
+            await self.kube.events.stale_copy(copy, verdict.reason)
             return None
         if verdict.action is CopyAction.VERIFY:
             if verdict.workload_patch is not None:

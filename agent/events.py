@@ -42,10 +42,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from agent.constants import (
     EVENT_COMPONENT,
     EVENT_MESSAGE_MAX,
+    REASON_COPY_UNVERIFIED,
     REASON_FOREIGN,
     REASON_HELD,
     REASON_QUOTA_KEPT,
     REASON_QUOTA_RELEASED,
+    REASON_STALE_COPY,
 )
 from contract.keys import KIND_TRAINJOB, TRAINER_API_VERSION
 from contract.objects import dig
@@ -340,6 +342,12 @@ class EventRecorder:
 
     async def quota_released(self, trainjob: Mapping[str, Any], message: str) -> bool:
         return await self._emit(trainjob, REASON_QUOTA_RELEASED, message, warning=False)
+
+    async def copy_unverified(self, trainjob: Mapping[str, Any], message: str) -> bool:
+        return await self._emit(trainjob, REASON_COPY_UNVERIFIED, message, warning=True)
+
+    async def stale_copy(self, trainjob: Mapping[str, Any], message: str) -> bool:
+        return await self._emit(trainjob, REASON_STALE_COPY, message, warning=True)
 
     async def foreign(self, trainjob: Mapping[str, Any], reasons: Iterable[str]) -> int:
         """Reports each reason not yet reported for this TrainJob uid by this process; returns how many were."""

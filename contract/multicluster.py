@@ -232,8 +232,8 @@ class CopyAction(Enum):
     VERIFY = "verify"
     """Its A is its dispatch's: record it on the remote Workload (if not yet) and remove the mark."""
     DELETE = "delete"
-    """Stale: it carries an A other than its dispatch's. Deleted, MultiKueue creates it again from the manager's
-    current TrainJob."""
+    """Stale: it carries an A other than its dispatch's. Deleted: the remote Workload it adopted (Kueue's controller
+    reference) goes with it and the manager dispatches again; not adopted yet, MultiKueue makes the copy again."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
         return CopyVerdict(
             CopyAction.DELETE,
             f"the copy carries A {a}, its dispatch was stamped {stamped} ({ANNOTATION_DISPATCHED} on Workload {name}): "
-            "made from a stale view of the manager's TrainJob; deleted, MultiKueue makes it again",
+            "made from a stale view of the manager's TrainJob; deleted, the job goes back through the manager",
         )
     uid = dig(copy, "metadata", "uid")
     verified = annotations(workload).get(ANNOTATION_VERIFIED_COPY)

@@ -841,7 +841,11 @@ class Service:
             raise d.read_failed(exc, "the admission API (/apis/admissionregistration.k8s.io/v1)") from None
         first = await self._read(self._lease_path, f"Lease {self._lease_where}")
         watching = time.monotonic()
-        probe = await self._probe(req, source, checks, multikueue_checks(admission_checks))
+        mk = multikueue_checks(admission_checks)
+        multikueue = {
+            str(dig(ac, "metadata", "name")): ac for ac in admission_checks if dig(ac, "metadata", "name") in mk
+        }
+        probe = await self._probe(req, source, checks, multikueue)
         lease = await self._heartbeat(first, watching) if kueue else d.not_watched(first)
         report = d.capabilities(
             kueue=kueue,
@@ -859,7 +863,11 @@ class Service:
         return report
 
     async def _probe(
-        self, req: PreflightRequest, source: Mapping[str, Any], checks: list[str], multikueue: frozenset[str]
+        self,
+        req: PreflightRequest,
+        source: Mapping[str, Any],
+        checks: list[str],
+        multikueue: Mapping[str, Mapping[str, Any]],
     ) -> d.ProbeResult:
         sub = Submission(
             job_id=str(ULID()),
@@ -944,7 +952,12 @@ class Service:
         return None
 
     async def _watch_probe(
-        self, namespace: str, trainjob: Mapping[str, Any], checks: list[str], multikueue: frozenset[str], seconds: float
+        self,
+        namespace: str,
+        trainjob: Mapping[str, Any],
+        checks: list[str],
+        multikueue: Mapping[str, Mapping[str, Any]],
+        seconds: float,
     ) -> d.ProbeResult:
         """Watch the closed probe: no pod may appear, it may not be unsuspended, its Workload not admitted.
 
@@ -979,14 +992,13 @@ class Service:
             await asyncio.sleep(POLL_SECONDS)
 
     async def _prove_workers(
-        self, namespace: str, queue: str, workload: Mapping[str, Any], multikueue: frozenset[str]
+        self, namespace: str, queue: str, workload: Mapping[str, Any], multikueue: Mapping[str, Mapping[str, Any]]
     ) -> list[str]:
         """Preflight's proof of each worker the manager's gate would read for a job of this queue (agent/workers.py
         ``plan_workers``; agent/workerproof.py decides), one line each. A worker that cannot be read is named
         with why, never an error of Preflight's."""
-        listed = listed_multikueue_checks(workload, multikueue)
-        checks = {str(dig(c, "metadata", "name")): c for c in await self._admission_checks()}
-        named = {n: checks.get(n) for n in listed}
+        # ``multikueue``: the MultiKueue checks as Preflight listed them (by name), not listed again here.
+        named = {n: multikueue.get(n) for n in listed_multikueue_checks(workload, multikueue)}
         config_names = sorted({c for ac in named.values() if (c := multikueue_config_of(ac)) is not None})
         configs = {c: await self._read(MULTIKUEUE_CONFIGS.path(name=c), f"MultiKueueConfig {c}") for c in config_names}
         clusters = await self._list(MULTIKUEUE_CLUSTERS.path(), None, "the MultiKueueClusters")

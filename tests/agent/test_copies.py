@@ -15,6 +15,7 @@ import pytest
 from ulid import ULID
 
 from agent.config import AgentConfig
+from agent.constants import REASON_COPY_UNVERIFIED, REASON_STALE_COPY
 from contract.admission import admission_count, raise_to
 from contract.keys import ANNOTATION_DISPATCHED, ANNOTATION_UNVERIFIED, ANNOTATION_VERIFIED_COPY, UNVERIFIED_TRUE
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, ROLE_WORKER
@@ -90,7 +91,12 @@ def test_a_copy_carrying_its_dispatch_s_stamp_starts_and_a_second_one_never(cont
     cp.admin.delete(first["apiVersion"], "TrainJob", first["metadata"]["name"], namespace)
     eventually(lambda: _gone(cp, first), what="the first copy to go")
     second = a_copy(cp, namespace, wl, 4, job_id=str(ULID()))  # another name: the runtime copy stays
-    time.sleep(3)
+    said = eventually(
+        lambda: [e for e in kueue.events_about(cp, second) if e["reason"] == REASON_COPY_UNVERIFIED],
+        what="an Event on the second copy",
+    )
+    assert f"another copy (uid {first['metadata']['uid']})" in said[0]["message"]
+    time.sleep(2)
     assert annotations(kueue.get_trainjob(cp, second))[ANNOTATION_UNVERIFIED] == UNVERIFIED_TRUE
     assert worker_agent.call(lambda c: c.copies.verified) == 1
 
@@ -102,4 +108,8 @@ def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted(cont
     stale = a_copy(cp, namespace, wl, 4)  # the previous dispatch's A: MultiKueue's cache lagged the raise to 8
     eventually(lambda: _gone(cp, stale), what="the stale copy to be deleted")
     assert worker_agent.call(lambda c: c.copies.deleted) == 1
+    said = eventually(
+        lambda: [e for e in kueue.events_about(cp, stale) if e["reason"] == REASON_STALE_COPY], what="an Event"
+    )
+    assert "carries A 4, its dispatch was stamped 8" in said[0]["message"]
     assert ANNOTATION_VERIFIED_COPY not in annotations(kueue.get_workload(cp, wl))

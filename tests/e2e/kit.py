@@ -126,10 +126,23 @@ class Recorder:
     def stop(self) -> None:
         self._stop.set()
 
-    def events(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self, within: float = 30) -> list[tuple[str, dict[str, Any]]]:
+        """The history so far, once it holds every object as a fresh LIST shows it: a GET a test made just before
+        may have seen a version whose watch event has not arrived yet (``within`` seconds at most)."""
         assert self.error is None, f"the watch of {self._path} failed: {self.error}"
-        with self._lock:
-            return list(self._events)
+        query = {"labelSelector": self._selector} if self._selector else None
+        current = {(i["metadata"]["uid"], i["metadata"]["resourceVersion"])
+                   for i in self._admin.request("GET", self._path, query=query)["items"]}  # fmt: skip
+        deadline = time.monotonic() + within
+        while True:
+            with self._lock:
+                events = list(self._events)
+            seen = {(obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]) for _, obj in events}
+            if current <= seen:
+                return events
+            assert self.error is None, f"the watch of {self._path} failed: {self.error}"
+            assert time.monotonic() < deadline, f"the watch of {self._path} lags a LIST by {len(current - seen)}"
+            time.sleep(0.05)
 
     def versions(self, name: str) -> list[dict[str, Any]]:
         """Every version of the object called ``name`` (of every object of that name), oldest first."""
