@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agent.api.settings import ApiSettings
 from agent.constants import (
+    CONTACT_SECONDS,
     DEFAULT_HEALTH_PORT,
     DEFAULT_WORKERS,
     LEASE_DURATION_SECONDS,
@@ -88,6 +89,14 @@ class AgentConfig(BaseModel):
     """On a MultiKueue manager: how often the agent deletes, on every worker, the replicas of runtime copies whose
     TrainJob is gone (docs/multicluster.md, "The runtime copy on the workers")."""
 
+    worker_contact_seconds: int = Field(CONTACT_SECONDS, alias="workerContactSeconds", ge=8, le=3600)
+    """On a MultiKueue manager: the duration of the contact Lease the agent renews on every worker, every quarter
+    of it. A worker that sees no renewal for this long deletes the copies it let start (docs/multicluster.md,
+    "Contact with the manager")."""
+    worker_lease_namespace: str | None = Field(None, alias="workerLeaseNamespace")
+    """On a MultiKueue manager: the namespace of the contact Lease on the workers, their agents' ``leaseNamespace``
+    (default: the same as here)."""
+
     @model_validator(mode="after")
     def _election(self) -> AgentConfig:
         # client-go's own checks: a leader must step down before its Lease can be taken, and must get
@@ -120,9 +129,11 @@ class AgentConfig(BaseModel):
                 )
         return self
 
-    @field_validator("lease_namespace")
+    @field_validator("lease_namespace", "worker_lease_namespace")
     @classmethod
-    def _namespace(cls, value: str) -> str:
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
             raise ValueError(f"{value!r} is not a namespace name (a DNS label: lower case, at most 63 characters)")
         return value

@@ -41,6 +41,9 @@ REASON_COPY_UNVERIFIED: Final = "CopyUnverified"
 """On a MultiKueue worker: MultiKueue's copy stays marked unverified and does not start (agent/copies.py)."""
 REASON_STALE_COPY: Final = "StaleCopyDeleted"
 """On a MultiKueue worker: MultiKueue's copy carried an A other than its dispatch's stamp, and was deleted."""
+REASON_OUT_OF_CONTACT: Final = "CopyDeletedOutOfContact"
+"""On a MultiKueue worker: a copy dispatch's agent let start outlived a loss of contact with the manager, and was
+deleted (agent/contact.py)."""
 EVENT_MESSAGE_MAX: Final = 1024
 """Bytes; events.k8s.io limits a note to 1 kB. The check's message carries the full text."""
 
@@ -69,6 +72,14 @@ BACKOFF_CAP_SECONDS: Final = 30.0
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 """Every request but a watch; the client's default is no timeout at all."""
 WORKER_ROUND_SECONDS: Final = 60.0
+CONTACT_SECONDS: Final = 60
+"""On a MultiKueue manager: the duration of the contact Lease it renews on each worker (renewed every quarter of
+it). A worker that sees no renewal for this long deletes the copies it let start (agent/contact.py)."""
+CONTACT_POLL_SECONDS: Final = 2.0
+"""On a MultiKueue worker: how often the agent reads the contact Lease (a GET of one object)."""
+CONTACT_SWEEP_SECONDS: Final = 10.0
+"""On a MultiKueue worker out of contact: how often the agent looks for copies to delete again (a LIST of
+MultiKueue's TrainJobs): copies MultiKueue made just before the loss are deleted too."""
 """On a MultiKueue manager, how often the leader goes round its workers: it deletes the replicas of runtime copies
 whose TrainJob is gone, and releases the quota Kueue keeps for a job evicted from a lost worker."""
 WATCH_TIMEOUT_SECONDS: Final = 300

@@ -45,6 +45,7 @@ from agent.admissioncheck import AdmissionCheckCache, active_patch
 from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.config import AgentConfig
 from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
+from agent.contact import ManagerContact, WorkerContact
 from agent.copies import CopyVerifier
 from agent.gate import Action
 from agent.jobsetrecord import JobSetRecorder
@@ -170,8 +171,16 @@ class Controller:
         kube.reads = self.reads
         self.recorder = JobSetRecorder(kube, self.reads)
         """Records each TrainJob's JobSet UID when its JobSet is first seen (agent/jobsetrecord.py)."""
-        self.copies = CopyVerifier(kube, self.reads) if config.multicluster_role == ROLE_WORKER else None
+        worker = config.multicluster_role == ROLE_WORKER
+        self.contact = WorkerContact(kube, config.lease_namespace) if worker else None
+        """On a MultiKueue worker: deletes the copies that outlived a loss of contact with the manager
+        (agent/contact.py)."""
+        self.copies = CopyVerifier(kube, self.reads, self.contact) if self.contact is not None else None
         """On a MultiKueue worker: lets MultiKueue's copies start only with their dispatch's A (agent/copies.py)."""
+        self.manager_contact = (
+            ManagerContact(kube.workers, config.worker_contact_seconds) if kube.workers is not None else None
+        )
+        """On a MultiKueue manager: renews the contact Lease on every worker (agent/contact.py)."""
         self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
@@ -291,6 +300,10 @@ class Controller:
             group.create_task(self.recorder.run(), name="jobset-uid-records")
             if self.copies is not None:
                 group.create_task(self.copies.run(), name="copy-verification")
+            if self.contact is not None:
+                group.create_task(self.contact.run(), name="manager-contact")
+            if self.manager_contact is not None:
+                group.create_task(self.manager_contact.run(), name="worker-contact")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
             if self.kube.workers is not None:

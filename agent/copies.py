@@ -6,11 +6,12 @@ arrival in that cache); it makes the remote Workload from the cache entry that s
 manager's gate wrote before it (``dispatched-admission``) is this dispatch's A. dispatch's mutating webhook marks
 every copy ``unverified`` at its creation, and the unsuspend rules refuse its start while the mark is on it. This
 verifier, fed by the TrainJob watch, decides each marked copy (contract/multicluster.py ``verify_copy``, pure):
-its A equals the stamp, and no other copy was let start under that Workload, so it records the copy's uid on the
-remote Workload, then removes the mark (each a JSON Patch preconditioned on the object as read); or its A differs,
-so it deletes the copy (preconditioned on its uid and resourceVersion): the remote Workload it adopted goes with it
-and the manager dispatches again, or, not adopted yet, MultiKueue makes the copy again from a fresher view of the
-manager's TrainJob (docs/multicluster.md, "The stale copy").
+its A equals the stamp, no other copy was let start under that Workload, and the manager's agent is in contact
+(agent/contact.py), so it records the copy's uid and the contact epoch on the remote Workload, then removes the
+mark (each a JSON Patch preconditioned on the object as read); or its A differs, so it deletes the copy
+(preconditioned on its uid and resourceVersion): the remote Workload it adopted goes with it and the manager
+dispatches again, or, not adopted yet, MultiKueue makes the copy again from a fresher view of the manager's
+TrainJob (docs/multicluster.md, "The stale copy").
 
 Only the leader writes; the watch runs on every replica, so a new leader finds the marked copies in its store.
 """
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.caches import Reads
+from agent.contact import WorkerContact
 from agent.kube import Kube
 from agent.queue import RateLimiter, WorkQueue, serve_keys
 from contract.multicluster import CopyAction, is_copy, prebuilt_workload, unverified, verify_copy
@@ -40,8 +42,8 @@ waits for is watched here. One that never will (``CopyVerdict.final``) is looked
 
 
 class CopyVerifier:
-    def __init__(self, kube: Kube, reads: Reads) -> None:
-        self.kube, self.reads = kube, reads
+    def __init__(self, kube: Kube, reads: Reads, contact: WorkerContact) -> None:
+        self.kube, self.reads, self.contact = kube, reads, contact
         self.queue: WorkQueue[CopyKey] = WorkQueue()
         self.limiter: RateLimiter[CopyKey] = RateLimiter()
         self.verified = 0
@@ -75,7 +77,7 @@ class CopyVerifier:
             return None
         workload_name = prebuilt_workload(copy)
         workload = await self.kube.get_workload(namespace, workload_name) if workload_name else None
-        verdict = verify_copy(copy, workload)
+        verdict = verify_copy(copy, workload, contact=self.contact.verifiable())
         if verdict.action is CopyAction.WAIT:
             log.info("copy %s/%s: not verified: %s", namespace, name, verdict.reason)
             if not verdict.final:

@@ -45,6 +45,7 @@ from agent.constants import (
     REASON_COPY_UNVERIFIED,
     REASON_FOREIGN,
     REASON_HELD,
+    REASON_OUT_OF_CONTACT,
     REASON_QUOTA_KEPT,
     REASON_QUOTA_RELEASED,
     REASON_STALE_COPY,
@@ -348,6 +349,9 @@ class EventRecorder:
 
     async def stale_copy(self, trainjob: Mapping[str, Any], message: str) -> bool:
         return await self._emit(trainjob, REASON_STALE_COPY, message, warning=True)
+
+    async def out_of_contact(self, trainjob: Mapping[str, Any], message: str) -> bool:
+        return await self._emit(trainjob, REASON_OUT_OF_CONTACT, message, warning=True)
 
     async def foreign(self, trainjob: Mapping[str, Any], reasons: Iterable[str]) -> int:
         """Reports each reason not yet reported for this TrainJob uid by this process; returns how many were."""

@@ -114,21 +114,19 @@ def multikueue_start_problems(
 
 
 def multikueue_unproven(
-    workload: Mapping[str, Any] | None, multikueue: Collection[str], workers: Sequence[str] = ()
+    workload: Mapping[str, Any] | None, multikueue: Collection[str], workers: Sequence[str] = (), *, proven: bool
 ) -> str | None:
     """Why Preflight cannot prove Kueue mode for a queue whose ClusterQueue lists a MultiKueue check (the probe's
-    Workload lists it), or None. The manager's gate waits for the workers (guarantee 4), but the rest of the
-    design is not built (docs/multicluster.md, "Plumbing"): until it is, such a queue is reported, never proven.
-    ``workers``: what Preflight found on each worker of the check (agent/workerproof.py), one line each."""
+    Workload lists it), or None: not such a queue, or ``proven``, every worker the manager's gate would read for
+    it proven (agent/workerproof.py; ``workers``: what Preflight found on each, one line each)."""
     listed = listed_multikueue_checks(workload, multikueue)
-    if not listed:
+    if not listed or proven:
         return None
-    found = f"; its workers: {'; '.join(workers)}" if workers else ""
+    found = f"; its workers: {'; '.join(workers)}" if workers else "; it names no worker"
     return (
-        f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: dispatch's MultiKueue support is "
-        "not complete (a lost worker that comes back unfenced may restart its stale copy; docs/multicluster.md), so "
-        "dispatch jobs must not be "
-        f"queued to it{found}"
+        f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}: not every worker it may send a "
+        'job to is proven (docs/multicluster.md, "Plumbing"), so dispatch jobs must not be queued to it'
+        f"{found}"
     )
 
 

@@ -6,8 +6,10 @@ MultiKueueConfig's clusters, so Preflight proves every one the manager's gate wo
 ``plan_workers``: a fenced worker is not read, one without a credential is named). A worker is proven when:
 
 - the manager agent's credential for it works and holds every right the agent uses there (``WORKER_RULES``: the
-  gate's, Preflight's, Status's and Output's; asked one by one with SelfSubjectAccessReviews, so a missing
-  right is named before a dispatch needs it);
+  gate's, Preflight's, Status's and Output's, and ``CONTACT_RULES``, the contact Lease's, in the worker agents'
+  Lease namespace; asked one by one with SelfSubjectAccessReviews, so a missing right is named before a dispatch
+  needs it), and the contact Lease it renews there was renewed within its duration (agent/contact.py: a worker
+  out of contact starts no copy);
 - it serves the job's LocalQueue (MultiKueue creates the copy's Workload in the queue of the same name there),
   and that queue's ClusterQueue lists dispatch's AdmissionCheck (the worker-side gate, guarantee 3), Active
   (Kueue's Active condition on it says dispatch's agent on the worker serves it), and no MultiKueue check (a
@@ -18,14 +20,15 @@ Kueue's version is not proven through the API (no object states it); docs/instal
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agent.admissioncheck import active_condition, is_ours
 from agent.workers import WorkerPlan
-from contract.keys import ADMISSION_CHECK_CONTROLLER
-from contract.multicluster import MULTIKUEUE_CONTROLLER
+from contract.keys import ADMISSION_CHECK_CONTROLLER, LEASE_MANAGER_CONTACT
+from contract.multicluster import MULTIKUEUE_CONTROLLER, contact_epoch
 from contract.objects import dig
 
 CLUSTER_SCOPED: Final = frozenset({"nodes", "clusterqueues", "admissionchecks"})
@@ -91,6 +94,8 @@ class WorkerProof:
     """The rights the credential lacks there, each with the API server's reason."""
     unread: str | None = None
     """Why the queue's objects could not be read (the API server's refusal), or None: read."""
+    contact: Mapping[str, Any] | None = None
+    """The contact Lease the manager's agent renews there (None: not found)."""
 
 
 def listed_checks(clusterqueue: Mapping[str, Any] | None) -> list[str]:
@@ -101,9 +106,28 @@ def listed_checks(clusterqueue: Mapping[str, Any] | None) -> list[str]:
     return [n for n in dict.fromkeys(names) if isinstance(n, str)]
 
 
-def proof_problems(namespace: str, queue: str, proof: WorkerProof) -> list[str]:
-    """Why the worker is not proven for a job of ``namespace`` queued to ``queue``; empty: proven."""
+def contact_problem(lease: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
+    """Why the manager's agent is not in contact with the worker, judged on the Lease it renews there (by the
+    manager's clock, which wrote its renewTime); None: renewed within its duration."""
+    what = f"the manager agent's contact Lease {LEASE_MANAGER_CONTACT} there"
+    if contact_epoch(lease) is None:
+        return f"{what} is not there (yet): no copy starts there until it is renewed (agent/contact.py)"
+    renewed = dig(lease, "spec", "renewTime")
+    duration = dig(lease, "spec", "leaseDurationSeconds")
+    try:
+        at = dt.datetime.fromisoformat(str(renewed))
+    except ValueError:
+        return f"{what} shows no renewal time ({renewed!r})"
+    if not isinstance(duration, int) or (now - at).total_seconds() > duration:
+        return f"{what} was last renewed at {renewed}, longer ago than its duration ({duration} s): copies there stop"
+    return None
+
+
+def proof_problems(namespace: str, queue: str, proof: WorkerProof, now: dt.datetime) -> list[str]:
+    """Why the worker is not proven for a job of ``namespace`` queued to ``queue`` at ``now``; empty: proven."""
     problems = [f"the manager agent's credential may not {a.describe()} ({why})" for a, why in proof.denied]
+    if not proof.denied and (trouble := contact_problem(proof.contact, now)):
+        problems.append(trouble)
     if proof.unread is not None:
         problems.append(f"its queue could not be read: {proof.unread}")
         return problems
@@ -134,6 +158,11 @@ def proof_problems(namespace: str, queue: str, proof: WorkerProof) -> list[str]:
         listed = ", ".join(nested)
         problems.append(f"ClusterQueue {cq} lists the MultiKueue check {listed}: a worker dispatches no further")
     return problems
+
+
+def all_proven(plan: WorkerPlan, proven: Mapping[str, Sequence[str]]) -> bool:
+    """Every worker the gate would read was read and proven, and none is fenced or unreadable before a read."""
+    return bool(proven) and not plan.blockers and not plan.fenced and not any(proven.values())
 
 
 def worker_lines(plan: WorkerPlan, proven: Mapping[str, Sequence[str]]) -> list[str]:

@@ -11,6 +11,7 @@ failure to read or prepare a worker is a hold that names it, never an approval.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,8 +39,16 @@ from agent.start import prologue_configmap_refusal
 from agent.workerproof import WorkerProof, accesses, listed_checks
 from agent.workers import WorkerLook, plan_workers, unreadable, worker_blockers
 from agent.workload import owner_trainjob
-from contract.keys import FIELD_MANAGER, LABEL_JOBSET_NAME, LABEL_REPLICA_OF, TRAINER_GROUP
-from contract.multicluster import listed_multikueue_checks, multikueue_config_of
+from contract.keys import (
+    COORDINATION_GROUP,
+    FIELD_MANAGER,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICA_OF,
+    LEASE_MANAGER_CONTACT,
+    LEASE_NAMESPACE,
+    TRAINER_GROUP,
+)
+from contract.multicluster import contact_lease, listed_multikueue_checks, multikueue_config_of
 from contract.objects import dig, labels
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from serving.kube import api_client, describe_api_error, describe_error, read_json
@@ -72,8 +81,21 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
-"""The rights of the manager agent's credential on a worker, and nothing more. The chart grants them on a worker
-(role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
+"""The rights of the manager agent's credential on a worker, and nothing more, but for ``CONTACT_RULES``. The chart
+grants them on a worker (role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
+
+CONTACT_RULES: Final[tuple[dict[str, Any], ...]] = (
+    # The contact Lease it renews there (agent/contact.py): read and renewed by its one name, created where missing
+    # (the worker's policy dispatch-k8s-manager-agent confines the create to that name).
+    {
+        "apiGroups": [COORDINATION_GROUP],
+        "resources": ["leases"],
+        "verbs": ["get", "update"],
+        "resourceNames": [LEASE_MANAGER_CONTACT],
+    },
+    {"apiGroups": [COORDINATION_GROUP], "resources": ["leases"], "verbs": ["create"]},
+)
+"""The manager agent's rights in the worker agent's Lease namespace only (a Role there, in the chart)."""
 
 
 class WorkerClients:
@@ -81,8 +103,16 @@ class WorkerClients:
     on every use: a rotated credential (a mounted Secret the kubelet updated) gets a new client at the next read,
     with no restart."""
 
-    def __init__(self, kubeconfigs: Mapping[str, str | Path], request_timeout: float = REQUEST_TIMEOUT_SECONDS):
+    def __init__(
+        self,
+        kubeconfigs: Mapping[str, str | Path],
+        request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+        *,
+        lease_namespace: str = LEASE_NAMESPACE,
+    ):
         self._files = {name: Path(path) for name, path in kubeconfigs.items()}
+        self.lease_namespace = lease_namespace
+        """Where the workers' agents read the contact Lease (their ``leaseNamespace``)."""
         self._clients: dict[str, tuple[bytes, client.ApiClient]] = {}
         self.timeout = request_timeout
 
@@ -181,7 +211,8 @@ class WorkerClients:
         custom, auth = client.CustomObjectsApi(api), client.AuthorizationV1Api(api)
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
         denied = []
-        for access in accesses(WORKER_RULES, namespace):
+        rights = [*accesses(WORKER_RULES, namespace), *accesses(CONTACT_RULES, self.lease_namespace)]
+        for access in rights:
             body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                     "spec": {"resourceAttributes": access.attributes()}}  # fmt: skip
             review = await read_json(auth.create_self_subject_access_review(body, **opts))
@@ -203,7 +234,34 @@ class WorkerClients:
                 raise
             # A right refused: the reviews above name it; the queue is reported unread, not missing.
             return WorkerProof(None, None, {}, tuple(denied), unread=describe_api_error(exc))
-        return WorkerProof(localqueue, clusterqueue, checks, tuple(denied))
+        coordination = client.CoordinationV1Api(api)
+        try:
+            contact = await or_none(
+                coordination.read_namespaced_lease(LEASE_MANAGER_CONTACT, self.lease_namespace, **opts)
+            )
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            contact = None  # the reviews above name the right
+        return WorkerProof(localqueue, clusterqueue, checks, tuple(denied), contact=contact)
+
+    async def renew_contact(self, worker: str, duration: int) -> int | None:
+        """Renew the contact Lease on ``worker`` (contract/multicluster.py ``contact_lease`` decides: a renewal, or
+        a new epoch after a gap); the epoch it shows now. A conflict (another replica renewed meanwhile) is left
+        to the next renewal."""
+        namespace = self.lease_namespace
+        coordination = client.CoordinationV1Api(await self._client(worker))
+        opts = {"_preload_content": False, "_request_timeout": self.timeout}
+        lease = await or_none(coordination.read_namespaced_lease(LEASE_MANAGER_CONTACT, namespace, **opts))
+        create, body = contact_lease(lease, namespace=namespace, now=dt.datetime.now(dt.UTC), duration=duration)
+        made = {"field_manager": FIELD_MANAGER, **opts}
+        if create:
+            written = await read_json(coordination.create_namespaced_lease(namespace, body, **made))
+        else:
+            written = await read_json(
+                coordination.replace_namespaced_lease(LEASE_MANAGER_CONTACT, namespace, body, **made)
+            )
+        return dig(written, "spec", "leaseTransitions")
 
     async def close(self) -> None:
         for _, api in self._clients.values():

@@ -69,6 +69,12 @@ ANNOTATION_VERIFIED_COPY: Final = "dispatch.phpboyscout.uk/verified-copy"
 """On a MultiKueue worker, on the remote Workload: the uid of the one TrainJob copy dispatch's agent let start
 under it, written before the copy's mark ``ANNOTATION_UNVERIFIED`` is removed. A copy MultiKueue creates again
 under the same Workload is never verified: it would start a second execution with the dispatch's A."""
+ANNOTATION_VERIFIED_CONTACT: Final = "dispatch.phpboyscout.uk/verified-contact"
+"""On a MultiKueue worker, on the remote Workload, written with ``ANNOTATION_VERIFIED_COPY``: the contact epoch
+(``leaseTransitions`` of the Lease ``LEASE_MANAGER_CONTACT``) under which the copy was let start. A copy let start
+under an earlier epoch than the Lease shows now outlived a loss of contact with the manager, which may have
+dispatched the job elsewhere since: dispatch's agent there deletes it (docs/multicluster.md, "Contact with the
+manager")."""
 UNVERIFIED_TRUE: Final = "true"
 
 # -- Annotations on a MultiKueueCluster (on a MultiKueue manager) ------------------------------------
@@ -143,6 +149,13 @@ RESERVED_KEY_PREFIXES: Final = (
 TRAINER_CONTAINER: Final = "node"
 LEASE_NAMESPACE: Final = "dispatch-system"
 LEASE_NAME: Final = "dispatch-admission"
+LEASE_MANAGER_CONTACT: Final = "dispatch-manager-contact"
+"""On a MultiKueue worker, in the agent's Lease namespace: renewed by the manager's dispatch agent with its
+credential there (the only principal that may write it), read by the worker's agent. Its ``leaseTransitions`` is
+the contact epoch: the manager raises it when it renews after a gap longer than the Lease's duration
+(docs/multicluster.md, "Contact with the manager")."""
+CONTACT_HOLDER: Final = "dispatch-manager"
+"""The ``holderIdentity`` of ``LEASE_MANAGER_CONTACT``: every replica of the manager's agent renews as one."""
 ANNOTATION_PREFLIGHT_KUEUE: Final = "dispatch.phpboyscout.uk/preflight-kueue"
 """On the Lease: the last Kueue-mode Preflight's verdict (observe-only or not), cluster state every replica reads."""
 ANNOTATION_PREFLIGHT_PLAIN: Final = "dispatch.phpboyscout.uk/preflight-plain"
@@ -178,6 +191,7 @@ JOBSET_GROUP: Final = "jobset.x-k8s.io"
 
 # -- API groups and kinds the contract builds or reads --------------------------------------------
 TRAINER_GROUP: Final = "trainer.kubeflow.org"
+COORDINATION_GROUP: Final = "coordination.k8s.io"
 TRAINER_API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 KIND_TRAINJOB: Final = "TrainJob"
 KIND_TRAINING_RUNTIME: Final = "TrainingRuntime"

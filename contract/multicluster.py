@@ -9,6 +9,7 @@ the ranges [A, A + K - 1] of successive dispatches never overlap, and R only ris
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -21,8 +22,11 @@ from contract.keys import (
     ANNOTATION_DISPATCHED,
     ANNOTATION_FENCED,
     ANNOTATION_UNVERIFIED,
+    ANNOTATION_VERIFIED_CONTACT,
     ANNOTATION_VERIFIED_COPY,
+    CONTACT_HOLDER,
     FENCED_TRUE,
+    LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
 from contract.objects import add_op, annotations, dig, labels, pointer
@@ -249,9 +253,10 @@ class CopyVerdict:
     there): not looked at again but on a change of the copy."""
 
 
-def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None) -> CopyVerdict:
+def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, contact: int | None) -> CopyVerdict:
     """On a worker, what dispatch's agent does with MultiKueue's copy ``copy`` of a dispatch TrainJob, given the
-    remote Workload it names (None: not found).
+    remote Workload it names (None: not found) and the contact epoch with the manager (``contact_epoch``; None:
+    no renewal of the contact Lease seen within its duration, so no copy starts).
 
     The copy was made from MultiKueue's cache of the manager's TrainJob, which may show an earlier dispatch's A;
     the remote Workload was cloned from the cache entry showing the manager gate's Ready, so its stamp
@@ -268,6 +273,8 @@ def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
         return CopyVerdict(CopyAction.WAIT, f"its remote Workload {name} is not there (yet)")
     if not is_copy(workload) or dig(workload, "metadata", "name") != name:
         return CopyVerdict(CopyAction.WAIT, f"Workload {name} is not MultiKueue's copy")
+    if contact is None:
+        return CopyVerdict(CopyAction.WAIT, NO_CONTACT)
     try:
         a = admission_count(copy)
         stamp = annotations(workload).get(ANNOTATION_DISPATCHED)
@@ -300,7 +307,15 @@ def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
     record = (
         None
         if verified == uid
-        else [*preconditions(workload), add_op(workload, ("metadata", "annotations", ANNOTATION_VERIFIED_COPY), uid)]
+        else [
+            *preconditions(workload),
+            add_op(workload, ("metadata", "annotations", ANNOTATION_VERIFIED_COPY), uid),
+            {
+                "op": "add",
+                "path": pointer("metadata", "annotations", ANNOTATION_VERIFIED_CONTACT),
+                "value": str(contact),
+            },
+        ]
     )
     return CopyVerdict(
         CopyAction.VERIFY,
@@ -308,6 +323,108 @@ def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None) -> 
         workload_patch=record,
         copy_patch=remove,
     )
+
+
+# -- Contact with the manager: a worker that lost it stops its copies, and one that regains it stops the old ones ---
+
+NO_CONTACT: Final = (
+    f"no renewal of the manager's contact Lease {LEASE_MANAGER_CONTACT} seen here within its duration: the manager's "
+    "dispatch agent cannot reach this worker (multicluster.workerCredentials there, multicluster.managerAgent here), "
+    "so no copy starts"
+)
+
+
+def contact_epoch(lease: Mapping[str, Any] | None) -> int | None:
+    """The contact epoch the Lease ``LEASE_MANAGER_CONTACT`` shows (its ``leaseTransitions``), None without one."""
+    if lease is None or dig(lease, "spec", "holderIdentity") != CONTACT_HOLDER:
+        return None
+    transitions = dig(lease, "spec", "leaseTransitions")
+    return transitions if isinstance(transitions, int) and transitions >= 0 else 0
+
+
+def _micro_time(now: dt.datetime) -> str:
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def contact_lease(
+    lease: Mapping[str, Any] | None, *, namespace: str, now: dt.datetime, duration: int
+) -> tuple[bool, dict[str, Any]]:
+    """The manager's renewal of its contact Lease on a worker: ``(create, body)``. A body to update carries the
+    Lease's resourceVersion as read (a PUT that fails if anyone wrote it since). When the Lease was last renewed
+    more than ``duration`` ago (or is not the manager's), the renewal starts a new contact epoch
+    (``leaseTransitions`` + 1): the worker's agent then deletes every copy it let start in an earlier one, which
+    outlived a loss of contact however short its own watch of the Lease was. Judged by the manager's clock, which
+    wrote the renewTime it compares with; the worker judges the loss itself by its own clock (``ContactWatch``)."""
+    stamp = _micro_time(now)
+    spec = {"holderIdentity": CONTACT_HOLDER, "leaseDurationSeconds": duration, "renewTime": stamp}
+    if lease is None:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE_MANAGER_CONTACT, "namespace": namespace},
+            "spec": {**spec, "acquireTime": stamp, "leaseTransitions": 0},
+        }
+        return True, body
+    last = _parse_time(dig(lease, "spec", "renewTime"))
+    old = dig(lease, "spec", "leaseDurationSeconds")
+    gap = max(duration, old if isinstance(old, int) else 0)
+    epoch = contact_epoch(lease)
+    if epoch is None or last is None or (now - last).total_seconds() > gap:
+        transitions = dig(lease, "spec", "leaseTransitions")
+        spec |= {
+            "acquireTime": stamp,
+            "leaseTransitions": (transitions if isinstance(transitions, int) and transitions >= 0 else 0) + 1,
+        }
+    return False, {**lease, "spec": {**(lease.get("spec") or {}), **spec}}
+
+
+def _parse_time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
+
+
+def outlived_contact(
+    copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, epoch: int | None, lost: bool
+) -> CopyVerdict:
+    """On a worker, whether dispatch's agent deletes the copy ``copy`` it let start (not marked), given its remote
+    Workload and the contact with the manager: ``lost`` (no renewal seen for the Lease's duration; the manager may
+    dispatch the job elsewhere), or an ``epoch`` above the one the copy started under (contact was lost and
+    regained since). A finished copy is kept (the manager copies its final status from it); a copy whose Workload
+    is gone is going already."""
+    if not is_copy(copy) or unverified(copy) or dig(copy, "metadata", "deletionTimestamp"):
+        return CopyVerdict(CopyAction.NOTHING, "not a running copy")
+    if workload is None or dig(workload, "metadata", "deletionTimestamp"):
+        return CopyVerdict(CopyAction.NOTHING, "its remote Workload is gone")
+    if annotations(workload).get(ANNOTATION_VERIFIED_COPY) != dig(copy, "metadata", "uid"):
+        return CopyVerdict(CopyAction.NOTHING, "not the copy let start under its remote Workload")
+    if any(
+        c.get("type") == "Finished" and c.get("status") == "True" for c in dig(workload, "status", "conditions") or []
+    ):
+        return CopyVerdict(CopyAction.NOTHING, "finished")
+    if lost:
+        return CopyVerdict(
+            CopyAction.DELETE,
+            f"the manager's dispatch agent has not renewed its contact Lease {LEASE_MANAGER_CONTACT} here within its "
+            "duration: the manager may dispatch the job to another worker; deleted, so it does not run on",
+        )
+    started = annotations(workload).get(ANNOTATION_VERIFIED_CONTACT)
+    try:
+        under = parse_count(f"annotation {ANNOTATION_VERIFIED_CONTACT}", started) if started is not None else -1
+    except ContractError:
+        under = -1  # unreadable: as old as can be
+    if epoch is not None and under < epoch:
+        return CopyVerdict(
+            CopyAction.DELETE,
+            f"it started under contact epoch {under if under >= 0 else 'unknown'} and the manager's contact Lease "
+            f"{LEASE_MANAGER_CONTACT} shows {epoch}: contact with the manager was lost since, and the job may run "
+            "elsewhere; deleted, so it does not run on",
+        )
+    return CopyVerdict(CopyAction.NOTHING, "in contact since it started")
 
 
 def mark_copy_ops(trainjob: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import yaml
 
-from agent.workerreads import WORKER_RULES
+from agent.workerreads import CONTACT_RULES, WORKER_RULES
 from contract.multicluster import ROLE_WORKER
 from harness.binaries import TIER_B_BINARIES, Artifacts, locate
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
@@ -81,7 +81,7 @@ MULTIKUEUE_RULES: Final = (
 )
 MANAGER_AGENT_USER: Final = "dispatch-harness:manager-agent"
 """The identity of dispatch's agent on the manager when it reads and prepares a worker: a client certificate of the
-worker's CA, bound there to exactly agent.workerreads.WORKER_RULES."""
+worker's CA, bound there to exactly agent.workerreads.WORKER_RULES and CONTACT_RULES."""
 MANAGER_AGENT_ROLE: Final = "dispatch-harness-manager-agent"
 MANAGER_FRAMEWORKS: Final = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
 """The manager's Kueue integrations. MultiKueue opens a watch on each worker for every enabled integration that
@@ -169,13 +169,15 @@ class MultiCluster:
 
     def agent_kubeconfigs(self, directory: Path) -> dict[str, Path]:
         """For each worker, a kubeconfig file in ``directory`` for MANAGER_AGENT_USER, bound on the worker to
-        exactly WORKER_RULES: the agent config's ``workerKubeconfigs``."""
+        exactly WORKER_RULES and CONTACT_RULES (the chart grants the latter in the worker agents' Lease namespace
+        only; here in every namespace, as each test's agents have a Lease namespace of their own): the agent
+        config's ``workerKubeconfigs``."""
         files = {}
         for w in self.workers:
             cp = w.control_plane
             rbac = "rbac.authorization.k8s.io/v1"
             cp.admin.apply({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": MANAGER_AGENT_ROLE},
-                            "rules": [dict(r) for r in WORKER_RULES]})  # fmt: skip
+                            "rules": [dict(r) for r in (*WORKER_RULES, *CONTACT_RULES)]})  # fmt: skip
             cp.admin.apply({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": MANAGER_AGENT_ROLE},
                             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                         "name": MANAGER_AGENT_ROLE},

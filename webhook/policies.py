@@ -54,6 +54,7 @@ from contract.keys import (
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     ANNOTATION_UNVERIFIED,
+    COORDINATION_GROUP,
     GATE,
     HOLD_ANNOTATIONS,
     KIND_TRAINJOB,
@@ -61,6 +62,7 @@ from contract.keys import (
     LABEL_QUEUE_NAME,
     LABEL_REPLICA_OF,
     LABEL_RESTART_ATTEMPT,
+    LEASE_MANAGER_CONTACT,
     OPENED_TRUE,
     POD_FINALIZER,
     PREFIX,
@@ -690,8 +692,9 @@ def replica_created(config: Config) -> str:
 MANAGER_AGENT_POLICY: Final = f"{NAME}-manager-agent"
 MANAGER_AGENT_MESSAGE: Final = (
     "the manager's dispatch agent (multicluster.managerAgent) creates and deletes here only the replicas of "
-    f"dispatch's runtime copies (TrainingRuntimes named dj-<JobID>-s<N>, labelled {LABEL_REPLICA_OF}) and creates "
-    f"only the prologue's ConfigMap {PROLOGUE_CONFIGMAP}; it updates nothing"
+    f"dispatch's runtime copies (TrainingRuntimes named dj-<JobID>-s<N>, labelled {LABEL_REPLICA_OF}), creates "
+    f"only the prologue's ConfigMap {PROLOGUE_CONFIGMAP}, and creates and renews only its contact Lease "
+    f"{LEASE_MANAGER_CONTACT}; it updates nothing else"
 )
 
 
@@ -709,15 +712,19 @@ def manager_agent_policy(config: Config) -> dict[str, Any]:
         "request.resource.resource == 'configmaps' && request.operation == 'CREATE' && "
         f"object.metadata.?name.orValue('') == {_q(PROLOGUE_CONFIGMAP)}"
     )
+    contact = (
+        "request.resource.resource == 'leases' && request.operation in ['CREATE', 'UPDATE'] && "
+        f"object.metadata.?name.orValue('') == {_q(LEASE_MANAGER_CONTACT)}"
+    )
     return _policy(
         MANAGER_AGENT_POLICY,
-        [(TRAINER_GROUP, "*", "trainingruntimes"), ("", "*", "configmaps")],
+        [(TRAINER_GROUP, "*", "trainingruntimes"), ("", "*", "configmaps"), (COORDINATION_GROUP, "*", "leases")],
         ["CREATE", "UPDATE", "DELETE"],
         {
             "matchConditions": [{"name": "manager-agent", "expression": _is(config.principals(owners.MANAGER_AGENT))}],
             "validations": [
                 {
-                    "expression": f"variables.subresource == '' && (({replica}) || ({prologue}))",
+                    "expression": f"variables.subresource == '' && (({replica}) || ({prologue}) || ({contact}))",
                     "message": MANAGER_AGENT_MESSAGE,
                     "reason": "Forbidden",
                 }
@@ -727,15 +734,47 @@ def manager_agent_policy(config: Config) -> dict[str, Any]:
     )
 
 
+MANAGER_CONTACT_POLICY: Final = f"{NAME}-manager-contact"
+MANAGER_CONTACT_MESSAGE: Final = (
+    f"the Lease {LEASE_MANAGER_CONTACT} is created and renewed only by the manager's dispatch agent "
+    "(multicluster.managerAgent): while it is renewed, this worker's dispatch agent keeps the copies it let start "
+    "running, so a renewal by anyone else could keep a copy running after the manager lost this worker "
+    "(deleting it is anyone's whom RBAC lets: the worker's copies then stop)"
+)
+
+
+def manager_contact_policy(config: Config) -> dict[str, Any]:
+    """Role worker: the contact Lease is created and updated by the manager's agent alone. A delete is not
+    refused: it only stops the copies here (the worker's agent then sees no contact), and the namespace's deletion
+    must not hang on it."""
+    return _policy(
+        MANAGER_CONTACT_POLICY,
+        [(COORDINATION_GROUP, "*", "leases")],
+        ["CREATE", "UPDATE"],
+        {
+            "matchConditions": [
+                {"name": "contact-lease", "expression": f"request.name == {_q(LEASE_MANAGER_CONTACT)}"}
+            ],
+            "validations": [
+                {"expression": "variables.managerAgent", "message": MANAGER_CONTACT_MESSAGE, "reason": "Forbidden"}
+            ],
+            "variables": [{"name": "managerAgent", "expression": _is(config.principals(owners.MANAGER_AGENT))}],
+        },
+    )
+
+
 def worker_policies(config: Config, namespace: str) -> list[dict[str, Any]]:
-    """Role worker's own policy and its binding, where the manager's agent has a principal here."""
+    """Role worker's own policies and their bindings, where the manager's agent has a principal here."""
     if config.principals(owners.MANAGER_AGENT) == Principals():
         return []
-    policy = manager_agent_policy(config)
-    binding = _binding(policy["metadata"]["name"], namespace)
-    # Every namespace: the manager's agent writes in the job namespaces, and is confined everywhere.
-    del binding["spec"]["matchResources"]
-    return [policy, binding]
+    out = []
+    for policy in (manager_agent_policy(config), manager_contact_policy(config)):
+        binding = _binding(policy["metadata"]["name"], namespace)
+        # Every namespace: the manager's agent writes in the job namespaces, and is confined everywhere; the
+        # contact Lease lives in the agent's Lease namespace, which may not be the release's.
+        del binding["spec"]["matchResources"]
+        out += [policy, binding]
+    return out
 
 
 MANAGER_RUNS_NOTHING: Final = f"{NAME}-manager-runs-nothing"

@@ -68,7 +68,7 @@ from agent.start import (
     workload_problems,
 )
 from agent.status import Status, copy_of, on_worker, orphans, status
-from agent.workerproof import proof_problems, worker_lines
+from agent.workerproof import all_proven, proof_problems, worker_lines
 from agent.workers import plan_workers
 from contract.admission import preconditions
 from contract.foreign import trainer_job_name
@@ -981,22 +981,25 @@ class Service:
                 if unchecked:
                     problems.append(f"for jobs of this runtime, {unchecked}")
                 unproven = None
-                if kueue and listed_multikueue_checks(workload, multikueue):
+                sent_away = kueue and bool(listed_multikueue_checks(workload, multikueue))
+                if sent_away:
                     queue = str(labels(current).get(LABEL_QUEUE_NAME) or "")
-                    workers = await self._prove_workers(namespace, queue, workload, multikueue)
-                    unproven = multikueue_unproven(workload, multikueue, workers)
+                    workers, proven = await self._prove_workers(namespace, queue, workload, multikueue)
+                    unproven = multikueue_unproven(workload, multikueue, workers, proven=proven)
                 if unproven:
                     problems.append(unproven)
-                owners = d.owner_problems(*await self._probe_children(namespace, name), seconds)
+                # Through MultiKueue the job's JobSet is made on a worker, never here (a manager runs nothing), so
+                # the probe's JobSet proves nothing of Trainer's principal: the workers' owner policies police it.
+                owners = [] if sent_away else d.owner_problems(*await self._probe_children(namespace, name), seconds)
                 return d.ProbeResult(seconds, workload_problems=tuple(problems), owner_problems=tuple(owners))
             await asyncio.sleep(POLL_SECONDS)
 
     async def _prove_workers(
         self, namespace: str, queue: str, workload: Mapping[str, Any], multikueue: Mapping[str, Mapping[str, Any]]
-    ) -> list[str]:
+    ) -> tuple[list[str], bool]:
         """Preflight's proof of each worker the manager's gate would read for a job of this queue (agent/workers.py
-        ``plan_workers``; agent/workerproof.py decides), one line each. A worker that cannot be read is named
-        with why, never an error of Preflight's."""
+        ``plan_workers``; agent/workerproof.py decides), one line each, and whether every one is proven. A worker
+        that cannot be read is named with why, never an error of Preflight's."""
         # ``multikueue``: the MultiKueue checks as Preflight listed them (by name), not listed again here.
         named = {n: multikueue.get(n) for n in listed_multikueue_checks(workload, multikueue)}
         config_names = sorted({c for ac in named.values() if (c := multikueue_config_of(ac)) is not None})
@@ -1008,10 +1011,11 @@ class Service:
         for worker in plan.read:
             assert workers is not None  # plan_workers reads only workers with a credential
             try:
-                proven[worker] = proof_problems(namespace, queue, await workers.prove(worker, namespace, queue))
+                proof = await workers.prove(worker, namespace, queue)
+                proven[worker] = proof_problems(namespace, queue, proof, dt.datetime.now(dt.UTC))
             except Exception as exc:  # a worker that cannot be read is not proven, and Preflight still answers
                 proven[worker] = [f"cannot be read: {describe_error(exc)}"]
-        return worker_lines(plan, proven)
+        return worker_lines(plan, proven), all_proven(plan, proven)
 
     async def _probe_children(
         self, namespace: str, name: str

@@ -2,11 +2,15 @@
 in role worker, the test plays MultiKueue (the remote Workload stamped with its dispatch's A, and the copy, marked
 unverified as dispatch's mutating webhook leaves it). A copy whose A is the stamp is let start (its uid recorded on
 the Workload, then the mark removed); a copy made from a stale view of the manager's TrainJob is deleted; a second
-copy under the same Workload stays marked (docs/multicluster.md, "The stale copy")."""
+copy under the same Workload stays marked (docs/multicluster.md, "The stale copy"). The test plays the manager's agent
+too, renewing the contact Lease: no copy starts without it, and a copy let start is deleted once the renewals stop
+or a new epoch shows (docs/multicluster.md, "Contact with the manager")."""
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +19,17 @@ import pytest
 from ulid import ULID
 
 from agent.config import AgentConfig
-from agent.constants import REASON_COPY_UNVERIFIED, REASON_STALE_COPY
+from agent.constants import REASON_COPY_UNVERIFIED, REASON_OUT_OF_CONTACT, REASON_STALE_COPY
 from contract.admission import admission_count, raise_to
-from contract.keys import ANNOTATION_DISPATCHED, ANNOTATION_UNVERIFIED, ANNOTATION_VERIFIED_COPY, UNVERIFIED_TRUE
-from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, ROLE_WORKER
+from contract.keys import (
+    ANNOTATION_DISPATCHED,
+    ANNOTATION_UNVERIFIED,
+    ANNOTATION_VERIFIED_CONTACT,
+    ANNOTATION_VERIFIED_COPY,
+    LEASE_MANAGER_CONTACT,
+    UNVERIFIED_TRUE,
+)
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, ROLE_WORKER, contact_lease
 from contract.objects import annotations
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError
@@ -28,6 +39,53 @@ from tests.agent.test_controller import eventually
 
 pytestmark = pytest.mark.cluster
 JSON_PATCH = "application/json-patch+json"
+
+
+CONTACT_SECONDS = 6
+"""The contact Lease's duration here: short, so a loss of contact is seen within the test."""
+
+
+class ManagerPlay:
+    """The manager's agent, as far as this worker sees it: it renews the contact Lease every second
+    (contract/multicluster.py ``contact_lease``, the function the manager's agent renews with) until stopped."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp, self.namespace = cp, namespace
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def renew(self) -> dict[str, Any]:
+        admin = self.cp.admin
+        lease = admin.get_or_none("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, self.namespace)
+        create, body = contact_lease(lease, namespace=self.namespace, now=dt.datetime.now(dt.UTC),
+                                     duration=CONTACT_SECONDS)  # fmt: skip
+        return admin.create(body) if create else admin.request("PUT", admin.object_path(body), body)
+
+    def start(self) -> None:
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(1.0):
+                self.renew()
+
+        self.renew()
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+@pytest.fixture
+def manager(control_plane, namespace) -> Iterator[ManagerPlay]:
+    play = ManagerPlay(control_plane, namespace)
+    play.start()
+    try:
+        yield play
+    finally:
+        play.stop()
 
 
 @pytest.fixture
@@ -74,7 +132,9 @@ def _gone(cp: ControlPlane, tj: dict[str, Any]) -> bool:
         return True
 
 
-def test_a_copy_carrying_its_dispatch_s_stamp_starts_and_a_second_one_never(control_plane, namespace, worker_agent):
+def test_a_copy_carrying_its_dispatch_s_stamp_starts_and_a_second_one_never(
+    control_plane, namespace, manager, worker_agent
+):
     cp = control_plane
     kueue.create_admission_check(cp)  # the controller's readiness waits for a listed AdmissionCheck watch
     wl = remote_workload(cp, namespace, stamp="4")
@@ -101,7 +161,9 @@ def test_a_copy_carrying_its_dispatch_s_stamp_starts_and_a_second_one_never(cont
     assert worker_agent.call(lambda c: c.copies.verified) == 1
 
 
-def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted(control_plane, namespace, worker_agent):
+def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted(
+    control_plane, namespace, manager, worker_agent
+):
     cp = control_plane
     kueue.create_admission_check(cp)
     wl = remote_workload(cp, namespace, stamp="8")
@@ -113,3 +175,65 @@ def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted(cont
     )
     assert "carries A 4, its dispatch was stamped 8" in said[0]["message"]
     assert ANNOTATION_VERIFIED_COPY not in annotations(kueue.get_workload(cp, wl))
+
+
+def test_a_copy_starts_only_in_contact_and_is_deleted_once_contact_is_lost(control_plane, namespace, worker_agent):
+    """No copy starts before a renewal of the contact Lease is seen; the copy let start records the epoch; when the
+    renewals stop, the worker's agent deletes it within the Lease's duration and says so."""
+    cp = control_plane
+    kueue.create_admission_check(cp)
+    wl = remote_workload(cp, namespace, stamp="4")
+    copy = a_copy(cp, namespace, wl, 4)
+    time.sleep(4)  # two looks of the agent: no Lease, so no contact
+    assert annotations(kueue.get_trainjob(cp, copy))[ANNOTATION_UNVERIFIED] == UNVERIFIED_TRUE
+    play = ManagerPlay(cp, namespace)
+    play.start()
+    try:
+        eventually(lambda: ANNOTATION_UNVERIFIED not in annotations(kueue.get_trainjob(cp, copy)),
+                   what="the copy let start once the manager is in contact")  # fmt: skip
+        assert annotations(kueue.get_workload(cp, wl))[ANNOTATION_VERIFIED_CONTACT] == "0"
+        time.sleep(CONTACT_SECONDS + 2)  # renewed all along: it runs on
+        assert not _gone(cp, copy)
+    finally:
+        play.stop()
+    lost_at = time.monotonic()
+    eventually(lambda: _gone(cp, copy), timeout=CONTACT_SECONDS + 15, what="the copy deleted once contact is lost")
+    assert time.monotonic() - lost_at >= CONTACT_SECONDS - 2  # not before the Lease's duration (one renewal late)
+    said = eventually(
+        lambda: [e for e in kueue.events_about(cp, copy) if e["reason"] == REASON_OUT_OF_CONTACT], what="an Event"
+    )
+    assert "has not renewed its contact Lease" in said[0]["message"]
+    assert worker_agent.call(lambda c: c.contact.deleted) == 1
+
+
+def test_a_copy_started_before_contact_was_lost_and_regained_is_deleted(control_plane, namespace, worker_agent):
+    """The manager renews after a gap its Lease's duration did not cover (the worker's agent may not have watched
+    it: restarted, or the gap fell between its looks): the new epoch deletes the copy let start under the old
+    one, and a copy made in the new epoch starts and runs on."""
+    cp = control_plane
+    kueue.create_admission_check(cp)
+    play = ManagerPlay(cp, namespace)
+    play.start()
+    try:
+        wl = remote_workload(cp, namespace, stamp="4")
+        old = a_copy(cp, namespace, wl, 4)
+        eventually(lambda: ANNOTATION_UNVERIFIED not in annotations(kueue.get_trainjob(cp, old)),
+                   what="the copy let start")  # fmt: skip
+        lease = cp.admin.get("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, namespace)
+        lease["spec"]["leaseTransitions"] += 1  # as the manager's renewal after a gap writes it
+        cp.admin.request("PUT", cp.admin.object_path(lease), lease)
+        eventually(lambda: _gone(cp, old), what="the copy of the earlier epoch deleted")
+        said = eventually(
+            lambda: [e for e in kueue.events_about(cp, old) if e["reason"] == REASON_OUT_OF_CONTACT], what="an Event"
+        )
+        assert "started under contact epoch 0" in said[0]["message"]
+        assert "shows 1" in said[0]["message"]
+        wl2 = remote_workload(cp, namespace, stamp="8")
+        new = a_copy(cp, namespace, wl2, 8, job_id=str(ULID()))
+        eventually(lambda: ANNOTATION_UNVERIFIED not in annotations(kueue.get_trainjob(cp, new)),
+                   what="the next copy let start")  # fmt: skip
+        assert annotations(kueue.get_workload(cp, wl2))[ANNOTATION_VERIFIED_CONTACT] == "1"
+        time.sleep(4)
+        assert not _gone(cp, new)
+    finally:
+        play.stop()

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from agent.config import load_config as load_agent_config
-from agent.workerreads import WORKER_RULES
+from agent.workerreads import CONTACT_RULES, WORKER_RULES
+from contract.keys import LEASE_MANAGER_CONTACT
 from contract.multicluster import DEFAULT_MIN_DISPATCHES, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
@@ -18,6 +19,7 @@ from webhook.config import Config, Principals
 from webhook.config import load_config as load_webhook_config
 from webhook.policies import (
     MANAGER_AGENT_POLICY,
+    MANAGER_CONTACT_POLICY,
     MANAGER_RUNS_NOTHING,
     admission_policies,
     mark_copy_policy,
@@ -181,6 +183,18 @@ def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy
     assert _normalized(role["rules"]) == _normalized([dict(rule) for rule in WORKER_RULES])
     binding = r.one("ClusterRoleBinding", f"{fullname(r)}-manager-agent")
     assert [s["name"] for s in binding["subjects"]] == [MANAGER_AGENT_USER]
+    # Its contact Lease: in the agent's Lease namespace only, and the worker's agent may read it there.
+    contact = r.one("Role", f"{fullname(r)}-manager-contact")
+    assert contact["metadata"]["namespace"] == r.namespace
+    assert _normalized(contact["rules"]) == _normalized([dict(rule) for rule in CONTACT_RULES])
+    bound = r.one("RoleBinding", f"{fullname(r)}-manager-contact")
+    assert [s["name"] for s in bound["subjects"]] == [MANAGER_AGENT_USER]
+    lease_rules = r.one("Role", f"{fullname(r)}-lease")["rules"]
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE_MANAGER_CONTACT],
+            "verbs": ["get"]} in lease_rules  # fmt: skip
+    assert ("ValidatingAdmissionPolicy", f"{fullname(r)}{MANAGER_CONTACT_POLICY[len('dispatch-k8s') :]}") in (
+        _policies(r)
+    )
     webhook = _webhook_config(r, tmp_path)
     assert webhook.manager_agent == Principals(usernames=(MANAGER_AGENT_USER,))
     expected = _expected(r, Config(dispatch=webhook.dispatch, kueue=webhook.kueue, multiclusterRole=ROLE_WORKER,
@@ -191,6 +205,7 @@ def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy
     plain = template(WORKER)
     assert not [d for d in plain.of("ClusterRole") if d["metadata"]["name"].endswith("-manager-agent")]
     assert not [d for d in plain.of("ValidatingAdmissionPolicy") if d["metadata"]["name"].endswith("-manager-agent")]
+    assert not [d for d in plain.of("Role") if d["metadata"]["name"].endswith("-manager-contact")]
 
 
 @pytest.mark.parametrize(("values", "deletes"), [({}, False), (MANAGER, False), (WORKER, True)])

@@ -13,6 +13,7 @@ another may not is the policies' doing. Writes are dry runs: admission runs, not
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import secrets
 import time
@@ -31,6 +32,7 @@ from contract.keys import (
     ANNOTATION_OPENED,
     ANNOTATION_UNVERIFIED,
     LABEL_REPLICA_OF,
+    LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
 from contract.multicluster import (
@@ -39,6 +41,7 @@ from contract.multicluster import (
     ROLE_MANAGER,
     ROLE_SINGLE,
     ROLE_WORKER,
+    contact_lease,
 )
 from contract.prologue import prologue_configmap
 from contract.trainjob import build_runtime_copy, build_trainjob
@@ -47,7 +50,12 @@ from harness.kube_http import ApiError, KubeHttp
 from tests.cluster.principals import bound_here
 from tests.unit.fixtures import runtime, submission
 from webhook.config import Config, Principals
-from webhook.policies import MANAGER_AGENT_MESSAGE, MANAGER_RUNS_NOTHING_MESSAGE, admission_policies
+from webhook.policies import (
+    MANAGER_AGENT_MESSAGE,
+    MANAGER_CONTACT_MESSAGE,
+    MANAGER_RUNS_NOTHING_MESSAGE,
+    admission_policies,
+)
 
 pytestmark = pytest.mark.cluster
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -227,6 +235,7 @@ def _worker_objects(namespace: str) -> dict[str, dict[str, Any]]:
         "own workload": _workload(namespace, copy=False),
         "replica": _runtime_copy(namespace, replica=True),
         "own runtime copy": _runtime_copy(namespace, replica=False),
+        "contact lease": contact_lease(None, namespace=namespace, now=dt.datetime.now(dt.UTC), duration=60)[1],
     }
 
 
@@ -409,3 +418,19 @@ def test_on_a_manager_kueue_and_dispatch_write_the_status_of_the_trainjobs_multi
         # dispatch's release of a lost worker's quota (agent/lostquota.py): on the TrainJobs MultiKueue manages only.
         assert _refusal(_patch(c[DISPATCH], managed, status, "status")) is None
         assert "UPDATE status is made only by" in _enforced(_patch(c[DISPATCH], own, status, "status"))
+
+
+def test_on_a_worker_only_the_manager_s_agent_creates_and_renews_the_contact_lease(worker):
+    """While the contact Lease is renewed, the worker's agent keeps the copies it let start: a renewal by anyone
+    else could keep a copy running after the manager lost the worker. Its delete stops them, and is not refused."""
+    ns, c, lease = worker.namespace, worker.clients, worker.stored["contact lease"]
+    renewal = {"spec": {"renewTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+    for who in (DISPATCH, KUEUE, MULTIKUEUE, STRANGER):
+        assert MANAGER_CONTACT_MESSAGE in _enforced(_patch(c[who], lease, renewal)), who
+        fresh = {**lease, "metadata": {"name": LEASE_MANAGER_CONTACT, "namespace": ns}}
+        assert MANAGER_CONTACT_MESSAGE in _enforced(_create(c[who], fresh)), who
+    assert _refusal(_patch(c[MANAGER_AGENT], lease, renewal)) is None
+    other = {**lease, "metadata": {"name": "not-the-contact", "namespace": ns}}
+    assert MANAGER_AGENT_MESSAGE in _enforced(_create(c[MANAGER_AGENT], other))  # no other Lease
+    assert _refusal(_create(c[STRANGER], other)) is None  # another Lease is not dispatch's
+    assert _refusal(_delete(c[STRANGER], lease)) is None  # a delete only stops the copies

@@ -38,6 +38,8 @@ from contract.keys import (
     FENCED_TRUE,
     LABEL_JOBSET_NAME,
     LABEL_REPLICA_OF,
+    LEASE_MANAGER_CONTACT,
+    LEASE_NAMESPACE,
     POD_FINALIZER,
     PROLOGUE_KEY,
 )
@@ -289,14 +291,18 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
         trainjobs.stop()
 
 
-async def preflight_on_the_manager(m: Manager, tmp_path: Path, credentials: dict[str, Path]) -> Any:
+async def preflight_on_the_manager(
+    m: Manager, tmp_path: Path, credentials: dict[str, Path], lease_namespace: str = LEASE_NAMESPACE
+) -> Any:
     """Preflight through the test's MultiKueue queue, on the manager's API served with ``credentials`` (the agent's
-    credential for each worker) as a supervisor of the test's namespace calls it."""
+    credential for each worker) as a supervisor of the test's namespace calls it; ``lease_namespace``: the agents'
+    (the readmission controller's Lease on the manager, the contact Lease on the workers)."""
     cp = m.mc.manager.control_plane
     who = supervisors(cp, m.namespace, cp.create_namespace(f"mc-api-{secrets.token_hex(3)}"))
-    workers = WorkerClients(credentials)
+    workers = WorkerClients(credentials, lease_namespace=lease_namespace)
+    settings = ApiSettings(probeSeconds=5, leaseNamespace=lease_namespace)
     try:
-        async with running_agent(cp, tmp_path, ApiSettings(probeSeconds=5), workers) as agent:
+        async with running_agent(cp, tmp_path, settings, workers) as agent:
             await allowed(agent, who.tokens["supervisor"], m.namespace)
             async with agent.client(who.tokens["supervisor"]) as api:
                 req = PreflightRequest(namespace=m.namespace, runtime=RuntimeRef(name=m.runtime["metadata"]["name"]),
@@ -310,10 +316,10 @@ async def preflight_on_the_manager(m: Manager, tmp_path: Path, credentials: dict
 def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_why(
     manager: Manager, tmp_path: Path
 ) -> None:
-    """dispatch's MultiKueue support is not complete (docs/multicluster.md), so Preflight through a queue whose
-    ClusterQueue lists the MultiKueue check never proves Kueue mode: observe-only, naming the check. It names what
-    each worker lacks: here no dispatch check on the workers' queue (no agent runs on them in this module), and
-    no credential for a worker the agent was not given one for."""
+    """Preflight through a queue whose ClusterQueue lists the MultiKueue check proves Kueue mode only when it
+    proves every worker: here it does not, so observe-only, naming the check and what each worker lacks: no
+    dispatch check on the workers' queue (no agent runs on them in this module), and no credential for a worker
+    the agent was not given one for."""
     m = manager
     first, second = sorted(m.credentials)
     report = asyncio.run(preflight_on_the_manager(m, tmp_path, {first: m.credentials[first]}))
@@ -321,9 +327,13 @@ def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_wh
     assert not report.readmission_gate, report
     why = report.readmission_gate_reason
     assert f"lists the MultiKueue check {ADMISSION_CHECK}" in why, why
-    assert "MultiKueue support is not complete" in (report.observe_only_reason or "")
+    assert "not every worker it may send a job to is proven" in (report.observe_only_reason or "")
     worker_cq = m.mc.worker(first).tier_b.cluster_queue
-    assert f"{first}: ClusterQueue {worker_cq} lists no AdmissionCheck of controller" in why, why
+    assert f"{first}: " in why, why
+    line = why.split(f"{first}: ", 1)[1]  # its line, and what follows it
+    assert f"ClusterQueue {worker_cq} lists no AdmissionCheck of controller" in line, why
+    # No agent on the workers here: the manager's agent renews no contact Lease in their Lease namespace.
+    assert f"contact Lease {LEASE_MANAGER_CONTACT} there is not there (yet)" in line, why
     assert f"{second}: the agent has no credential to read it (workerKubeconfigs)" in why, why
 
 

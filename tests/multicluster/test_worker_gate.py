@@ -23,37 +23,62 @@ from typing import Any
 import pytest
 from ulid import ULID
 
+from agent.constants import REASON_OUT_OF_CONTACT
 from agent.gate import WORKER_FIRST_MESSAGE, worker_held_message
 from agent.operations import plan_open
 from contract.admission import admission_started
 from contract.keys import (
     ANNOTATION_DISPATCHED,
     ANNOTATION_UNVERIFIED,
+    ANNOTATION_VERIFIED_CONTACT,
     ANNOTATION_VERIFIED_COPY,
     ANNOTATION_WORKER_ADMITTED,
+    LABEL_JOBSET_NAME,
+    LEASE_MANAGER_CONTACT,
     POD_FINALIZER,
     UNVERIFIED_TRUE,
 )
-from contract.multicluster import ROLE_WORKER
+from contract.multicluster import ROLE_WORKER, contact_epoch
 from contract.objects import annotations
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, WORKER_CLUSTER_RULES, AgentProcess, grant, start_agent
 from harness.jobs import write_as_the_api
-from harness.multicluster import KUEUE_V, MultiCluster, Worker
+from harness.multicluster import KUEUE_V, MANAGER_AGENT_USER, MULTIKUEUE_USER, MultiCluster, Worker
 from harness.sandbox import site
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
-from tests.multicluster.test_numbering import QUEUE, K, Manager, _dispatched, _queue, _true, preflight_on_the_manager
+from tests.multicluster.test_numbering import (
+    QUEUE,
+    SWEEP_SECONDS,
+    K,
+    Manager,
+    _active,
+    _dispatched,
+    _events,
+    _get,
+    _queue,
+    _trainer_pod,
+    _true,
+    preflight_on_the_manager,
+)
+from webhook.config import Config, Owners, Principals
+from webhook.policies import UNSUSPEND as UNSUSPEND_POLICY
+from webhook.policies import admission_policies
 
 pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
 
 MERGE = "application/merge-patch+json"
+CONTACT_SECONDS = 12
+"""The contact Lease's duration the manager's agent renews on the workers here (60 s by default): a worker out of
+contact deletes its copies within the test, well before the manager's workerLostTimeout (30 s) has passed twice."""
 
 
 @dataclass
 class Armed:
     manager: Manager
     worker_check: str
+    system: str
+    """The agents' Lease namespace, one name on all three clusters (the contact Lease's on the workers)."""
 
 
 def _worker_queue(name: str, check: str) -> dict[str, Any]:
@@ -71,9 +96,29 @@ def _start_agent(
         config["multiclusterRole"] = role
     if credentials:
         config["workerKubeconfigs"] = {w: str(p) for w, p in credentials.items()}
+        config["workerContactSeconds"] = CONTACT_SECONDS
+        config["workerRoundSeconds"] = SWEEP_SECONDS
     rules = WORKER_CLUSTER_RULES if role == ROLE_WORKER else None
     return start_agent(cp, kubeconfig=grant(cp, system, rules), name=f"dispatch-agent-{system}", config=config,
                        workdir=tmp, until=LEADER)  # fmt: skip
+
+
+def _unsuspend_policy(suffix: str) -> list[dict[str, Any]]:
+    """The chart's unsuspend policy in role worker (a marked copy does not start; a start records A, never raises
+    it), named for the test: the tier Bs of harness.multicluster install the owner policies only, so that
+    test_numbering runs its copies with no agent on the workers."""
+    config = Config(dispatch=Principals(groups=("system:serviceaccounts",)),
+                    owners=Owners(breakGlass=Principals(groups=("system:masters",))), multiclusterRole=ROLE_WORKER,
+                    multikueue=Principals(usernames=(MULTIKUEUE_USER,)),
+                    managerAgent=Principals(usernames=(MANAGER_AGENT_USER,)))  # fmt: skip
+    docs = [d for d in admission_policies(config, namespace="dispatch-system")
+            if d["metadata"]["name"] == UNSUSPEND_POLICY or d["spec"].get("policyName") == UNSUSPEND_POLICY]  # fmt: skip
+    for doc in docs:
+        doc["metadata"]["name"] = f"dispatch-mkg-{suffix}-unsuspend"
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = doc["metadata"]["name"]
+    assert len(docs) == 2, docs
+    return docs
 
 
 @pytest.fixture
@@ -98,22 +143,28 @@ def armed(
         cp = mc.manager.control_plane
         workdir = Path(tmp_path_factory.mktemp("agent"))
         credentials = mc.agent_kubeconfigs(workdir)
-        agents.append((cp, _start_agent(cp, cp.create_namespace(system), workdir, credentials=credentials)))
+        # One Lease namespace name on all three: the manager's agent renews its contact Lease in the workers' agents'
+        # Lease namespace, which it takes to be its own (workerLeaseNamespace unset).
+        system = cp.create_namespace(system)
+        agents.append((cp, _start_agent(cp, system, workdir, credentials=credentials)))
         for worker in mc.workers:
             w = worker.admin
             w.create(site.admission_check(check))
             w.create(_worker_queue(cq, check))
             w.apply({"apiVersion": KUEUE_V, "kind": "LocalQueue", "metadata": {"namespace": ns, "name": QUEUE},
                      "spec": {"clusterQueue": cq}})  # fmt: skip
+            for doc in _unsuspend_policy(suffix):
+                w.create(doc)
             wcp = worker.control_plane
             tmp = Path(tmp_path_factory.mktemp("agent"))
-            agents.append((wcp, _start_agent(wcp, wcp.create_namespace(system), tmp, ROLE_WORKER)))
+            wcp.admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": system}})
+            agents.append((wcp, _start_agent(wcp, system, tmp, ROLE_WORKER)))
         for http in (admin, *(w.admin for w in mc.workers)):
             eventually(lambda http=http: _true(kit.condition_true(http.get(KUEUE_V, "ClusterQueue", cq), "Active")),
                        60, "each ClusterQueue with its checks Active")  # fmt: skip
             eventually(lambda http=http: _true(kit.condition_true(http.get(KUEUE_V, "LocalQueue", QUEUE, ns),
                                                                   "Active")), 30, "LocalQueue Active")  # fmt: skip
-        yield Armed(Manager(mc, ns, check, runtime, agents[0][1], credentials), check)
+        yield Armed(Manager(mc, ns, check, runtime, agents[0][1], credentials), check, system)
     finally:
         for cp, agent in agents:
             cp.supervisor.stop(agent.name)
@@ -131,6 +182,9 @@ def armed(
                 if POD_FINALIZER in pod["metadata"].get("finalizers", []):
                     worker.admin.merge_patch("v1", "Pod", pod["metadata"]["name"],
                                              {"metadata": {"finalizers": None}}, ns)  # fmt: skip
+        for worker in mc.workers:
+            for doc in _unsuspend_policy(suffix):
+                worker.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
         for http in (admin, *(w.admin for w in mc.workers)):
             http.delete(KUEUE_V, "LocalQueue", QUEUE, ns)
             http.delete(KUEUE_V, "ClusterQueue", cq)
@@ -280,31 +334,144 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
             recorder.stop()
 
 
+def _worker_events(worker: Worker, namespace: str, uid: str, reason: str) -> list[dict[str, Any]]:
+    listed = worker.admin.list("v1", "Event", namespace)
+    return [e for e in listed if e.get("reason") == reason and e["involvedObject"].get("uid") == uid]
+
+
+def _contact_epoch(worker: Worker, namespace: str) -> int | None:
+    """The epoch of the contact Lease in ``namespace`` (the agents' Lease namespace) on ``worker``."""
+    return contact_epoch(worker.admin.get_or_none("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, namespace))
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches and a lost worker
+def test_a_worker_out_of_contact_stops_its_copy_and_brings_no_stale_copy_back_when_it_reconnects(armed: Armed) -> None:
+    """A worker lost while the job runs there (Kueue's connection to it and the manager agent's credential both
+    fail), the worker itself running on: no renewal of the contact Lease reaches it, so within the Lease's
+    duration its agent deletes the copy it let start, and says so. On the manager Kueue evicts the job after
+    workerLostTimeout and keeps its quota while the worker cannot be read. The worker reconnects: the manager's
+    agent renews its Lease at a new epoch, its gate reads the worker, finds nothing of the job there, the quota is
+    released and the job is dispatched again with A raised by K. The stale copy never comes back: no copy of the
+    earlier dispatch exists or starts on either worker after the reconnect, and across both no two executions share
+    an identity and R only rises."""
+    m, mc = armed.manager, armed.manager.mc
+    ns = m.namespace
+    trainjobs = kit.Recorder(m.admin, m.admin.collection_path(TRAINER_V, "TrainJob", ns))
+    copies = {w.name: kit.Recorder(w.admin, w.admin.collection_path(TRAINER_V, "TrainJob", ns)) for w in mc.workers}
+    broken: tuple[Path, bytes] | None = None
+    lost: Worker | None = None
+    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=ns,
+                     image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
+    try:
+        tj = kit.create_as_start(m.admin, sub, m.runtime)
+        name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
+        eventually(lambda: kit.workload_of(m.admin, ns, uid), 30, "the Workload created")
+        write_as_the_api(m.admin, tj, lambda t, w: plan_open(t).writes)
+        _dispatched(m, tj, K)
+        manager_wl = kit.workload_of(m.admin, ns, uid)
+        lost = mc.worker(manager_wl["status"]["clusterName"])
+        _verified(lost, ns, name, manager_wl["metadata"]["name"], K, copies[lost.name])
+        remote = _remote_workload(lost, ns, manager_wl["metadata"]["name"])
+        epoch = _contact_epoch(lost, armed.system)
+        assert epoch is not None
+        assert annotations(remote)[ANNOTATION_VERIFIED_CONTACT] == str(epoch), remote["metadata"]
+        eventually(lambda: _trainer_pod(lost, tj), 120, f"the trainer pod Running on {lost.name}")
+        stale = lost.admin.get(TRAINER_V, "TrainJob", name, ns)
+        eventually(lambda: _true(_active(_get(m, tj)) > 0), 60, "the worker's active Job copied to the manager")
+
+        # Lost: Kueue's connection and the manager agent's credential both fail; the worker runs on.
+        mc.break_connection(lost)
+        broken = (m.credentials[lost.name], mc.break_agent_kubeconfig(m.credentials[lost.name]))
+        cut = time.monotonic()
+
+        def stopped() -> list[dict[str, Any]]:
+            assert lost.admin.get_or_none(TRAINER_V, "TrainJob", name, ns) is None, "the copy still there"
+            return _worker_events(lost, ns, stale["metadata"]["uid"], REASON_OUT_OF_CONTACT)
+
+        said = eventually(stopped, CONTACT_SECONDS + 60, "the copy deleted by the worker's agent, out of contact")
+        assert time.monotonic() - cut >= CONTACT_SECONDS - 4  # not before the Lease's duration (a renewal late)
+        assert "has not renewed its contact Lease" in said[0]["message"]
+        selector = f"{LABEL_JOBSET_NAME}={name}"
+        eventually(lambda: _true(not lost.admin.list("v1", "Pod", ns, label_selector=selector)), 120,
+                   "the copy's pods gone from the lost worker")  # fmt: skip
+
+        # The manager: evicted after workerLostTimeout, its quota kept while the worker cannot be read.
+        def kept() -> None:
+            wl = kit.workload_of(m.admin, ns, uid)
+            assert kit.condition_true(wl, "Evicted"), wl["status"]
+            assert kit.condition_true(wl, "QuotaReserved"), wl["status"]
+            assert any(f"worker {lost.name}: cannot be read" in e["message"] for e in _events(m, tj, "QuotaKept"))
+
+        eventually(kept, 240, "the job evicted on the manager, its quota kept for the lost worker")
+        assert kit.a_of(_get(m, tj)) == K
+
+        # The worker reconnects: a new contact epoch there; the gate reads it, nothing of the job runs there, and
+        # the job is dispatched again, A raised by K.
+        broken[0].write_bytes(broken[1])
+        broken = None
+        mc.restore_connection(lost)
+        eventually(
+            lambda: _true((_contact_epoch(lost, armed.system) or 0) > epoch), 60, "a new contact epoch on the worker"
+        )
+        _, again = _dispatched(m, tj, 2 * K, within=300)
+        chosen = mc.worker(kit.workload_of(m.admin, ns, uid)["status"]["clusterName"])
+
+        def started_there() -> None:
+            there = chosen.admin.get(TRAINER_V, "TrainJob", name, ns)
+            assert there["spec"].get("suspend") is False, "the new copy not started yet"
+            assert (kit.a_of(there), admission_started(there)) == (2 * K, 2 * K)
+
+        eventually(started_there, 120, "the new copy started with A raised by K")
+        running = chosen.admin.get(TRAINER_V, "TrainJob", name, ns)["metadata"]["uid"]
+        time.sleep(CONTACT_SECONDS)  # in contact again: the new copy runs on, and no stale copy appears
+        for w in mc.workers:
+            there = w.admin.get_or_none(TRAINER_V, "TrainJob", name, ns)
+            assert (there or {}).get("metadata", {}).get("uid") == (running if w is chosen else None), w.name
+        assert kit.workload_of(m.admin, ns, uid)["status"]["clusterName"] == chosen.name
+        assert kit.a_of(again) == 2 * K
+
+        # No two executions share an identity, and R only rises: one start per dispatch, across both workers.
+        assert kit.assert_a_rises_before_each_admission(trainjobs.versions(name)) == [K, 2 * K]
+
+        def both_started() -> None:
+            started = sorted(a for w in mc.workers for a in _admissions(copies[w.name], name))
+            assert started == [K, 2 * K], started
+
+        eventually(both_started, 30, "each copy's start in the workers' histories")
+    finally:
+        if broken is not None:
+            broken[0].write_bytes(broken[1])
+        if lost is not None:
+            mc.restore_connection(lost)
+        trainjobs.stop()
+        for recorder in copies.values():
+            recorder.stop()
+
+
 @pytest.mark.timeout(600)
 def test_preflight_proves_each_worker_with_dispatch_s_check_there_and_names_one_it_cannot_read(
     armed: Armed, tmp_path: Path
 ) -> None:
     """With dispatch's agent on every worker and its check on the worker ClusterQueue of the job's queue, the
     manager's Preflight proves each worker with the agent's own credential for it (the rights the gate uses, the
-    queue, the check Active); a worker whose credential points nowhere is named, not proven. Kueue mode stays
-    observe-only on a MultiKueue queue while a worker that comes back unfenced is not handled."""
+    queue, the check Active, the contact Lease renewed there), and so proves Kueue mode through the MultiKueue
+    queue; a worker whose credential points nowhere is named, not proven, and the agent is observe-only."""
     m, mc = armed.manager, armed.manager.mc
     for run in ("proven", "broken"):
         (tmp_path / run).mkdir()
-    report = asyncio.run(preflight_on_the_manager(m, tmp_path / "proven", m.credentials))
-    why = report.readmission_gate_reason
-    assert report.observe_only, report
-    assert "a lost worker that comes back unfenced may restart its stale copy" in why, why
-    for worker in mc.cluster_names:
-        assert f"{worker}: proven" in why, why
+    report = asyncio.run(preflight_on_the_manager(m, tmp_path / "proven", m.credentials, armed.system))
+    assert not report.observe_only, report
+    assert report.readmission_gate, report
 
     lost = sorted(m.credentials)[0]
     working = mc.break_agent_kubeconfig(m.credentials[lost])
     try:
-        report = asyncio.run(preflight_on_the_manager(m, tmp_path / "broken", m.credentials))
+        report = asyncio.run(preflight_on_the_manager(m, tmp_path / "broken", m.credentials, armed.system))
     finally:
         m.credentials[lost].write_bytes(working)
+    assert report.observe_only, report
     why = report.readmission_gate_reason
+    assert "not every worker it may send a job to is proven" in why, why
     assert f"{lost}: cannot be read: " in why, why
     assert f"{lost}: proven" not in why, why
     assert all(f"{w}: proven" in why for w in mc.cluster_names if w != lost), why

@@ -138,16 +138,18 @@ def test_multikueue_mode_is_a_workload_listing_a_check_whose_controller_is_multi
     assert not is_multikueue(None, checks)
 
 
-def test_preflight_reports_a_multikueue_queue_unproven_naming_its_check_and_why():
-    """Until the whole design is built, a queue through MultiKueue is never proven."""
-    why = multikueue_unproven(mk_workload(), frozenset({MK_CHECK}))
+def test_preflight_reports_a_multikueue_queue_unproven_until_every_worker_is_proven():
+    why = multikueue_unproven(
+        mk_workload(), frozenset({MK_CHECK}), ["w-1: proven", "w-2: cannot be read"], proven=False
+    )
     assert why is not None
-    assert f"MultiKueue check {MK_CHECK}" in why
-    assert "docs/multicluster.md" in why
-    assert "must not be queued" in why
-    assert multikueue_unproven(workload(), frozenset({MK_CHECK})) is None
-    assert multikueue_unproven(mk_workload(), frozenset()) is None
-    assert multikueue_unproven(None, frozenset({MK_CHECK})) is None
+    assert f"MultiKueue check {MK_CHECK}: not every worker it may send a job to is proven" in why
+    assert "must not be queued to it; its workers: w-1: proven; w-2: cannot be read" in why
+    assert "it names no worker" in (multikueue_unproven(mk_workload(), frozenset({MK_CHECK}), proven=False) or "")
+    assert multikueue_unproven(mk_workload(), frozenset({MK_CHECK}), ["w-1: proven"], proven=True) is None
+    assert multikueue_unproven(workload(), frozenset({MK_CHECK}), proven=False) is None
+    assert multikueue_unproven(mk_workload(), frozenset(), proven=False) is None
+    assert multikueue_unproven(None, frozenset({MK_CHECK}), proven=False) is None
 
 
 def test_the_admission_check_cache_keeps_the_multikueue_names_too():

@@ -10,9 +10,16 @@ from typing import Any
 import pytest
 
 from contract.admission import admission_count, raise_to
-from contract.keys import ANNOTATION_DISPATCHED, ANNOTATION_UNVERIFIED, ANNOTATION_VERIFIED_COPY, UNVERIFIED_TRUE
+from contract.keys import (
+    ANNOTATION_DISPATCHED,
+    ANNOTATION_UNVERIFIED,
+    ANNOTATION_VERIFIED_CONTACT,
+    ANNOTATION_VERIFIED_COPY,
+    UNVERIFIED_TRUE,
+)
 from contract.multicluster import (
     MULTIKUEUE_ORIGIN_LABEL,
+    NO_CONTACT,
     PREBUILT_WORKLOAD,
     CopyAction,
     mark_copy_ops,
@@ -23,6 +30,8 @@ from tests.unit.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 
 WORKLOAD = "trainjob-dj-01arz3ndektsv4rrffq69g5fav-s1-abcde"
+EPOCH = 3
+"""The contact epoch with the manager the worker's agent sees (contract/multicluster.py ``contact_epoch``)."""
 
 
 def a_copy(a: int = 4, *, marked: bool = True, as_annotation: bool = False) -> dict[str, Any]:
@@ -55,7 +64,7 @@ def remote_workload(stamp: str | None = "4", verified: str | None = None) -> dic
 def test_a_copy_whose_a_is_its_stamp_is_recorded_then_unmarked(as_annotation):
     c, wl = a_copy(as_annotation=as_annotation), remote_workload()
     assert prebuilt_workload(c) == WORKLOAD
-    v = verify_copy(c, wl)
+    v = verify_copy(c, wl, contact=EPOCH)
     assert v.action is CopyAction.VERIFY
     assert v.workload_patch is not None
     assert v.copy_patch is not None
@@ -65,6 +74,7 @@ def test_a_copy_whose_a_is_its_stamp_is_recorded_then_unmarked(as_annotation):
     ]
     recorded = apply_json_patch(wl, v.workload_patch)
     assert recorded["metadata"]["annotations"][ANNOTATION_VERIFIED_COPY] == "copy-uid"
+    assert recorded["metadata"]["annotations"][ANNOTATION_VERIFIED_CONTACT] == str(EPOCH)
     assert v.copy_patch[:2] == [
         {"op": "test", "path": "/metadata/uid", "value": "copy-uid"},
         {"op": "replace", "path": "/metadata/resourceVersion", "value": "7"},
@@ -73,12 +83,12 @@ def test_a_copy_whose_a_is_its_stamp_is_recorded_then_unmarked(as_annotation):
     assert ANNOTATION_UNVERIFIED not in unmarked["metadata"]["annotations"]
     assert admission_count(unmarked) == 4
     # After a crash between the two writes: the record names this copy, so only the mark goes.
-    again = verify_copy(c, recorded)
+    again = verify_copy(c, recorded, contact=EPOCH)
     assert (again.action, again.workload_patch, again.copy_patch) == (CopyAction.VERIFY, None, v.copy_patch)
 
 
 def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted():
-    v = verify_copy(a_copy(a=1), remote_workload(stamp="4"))
+    v = verify_copy(a_copy(a=1), remote_workload(stamp="4"), contact=EPOCH)
     assert v.action is CopyAction.DELETE
     assert "carries A 1, its dispatch was stamped 4" in v.reason
 
@@ -86,7 +96,7 @@ def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted():
 def test_a_second_copy_under_one_remote_workload_never_starts():
     # MultiKueue made the copy again under the admitted remote Workload: with the same A it would start a second
     # execution with the A the first one ran, J at 0 in a new JobSet.
-    v = verify_copy(a_copy(), remote_workload(verified="an-earlier-copy"))
+    v = verify_copy(a_copy(), remote_workload(verified="an-earlier-copy"), contact=EPOCH)
     assert (v.action, v.copy_patch, v.final) == (CopyAction.WAIT, None, True)
     assert "another copy (uid an-earlier-copy)" in v.reason
 
@@ -102,7 +112,7 @@ def test_a_second_copy_under_one_remote_workload_never_starts():
     ],
 )
 def test_a_copy_that_cannot_be_verified_stays_marked(workload, says, final):
-    v = verify_copy(a_copy(), workload)
+    v = verify_copy(a_copy(), workload, contact=EPOCH)
     assert (v.action, v.workload_patch, v.copy_patch, v.final) == (CopyAction.WAIT, None, None, final)
     assert says in v.reason
 
@@ -110,14 +120,22 @@ def test_a_copy_that_cannot_be_verified_stays_marked(workload, says, final):
 def test_a_copy_naming_no_workload_stays_marked():
     c = a_copy()
     del c["metadata"]["labels"][PREBUILT_WORKLOAD]
-    assert verify_copy(c, remote_workload()).action is CopyAction.WAIT
+    assert verify_copy(c, remote_workload(), contact=EPOCH).action is CopyAction.WAIT
+
+
+def test_no_copy_starts_out_of_contact_with_the_manager():
+    # Its A is its stamp, but no renewal of the contact Lease was seen: the manager may not reach this worker, and
+    # could not stop the copy. Not final: it starts once contact is seen.
+    v = verify_copy(a_copy(), remote_workload(), contact=None)
+    assert (v.action, v.workload_patch, v.copy_patch, v.final) == (CopyAction.WAIT, None, None, False)
+    assert v.reason == NO_CONTACT
 
 
 def test_what_is_not_an_unverified_copy_is_left_alone():
-    assert verify_copy(a_copy(marked=False), remote_workload()).action is CopyAction.NOTHING
+    assert verify_copy(a_copy(marked=False), remote_workload(), contact=EPOCH).action is CopyAction.NOTHING
     not_a_copy = a_copy()
     del not_a_copy["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL]
-    assert verify_copy(not_a_copy, remote_workload()).action is CopyAction.NOTHING
+    assert verify_copy(not_a_copy, remote_workload(), contact=EPOCH).action is CopyAction.NOTHING
 
 
 def test_the_mutation_marks_and_suspends_and_is_idempotent():
