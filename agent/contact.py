@@ -106,7 +106,7 @@ class ContactWatch:
         """No change of the Lease seen for its duration (or no Lease of the manager's): copies let start stop."""
         if self.epoch is None or self._duration is None:
             return now >= self._since + (self._duration or 0)
-        return now >= max(self._since, self._changed_at or 0.0) + self._duration
+        return now >= self._since + self._duration
 
 
 class WorkerContact:

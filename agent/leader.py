@@ -36,14 +36,10 @@ from agent.constants import (
     RETRY_PERIOD_SECONDS,
 )
 from agent.kube import Kube
+from contract.objects import micro_time
 from serving.kube import describe_api_error
 
 log = logging.getLogger(__name__)
-
-
-def micro_time(now: dt.datetime) -> str:
-    """A MicroTime as the API writes it (RFC 3339 with microseconds)."""
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from agent.admissioncheck import active_condition, is_ours
 from agent.workers import WorkerPlan
 from contract.keys import ADMISSION_CHECK_CONTROLLER, LEASE_MANAGER_CONTACT
 from contract.multicluster import MULTIKUEUE_CONTROLLER, contact_epoch
-from contract.objects import dig
+from contract.objects import dig, parse_rfc3339
 
 CLUSTER_SCOPED: Final = frozenset({"nodes", "clusterqueues", "admissionchecks"})
 ALL_NAMESPACES: Final = frozenset({("trainingruntimes", "list")})
@@ -114,9 +114,8 @@ def contact_problem(lease: Mapping[str, Any] | None, now: dt.datetime) -> str | 
         return f"{what} is not there (yet): no copy starts there until it is renewed (agent/contact.py)"
     renewed = dig(lease, "spec", "renewTime")
     duration = dig(lease, "spec", "leaseDurationSeconds")
-    try:
-        at = dt.datetime.fromisoformat(str(renewed))
-    except ValueError:
+    at = parse_rfc3339(renewed)
+    if at is None:
         return f"{what} shows no renewal time ({renewed!r})"
     if not isinstance(duration, int) or (now - at).total_seconds() > duration:
         return f"{what} was last renewed at {renewed}, longer ago than its duration ({duration} s): copies there stop"

@@ -41,12 +41,12 @@ from typing import Any, Final
 
 from agent.admissioncheck import active_patch
 from agent.constants import RENEW_PERIOD_SECONDS, RETRY_PERIOD_SECONDS
-from agent.leader import Kind, micro_time, plan
+from agent.leader import Kind, plan
 from agent.workload import KUEUE_API_VERSION, READY, check_state_apply, owner_trainjob, waiting_reason
 from contract.admission import admission_count, admission_floor, raise_admission
 from contract.errors import ContractError
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE, TRAINER_API_VERSION
-from contract.objects import dig
+from contract.objects import dig, micro_time
 from contract.ownership import is_dispatch
 from harness.kube_http import ApiError, KubeHttp
 from harness.tier_b import HARNESS_POLICY_PREFIX

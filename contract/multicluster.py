@@ -29,7 +29,7 @@ from contract.keys import (
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
-from contract.objects import add_op, annotations, dig, labels, pointer
+from contract.objects import add_op, annotations, dig, labels, micro_time, parse_rfc3339, pointer
 
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
 """The ``spec.controllerName`` of Kueue's MultiKueue AdmissionCheck."""
@@ -342,10 +342,6 @@ def contact_epoch(lease: Mapping[str, Any] | None) -> int | None:
     return transitions if isinstance(transitions, int) and transitions >= 0 else 0
 
 
-def _micro_time(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def contact_lease(
     lease: Mapping[str, Any] | None, *, namespace: str, now: dt.datetime, duration: int
 ) -> tuple[bool, dict[str, Any]]:
@@ -355,7 +351,7 @@ def contact_lease(
     (``leaseTransitions`` + 1): the worker's agent then deletes every copy it let start in an earlier one, which
     outlived a loss of contact however short its own watch of the Lease was. Judged by the manager's clock, which
     wrote the renewTime it compares with; the worker judges the loss itself by its own clock (``ContactWatch``)."""
-    stamp = _micro_time(now)
+    stamp = micro_time(now)
     spec = {"holderIdentity": CONTACT_HOLDER, "leaseDurationSeconds": duration, "renewTime": stamp}
     if lease is None:
         body = {
@@ -365,7 +361,7 @@ def contact_lease(
             "spec": {**spec, "acquireTime": stamp, "leaseTransitions": 0},
         }
         return True, body
-    last = _parse_time(dig(lease, "spec", "renewTime"))
+    last = parse_rfc3339(dig(lease, "spec", "renewTime"))
     old = dig(lease, "spec", "leaseDurationSeconds")
     gap = max(duration, old if isinstance(old, int) else 0)
     epoch = contact_epoch(lease)
@@ -376,16 +372,6 @@ def contact_lease(
             "leaseTransitions": (transitions if isinstance(transitions, int) and transitions >= 0 else 0) + 1,
         }
     return False, {**lease, "spec": {**(lease.get("spec") or {}), **spec}}
-
-
-def _parse_time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 def outlived_contact(

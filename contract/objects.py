@@ -53,6 +53,11 @@ def add_op(doc: object, path: tuple[str | int, ...], value: Any) -> dict[str, An
     return {"op": "add", "path": pointer(*path), "value": value}
 
 
+def micro_time(now: dt.datetime) -> str:
+    """A MicroTime as the API writes it (RFC 3339 with microseconds, UTC): a Lease's acquire and renew times."""
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_rfc3339(text: object) -> dt.datetime | None:
     """An RFC 3339 date-time with its offset (as the API server writes them, and hold-until), or None: a
     date alone or a time without an offset is not one, and naive times would compare against local time."""

@@ -390,14 +390,8 @@ def install_owner_policies(
     the manager's MultiKueue principal (``multikueue``), and the manager agent's (``manager_agent``) with its own
     policy (webhook/policies.py ``worker_policies``: it writes only replicas and the prologue's ConfigMap), and the
     chart's MutatingAdmissionPolicy ``mark-copy`` (MultiKueue's copies created marked unverified: a worker's agent
-    in role worker verifies them)."""
-    config = Config(
-        dispatch=Principals(groups=("system:serviceaccounts",)),
-        owners=Owners(breakGlass=Principals(groups=("system:masters",))),
-        multiclusterRole=multicluster_role,
-        multikueue=multikueue or Principals(),
-        managerAgent=manager_agent or Principals(),
-    )
+    in role worker verifies them), and the worker's own policies (the manager agent's writes, its contact Lease)."""
+    config = policy_config(multicluster_role, multikueue, manager_agent)
     for doc in worker_policies(config, "dispatch-system"):
         doc["metadata"]["name"] = doc["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         if "policyName" in doc["spec"]:
@@ -427,6 +421,20 @@ def install_owner_policies(
 
 
 HARNESS_POLICY_PREFIX: Final = "dispatch-harness"
+
+
+def policy_config(
+    multicluster_role: Role = ROLE_SINGLE, multikueue: Principals | None = None, manager_agent: Principals | None = None
+) -> Config:
+    """The webhook config tier B's policies are made from (``install_owner_policies``): dispatch is any
+    ServiceAccount, the harness's admin is break-glass."""
+    return Config(
+        dispatch=Principals(groups=("system:serviceaccounts",)),
+        owners=Owners(breakGlass=Principals(groups=("system:masters",))),
+        multiclusterRole=multicluster_role,
+        multikueue=multikueue or Principals(),
+        managerAgent=manager_agent or Principals(),
+    )
 
 
 def _grant_components(cp: ControlPlane) -> None:
