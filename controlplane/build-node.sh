@@ -18,6 +18,8 @@ source "$here/versions.env"
 source "$here/node.env"
 # shellcheck source=docker.sh
 source "$here/docker.sh"
+# shellcheck source=lock.sh
+source "$here/lock.sh"
 
 # The key must match harness/binaries.py (node_cache_key).
 key="node-${K8S_VERSION}-$(cat "$here/versions.env" "$here/node.env" | sha256sum | cut -c1-12)"
@@ -57,7 +59,7 @@ require_version() { # dir module expected
 
 # go_build OUT_DIR WRAPPER LDFLAGS TAGS PACKAGE...: builds to a temporary folder and renames each binary.
 go_build() {
-	local out=$1 dir=$2 ldflags=$3 tags=$4 start p name
+	local out=$1 dir=$2 ldflags=$3 tags=$4 start p name tmp
 	shift 4
 	local todo=()
 	for p in "$@"; do [[ -x $out/${p##*/} ]] || todo+=("$p"); done
@@ -67,15 +69,15 @@ go_build() {
 	fi
 	echo "== building ${todo[*]}"
 	start=$(now)
-	rm -rf "$out.tmp"
-	mkdir -p "$out.tmp" "$out"
+	mkdir -p "$out"
+	tmp=$(mktemp -d "$out.tmp.XXXXXX")
 	(cd "$here/go/$dir" && nice -n 10 go build -trimpath -pgo=off -tags="$tags" -ldflags="-s -w $ldflags" \
-		-o "$out.tmp/" "${todo[@]}")
+		-o "$tmp/" "${todo[@]}")
 	for p in "${todo[@]}"; do
 		name=${p##*/}
-		mv "$out.tmp/$name" "$out/$name"
+		mv -f "$tmp/$name" "$out/$name"
 	done
-	rmdir "$out.tmp"
+	rmdir "$tmp"
 	echo "== built in $(elapsed "$start") s"
 }
 
@@ -148,6 +150,7 @@ require_version node k8s.io/kubelet "v0.${K8S_VERSION#v1.}"
 require_version containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
 require_version cni github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION"
 mkdir -p "$root/bin"
+cache_lock "$root"
 cat "$here/versions.env" "$here/node.env" >"$root/versions.env"
 
 # kubectl runs the docs' commands as written (tests/node/test_quickstart.py), at the cluster's own version.

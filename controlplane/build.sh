@@ -16,8 +16,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
-# shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=lock.sh
+source "$here/lock.sh"
 
 # The key must match harness/binaries.py: Kubernetes version plus the first 12 hex digits of
 # sha256(versions.env), so any change of pin gets a fresh folder.
@@ -40,6 +41,7 @@ command -v go >/dev/null || {
 }
 
 mkdir -p "$root/bin"
+cache_lock "$root"
 
 # --- consistency: the wrapper modules must require exactly the pinned versions -------------------
 
@@ -86,8 +88,8 @@ go_build() {
 	fi
 	(cd "$here/go/$dir" &&
 		"${timer[@]}" go build -trimpath -pgo=off -tags="$tags" \
-			-ldflags="-s -w $ldflags" -o "$out.tmp" "$pkg")
-	mv "$out.tmp" "$out"
+			-ldflags="-s -w $ldflags" -o "$out.tmp.$$" "$pkg")
+	mv -f "$out.tmp.$$" "$out"
 	echo "== $name: built in $(elapsed "$start") s ($(du -h "$out" | cut -f1))"
 }
 
@@ -145,18 +147,19 @@ build_binary() {
 # --- CRDs and manifests from the module cache --------------------------------------------------
 
 # copy_tree NAME: fills $root/NAME from a function that writes into its first argument; a finished
-# tree is renamed into place, so a half-copied folder is never taken for complete.
+# tree is renamed into place, so a half-copied folder is never taken for complete. cert-manager's folder is
+# not under the lock: where another build renamed its copy into place first, this one's is dropped.
 copy_tree() {
-	local name=$1 fill=$2
+	local name=$1 fill=$2 tmp
 	if [[ -d $root/$name ]]; then
 		echo "== $name: present"
 		return
 	fi
-	rm -rf "$root/$name.tmp"
-	mkdir -p "$root/$name.tmp"
-	"$fill" "$root/$name.tmp"
-	chmod -R u+w "$root/$name.tmp"
-	mv "$root/$name.tmp" "$root/$name"
+	tmp=$(mktemp -d "$root/$name.tmp.XXXXXX")
+	"$fill" "$tmp"
+	chmod -R u+w "$tmp"
+	chmod 755 "$tmp"
+	mv -T "$tmp" "$root/$name" 2>/dev/null || rm -rf "$tmp"
 	echo "== $name: copied ($(find "$root/$name" -type f | wc -l) files)"
 }
 

@@ -25,8 +25,14 @@ command -v go >/dev/null || {
 	echo "promtool.sh: Go is not installed (need Go >= 1.26)" >&2
 	exit 1
 }
+# shellcheck source=lock.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lock.sh"
+cache_lock "$dir"
+if [[ -x $dir/promtool ]]; then # another run built it while this one waited
+	echo "$dir/promtool"
+	exit 0
+fi
 echo "== promtool $PROMTOOL_MODULE_VERSION: building (a few minutes, once)" >&2
-mkdir -p "$dir"
 tmp=$(mktemp -d "$dir/build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # Into a temporary folder, then renamed: an interrupted build never leaves a binary that looks complete.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,34 @@ TIER_B_BINARIES = (
 )
 
 
+PENDING_BUILDS_ENV = "DISPATCH_K8S_PENDING_BUILDS"
+"""A status file of the builds `scripts/test` runs beside its first tests (`scripts/setup --rest`): `running`, then
+`done`, or `failed` and the log's path."""
+
+
 class MissingBinaryError(RuntimeError):
     """A control-plane artifact has not been built for the pinned versions."""
+
+
+def await_builds(environ: Mapping[str, str] = os.environ, poll: float = 2.0, timeout: float = 3600) -> None:
+    """Returns once the background builds have ended, at once where none run; MissingBinaryError if they failed."""
+    path = environ.get(PENDING_BUILDS_ENV)
+    if not path:
+        return
+    deadline = time.monotonic() + timeout
+    while (state := _read(Path(path))).startswith("running"):
+        if time.monotonic() > deadline:
+            raise MissingBinaryError(f"the background builds ({path}) still ran after {timeout:.0f} s")
+        time.sleep(poll)
+    if state.startswith("failed"):
+        raise MissingBinaryError(f"the builds scripts/test ran in the background failed: {state}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
 
 
 def parse_versions(text: str) -> dict[str, str]:
@@ -93,6 +120,8 @@ class Artifacts:
     def require(self, names: Iterable[str]) -> dict[str, Path]:
         """Paths of the named binaries, or MissingBinaryError naming what to build and how."""
         names = list(names)
+        if self.missing(names):
+            await_builds()
         missing = self.missing(names)
         if missing:
             binaries = [m for m in missing if not m.endswith("/")]
@@ -173,6 +202,8 @@ class NodeArtifacts:
         return missing
 
     def require(self) -> NodeArtifacts:
+        if self.missing():
+            await_builds()
         missing = self.missing()
         if missing:
             raise MissingBinaryError(

@@ -334,7 +334,7 @@ def _install_multikueue(manager: TierB, names: Sequence[str]) -> None:
 def start_multicluster(
     *,
     workers: int = 2,
-    worker_lost_timeout: str = "30s",
+    worker_lost_timeout: str = "15s",
     gc_interval: str = "10s",
     artifacts: Artifacts | None = None,
     timeout: float = 300,

@@ -12,7 +12,8 @@
 - `multicluster_namespace` (function): a fresh namespace with a ready LocalQueue on the manager and each worker.
 - `api_client` (function, async): a kubernetes_asyncio ApiClient authenticated as cluster admin.
 
-A missing binary fails the requesting tests with the build command; it never skips them.
+A missing binary fails the requesting tests with the build command; it never skips them. The tests run in lanes
+(harness.lanes), and the run ends with the time per tier and lane (harness.report).
 When a test fails, the tail of every control-plane log is attached to its report.
 """
 
@@ -29,11 +30,21 @@ import pytest_asyncio
 from kubernetes_asyncio import client
 
 from harness.async_client import api_client as make_api_client
-from harness.binaries import REPO_ROOT, TIER_A_BINARIES, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
+from harness.binaries import (
+    REPO_ROOT,
+    TIER_A_BINARIES,
+    TIER_B_BINARIES,
+    MissingBinaryError,
+    await_builds,
+    locate,
+    locate_node,
+)
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.lanes import LANES, lane_of, sort_key
 from harness.multicluster import MultiCluster, start_multicluster
 from harness.processes import ProcessExitedError
 from harness.real_node import RealNode, start_real_node
+from harness.report import TimeReport
 from harness.service_network import ServiceNetwork, start_service_network
 from harness.tier_b import TierB, start_tier_b
 
@@ -50,6 +61,14 @@ def _require(names: tuple[str, ...]) -> None:
     else:
         return
     pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _built(request: pytest.FixtureRequest) -> None:
+    """Outside the units lane, a test waits for the builds scripts/test runs beside the first tests (at once when
+    there are none): the sandbox and the clusters need all of them, the image included."""
+    if lane_of(_markers(request.node), request.node.path) != "units":
+        await_builds()
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +102,7 @@ class TierC:
 
 @pytest.fixture(scope="session")
 def tier_c(tier_b: TierB) -> Iterator[TierC]:
+    await_builds()  # the image too, which may be rebuilt while the node's artifacts are present
     try:
         artifacts = locate_node().require()
     except MissingBinaryError as e:
@@ -148,16 +168,27 @@ async def api_client(control_plane: ControlPlane) -> AsyncIterator[client.ApiCli
         yield api
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that needs tier B runs after every other test.
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TimeReport(), "dispatch-time-report")
 
-    Tier B extends the session's tier A: once Kueue, JobSet and Trainer run on the shared API server, their
-    webhooks and controllers act on every TrainJob, so tier A's tests, which play those parts themselves,
-    must run before them. The sort is stable: order is kept within each group.
-    """
-    items.sort(
-        key=lambda item: (item.get_closest_marker("e2e") is not None, item.get_closest_marker("node") is not None)
-    )
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--lane", choices=LANES, help="only this lane's tests (harness.lanes; harness.run_lanes: all)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The lanes in their order (harness.lanes), and with --lane only that lane. The sort is stable: order is kept
+    within each lane and kind."""
+    items.sort(key=lambda item: sort_key(_markers(item), item.path))
+    if lane := config.getoption("lane"):
+        others = [item for item in items if lane_of(_markers(item), item.path) != lane]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if lane_of(_markers(item), item.path) == lane]
+
+
+def _markers(item: pytest.Item) -> list[str]:
+    return [m.name for m in item.iter_markers()]
 
 
 @pytest.hookimpl(wrapper=True)

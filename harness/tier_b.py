@@ -71,6 +71,18 @@ KWOK_SLOW_KUBELET_ANNOTATION = "kwok.harness.dispatch.phpboyscout.uk/kubelet-slo
 # and stops renewing it and updating the node (its pods: see stop_node_heartbeat).
 PARTITION_HOLDER = "dispatch-harness-partition"
 
+# kwok's general pod stages, at the harness's pace (kwok_pod_stage_pace); the chaos stage
+# pod-container-running-failed keeps upstream's timing.
+KWOK_PACED_STAGES = (
+    "pod-create",
+    "pod-init-container-running",
+    "pod-init-container-completed",
+    "pod-ready",
+    "pod-complete",
+    "pod-delete",
+)
+KWOK_POD_STEP_MS = 200
+
 # Node lifecycle timing: kwok renews leases every duration/4 (5 s); the controller manager
 # declares a node unreachable after 20 s without renewal (default 50 s, too slow for tests).
 NODE_LEASE_SECONDS = 20
@@ -212,10 +224,13 @@ def kwok_node(name: str, zone: str = "zone-a") -> dict[str, Any]:
 
 def kwok_stages(stage_dir: Path) -> list[dict[str, Any]]:
     """kwok's node stages (initialize, heartbeat with lease) and general pod stages, with pod
-    completion gated behind KWOK_COMPLETE_ANNOTATION and the failure chaos stage (label-gated)."""
+    completion gated behind KWOK_COMPLETE_ANNOTATION and the failure chaos stage (label-gated); the pod
+    stages at the harness's pace (kwok_pod_stage_pace)."""
     stages: list[dict[str, Any]] = []
     for path in sorted(stage_dir.glob("*.yaml")):
         for stage in load_yaml_docs(path):
+            if stage["spec"]["resourceRef"]["kind"] == "Pod":
+                stage = kwok_pod_stage_pace(stage)
             if stage["metadata"]["name"] == "pod-complete":
                 stage = copy.deepcopy(stage)
                 stage["spec"]["selector"]["matchExpressions"].append(
@@ -228,6 +243,23 @@ def kwok_stages(stage_dir: Path) -> list[dict[str, Any]]:
             stages.append(stage)
     stages.append(kubelet_terminates_deleted_pods())
     return stages
+
+
+def kwok_pod_stage_pace(stage: dict[str, Any]) -> dict[str, Any]:
+    """A pod stage without kwok's random wait: each step (created, init containers, ready, completed) takes
+    KWOK_POD_STEP_MS instead of 1 s plus up to 5 s of jitter, and a deleted pod goes after that step instead of at a
+    random moment of its grace period (up to 30 s). Four steps a start made each pod start 4-24 s, and the suite
+    waits on hundreds of them. A test that needs a slower kubelet says so on the pod: the stage's own delay
+    annotations (e.g. harness/sandbox/site.py KWOK_DELETE_DELAY) still override the step, and
+    KWOK_SLOW_KUBELET_ANNOTATION keeps a deleted pod running."""
+    stage = copy.deepcopy(stage)
+    delay = stage["spec"].get("delay")
+    if delay is not None and stage["metadata"]["name"] in KWOK_PACED_STAGES:
+        delay["durationMilliseconds"] = KWOK_POD_STEP_MS
+        delay.pop("jitterDurationMilliseconds", None)
+        if stage["metadata"]["name"] == "pod-delete":
+            delay.pop("jitterDurationFrom", None)  # the deletionTimestamp: a random moment of the grace period
+    return stage
 
 
 def kubelet_terminates_deleted_pods() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.binaries import await_builds
 from tests.chart.helm import ROOT
 from tests.chart.sets import rendered
 from tests.unit.test_metrics_docs import emitted
@@ -31,6 +32,7 @@ def rules() -> list[dict[str, Any]]:
 
 
 def promtool() -> Path:
+    await_builds()  # scripts/test builds promtool beside the first tests
     path = Path(subprocess.run([ROOT / "controlplane" / "promtool.sh", "--print-path"], capture_output=True,
                                text=True, check=True).stdout.strip())  # fmt: skip
     if not path.exists():

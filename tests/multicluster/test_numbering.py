@@ -562,7 +562,7 @@ def test_a_worker_lost_while_the_job_runs_keeps_it_until_fenced_then_it_moves_wi
             assert any(f"worker {lost}: cannot be read" in e["message"] for e in events), events
             return wl
 
-        # workerLostTimeout (30 s here): Kueue evicts the job on the manager but keeps its quota, and the agent
+        # workerLostTimeout (15 s here): Kueue evicts the job on the manager but keeps its quota, and the agent
         # says why it cannot release it.
         eventually(kept, 240, f"the job evicted on the manager, its quota kept for {lost}")
         assert _get(m, tj)["spec"]["suspend"] is True, "Kueue's eviction suspends the manager's TrainJob"

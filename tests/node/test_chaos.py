@@ -4,6 +4,9 @@ place of its readmission gate fails it on the same seed and schedule (docs/relia
 It runs on the suite's tier C cluster: the campaign adds two real worker nodes, installs the chart with two
 replicas, runs the dispatch arm and then the naive arm, and leaves the cluster as it found it (as the session's
 last test, where the cluster stops next, it stops only its worker nodes).
+
+It installs the chart itself and shares no installation with the other tier C tests: its values are its own (two
+replicas, so a leader's death hands the gate to the other), and its faults kill and restart what it installed.
 """
 
 from __future__ import annotations

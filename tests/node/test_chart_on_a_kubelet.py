@@ -5,6 +5,9 @@ The pods run from the image scripts/build-image built; they reach the API server
 Service and the API server reaches the webhook through the chart's Service, both by kube-proxy
 (harness/service_network.py). kwok's nodes run nothing, so they are cordoned for the test, and the real node's
 taint (which keeps tier B's workloads off it) is lifted: the chart schedules with its own defaults.
+
+It installs from scratch and shares no installation with the other tier C tests: the install, upgrade and
+uninstall are what it tests.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ the repository's, as a reader runs them from a checkout. kwok's nodes are cordon
 lifted for the length of the test (as for the chart's own tier C test), so the chart's pods and the job's
 trainer pod, which know nothing of the harness, are scheduled on the real node, and the log Output returns
 is what a real container printed.
+
+It installs from scratch and shares no installation with the other tier C tests: the install is one of the
+commands the page gives, and it must run as written.
 """
 
 from __future__ import annotations
