@@ -50,6 +50,9 @@ ADMISSION_CHECK: Final = "multikueue"
 MULTIKUEUE_CONFIG: Final = "multikueue"
 SECRET_KEY: Final = "kubeconfig"
 """The key of the kubeconfig in a MultiKueueCluster's Secret."""
+WORKER_LOST_TIMEOUT: Final = "15s"
+"""The manager's workerLostTimeout (15 min by default; Kueue takes any duration that is not negative): above the
+tests' contact Lease of 8 s, as docs/multicluster.md's proof needs."""
 UNREACHABLE_SERVER: Final = "https://127.0.0.1:1"
 """Where `break_connection` points a worker's kubeconfig, as Kueue's own tests do (test/util BreakConnection)."""
 
@@ -334,7 +337,7 @@ def _install_multikueue(manager: TierB, names: Sequence[str]) -> None:
 def start_multicluster(
     *,
     workers: int = 2,
-    worker_lost_timeout: str = "15s",
+    worker_lost_timeout: str = WORKER_LOST_TIMEOUT,
     gc_interval: str = "10s",
     artifacts: Artifacts | None = None,
     timeout: float = 300,

@@ -23,7 +23,7 @@ from ulid import ULID
 from contract.keys import ADMISSION_CHECK_NAME
 from harness.binaries import BUILD_SCRIPT, TIER_B_BINARIES, MissingBinaryError, locate, locate_node
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
-from harness.multicluster import MultiCluster, start_multicluster
+from harness.multicluster import WORKER_LOST_TIMEOUT, MultiCluster, start_multicluster
 from harness.processes import stop_everything
 from harness.real_node import RealNode, start_real_node
 from harness.sandbox import go_supervisor, install, on_node, scenario, table, trainer
@@ -90,7 +90,7 @@ def _multicluster(out: Progress, run_dir: Path, no_wait: bool) -> int:
             mc = start_multicluster()
             done.detail = (
                 f"a manager and {', '.join(mc.cluster_names)}: three control planes, each tier B, MultiKueue Active "
-                "(workerLostTimeout 30s)"
+                f"(workerLostTimeout {WORKER_LOST_TIMEOUT})"
             )
         cp = mc.manager.control_plane
         logs = [cp.supervisor.log_dir / "dispatch-agent.log", cp.supervisor.log_dir / "kueue.log"]

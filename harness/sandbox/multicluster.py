@@ -119,6 +119,18 @@ def dispatched(mc: MultiCluster, trainjob: dict[str, Any], a: int, timeout: floa
     return wait_until(running, timeout, what=f"the job's trainer pod Running on a worker with A = {a}")
 
 
+def copied(mc: MultiCluster, trainjob: dict[str, Any], timeout: float = 120) -> None:
+    """Until MultiKueue has copied the worker's status to the manager's TrainJob: an active Job. Only then does a
+    worker lost keep the job's quota (agent/lostquota.py); a pod Running on the worker may come first."""
+    name = trainjob["metadata"]["name"]
+
+    def active() -> bool:
+        status = mc.manager.admin.get(site.TRAINER_V, "TrainJob", name, NAMESPACE).get("status") or {}
+        return any((j.get("active") or 0) > 0 for j in status.get("jobsStatus") or [])
+
+    wait_until(active, timeout, what="the worker's status, an active Job, copied to the manager's TrainJob")
+
+
 def lose(mc: MultiCluster, worker: str, credential: Path) -> None:
     """The worker is lost: Kueue's connection to it and the agent's credential for it both stop working."""
     mc.break_connection(worker)
@@ -163,6 +175,7 @@ def run(out: Progress, mc: MultiCluster, work: Path, job_id: str, logs: list[Pat
     with out.step("run", timeout=300, logs=logs) as done:
         trainjob = start(mc, job_id)
         first = dispatched(mc, trainjob, K)
+        copied(mc, trainjob)
         story.executions.append(first)
         done.detail = (
             f"TrainJob {NAMESPACE}/{trainjob['metadata']['name']} started and opened; dispatched to {first.worker}"
