@@ -39,14 +39,20 @@ TIER_B_BINARIES = (
 
 PENDING_BUILDS_ENV = "DISPATCH_K8S_PENDING_BUILDS"
 """A status file of the builds `scripts/test` runs beside its first tests (`scripts/setup --rest`): `running`, then
-`done`, or `failed` and the log's path."""
+`done` and their seconds, or `failed` and the log's path."""
 
 
 class MissingBinaryError(RuntimeError):
     """A control-plane artifact has not been built for the pinned versions."""
 
 
-def await_builds(environ: Mapping[str, str] = os.environ, poll: float = 2.0, timeout: float = 3600) -> None:
+BUILD_WAIT_SECONDS = 3600
+"""How long a test waits for the builds beside it: a fresh machine's control plane, nodes and image, busy cores."""
+
+
+def await_builds(
+    environ: Mapping[str, str] = os.environ, poll: float = 2.0, timeout: float = BUILD_WAIT_SECONDS
+) -> None:
     """Returns once the background builds have ended, at once where none run; MissingBinaryError if they failed."""
     path = environ.get(PENDING_BUILDS_ENV)
     if not path:

@@ -63,14 +63,6 @@ def _require(names: tuple[str, ...]) -> None:
     pytest.fail(message, pytrace=False)
 
 
-@pytest.fixture(autouse=True)
-def _built(request: pytest.FixtureRequest) -> None:
-    """Outside the units lane, a test waits for the builds scripts/test runs beside the first tests (at once when
-    there are none): the sandbox and the clusters need all of them, the image included."""
-    if lane_of(_markers(request.node), request.node.path) != "units":
-        await_builds()
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     _require(TIER_A_BINARIES)
@@ -102,7 +94,6 @@ class TierC:
 
 @pytest.fixture(scope="session")
 def tier_c(tier_b: TierB) -> Iterator[TierC]:
-    await_builds()  # the image too, which may be rebuilt while the node's artifacts are present
     try:
         artifacts = locate_node().require()
     except MissingBinaryError as e:
@@ -185,6 +176,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if others:
             config.hook.pytest_deselected(items=others)
             items[:] = [item for item in items if lane_of(_markers(item), item.path) == lane]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Where a selected test is outside the units lane (its clusters, the sandbox, the image), the session waits for
+    the builds scripts/test runs beside the first tests before its first test: outside any test's timeout."""
+    if any(lane_of(_markers(item), item.path) != "units" for item in session.items):
+        try:
+            await_builds()
+        except MissingBinaryError as e:
+            pytest.exit(str(e), returncode=pytest.ExitCode.TESTS_FAILED)
 
 
 def _markers(item: pytest.Item) -> list[str]:

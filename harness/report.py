@@ -19,6 +19,7 @@ from pathlib import Path, PurePath
 
 import pytest
 
+from harness.binaries import PENDING_BUILDS_ENV
 from harness.lanes import LANES, lane_of
 
 TIERS = (
@@ -131,9 +132,18 @@ def _lane(phase: Phase) -> str:
     return phase.lane
 
 
+def builds_step(environ: Mapping[str, str]) -> list[tuple[str, float]]:
+    """The builds scripts/test ran beside the tests, from their status file (`done SECONDS`), once they ended."""
+    path = environ.get(PENDING_BUILDS_ENV)
+    words = Path(path).read_text().split() if path and Path(path).is_file() else []
+    if len(words) == 2 and words[0] == "done" and words[1].isdigit():
+        return [("rest (beside)", float(words[1]))]
+    return []
+
+
 def render(phases: list[Phase], pytest_seconds: float, environ: Mapping[str, str] = os.environ) -> list[str]:
     lines = ["", "time per step, tier and lane (docs/performance.md, 'The CI budget'):"]
-    for name, seconds in parse_steps(environ.get(STEPS_ENV, "")):
+    for name, seconds in [*parse_steps(environ.get(STEPS_ENV, "")), *builds_step(environ)]:
         lines.append(f"  {'step ' + name:<26} {minutes(seconds):>14}")
     lines.append(f"  {'step pytest':<26} {minutes(pytest_seconds):>14}")
     for title, key, order in (("tier", _tier, TIER_ORDER), ("lane", _lane, LANES)):

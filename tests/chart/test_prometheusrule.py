@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.binaries import await_builds
+from harness.binaries import BUILD_WAIT_SECONDS, await_builds
 from tests.chart.helm import ROOT
 from tests.chart.sets import rendered
 from tests.unit.test_metrics_docs import emitted
@@ -89,6 +89,7 @@ def _case(rule: dict[str, Any], at: str, series: list[dict[str, str]], *fired: d
     }
 
 
+@pytest.mark.timeout(BUILD_WAIT_SECONDS + 300)  # on a fresh machine promtool is still being built beside the tests
 def test_promtool_fires_each_alert_on_the_emitted_series_and_only_then(tmp_path: Path):
     by_name = {r["alert"]: r for r in rules()}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dispatch-k8s", "rules": rules()}]}))

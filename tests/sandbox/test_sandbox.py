@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.binaries import await_builds
 from harness.sandbox import go_supervisor, on_node, trainer
 from harness.sandbox.steps import LABEL_WIDTH
 from harness.sandbox.table import EXECUTIONS_HEADER, EXECUTIONS_TITLE, EXECUTIONS_TITLE_REAL
@@ -127,7 +126,6 @@ def go_sandbox(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     if not any(item.name == GO_TEST and item.module is request.module for item in request.session.items):
         yield None
         return
-    await_builds()  # module-scoped: before the autouse wait of each test
     run = Sandbox(tmp_path_factory.mktemp("sandbox-go"), "--no-wait", "--supervisor", "go")
     try:
         yield run

@@ -87,3 +87,12 @@ def test_the_run_closes_with_one_plain_line_and_the_first_failing_lanes_code():
     assert verdict({"units": 0, "tier-b": 5, "multicluster": 5, "tier-c": 5}) == 0  # a selection in one lane
     assert verdict({"units": 5, "tier-b": 5, "multicluster": 5, "tier-c": 5}) == 5  # nothing selected at all
     assert verdict({"units": 0, "tier-b": 2, "multicluster": 0, "tier-c": 1}) == 2
+
+
+def test_the_builds_beside_the_tests_show_as_a_step_once_done(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("done 734\n")
+    lines = render([], 1.0, {"DISPATCH_K8S_PENDING_BUILDS": str(status)})
+    assert any(line.split() == ["step", "rest", "(beside)", "12", "min", "14.0", "s"] for line in lines), lines
+    status.write_text("running\n")
+    assert not any("beside" in line for line in render([], 1.0, {"DISPATCH_K8S_PENDING_BUILDS": str(status)}))
