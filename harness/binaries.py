@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +51,18 @@ BUILD_WAIT_SECONDS = 3600
 
 
 def await_builds(
-    environ: Mapping[str, str] = os.environ, poll: float = 2.0, timeout: float = BUILD_WAIT_SECONDS
+    environ: Mapping[str, str] = os.environ,
+    poll: float = 2.0,
+    timeout: float = BUILD_WAIT_SECONDS,
+    built: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Returns once the background builds have ended, at once where none run; MissingBinaryError if they failed."""
+    """Returns once the background builds have ended, or once `built()` says what the caller needs is there; at once
+    where none run. MissingBinaryError if they failed first."""
     path = environ.get(PENDING_BUILDS_ENV)
     if not path:
         return
     deadline = time.monotonic() + timeout
-    while (state := _read(Path(path))).startswith("running"):
+    while (state := _read(Path(path))).startswith("running") and not built():
         if time.monotonic() > deadline:
             raise MissingBinaryError(f"the background builds ({path}) still ran after {timeout:.0f} s")
         time.sleep(poll)
@@ -127,7 +131,7 @@ class Artifacts:
         """Paths of the named binaries, or MissingBinaryError naming what to build and how."""
         names = list(names)
         if self.missing(names):
-            await_builds()
+            await_builds(built=lambda: not self.missing(names))
         missing = self.missing(names)
         if missing:
             binaries = [m for m in missing if not m.endswith("/")]
@@ -209,7 +213,7 @@ class NodeArtifacts:
 
     def require(self) -> NodeArtifacts:
         if self.missing():
-            await_builds()
+            await_builds(built=lambda: not self.missing())
         missing = self.missing()
         if missing:
             raise MissingBinaryError(

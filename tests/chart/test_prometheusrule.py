@@ -32,9 +32,9 @@ def rules() -> list[dict[str, Any]]:
 
 
 def promtool() -> Path:
-    await_builds()  # scripts/test builds promtool beside the first tests
     path = Path(subprocess.run([ROOT / "controlplane" / "promtool.sh", "--print-path"], capture_output=True,
                                text=True, check=True).stdout.strip())  # fmt: skip
+    await_builds(built=path.exists)  # scripts/test builds promtool beside the first tests, first of all
     if not path.exists():
         pytest.fail(f"promtool is not built: run controlplane/promtool.sh (scripts/test does) to build {path}")
     return path

@@ -42,3 +42,15 @@ def test_builds_that_never_end_fail_after_the_timeout(tmp_path: Path):
     status.write_text("running\n")
     with pytest.raises(MissingBinaryError, match="still ran after"):
         await_builds({PENDING_BUILDS_ENV: str(status)}, poll=0.01, timeout=0.05)
+
+
+def test_a_caller_waits_only_until_what_it_needs_is_built(tmp_path: Path):
+    status, tool = tmp_path / "status", tmp_path / "promtool"
+    status.write_text("running\n")
+    timer = threading.Timer(0.3, tool.write_text, args=("",))
+    timer.start()
+    try:
+        await_builds({PENDING_BUILDS_ENV: str(status)}, poll=0.05, timeout=30, built=tool.exists)
+    finally:
+        timer.cancel()
+    assert status.read_text() == "running\n"  # the rest of the builds still run
