@@ -172,10 +172,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     within each lane and kind."""
     items.sort(key=lambda item: sort_key(_markers(item), item.path))
     if lane := config.getoption("lane"):
-        others = [item for item in items if lane_of(_markers(item), item.path) != lane]
-        if others:
-            config.hook.pytest_deselected(items=others)
-            items[:] = [item for item in items if lane_of(_markers(item), item.path) == lane]
+        mine = {id(item) for item in items if lane_of(_markers(item), item.path) == lane}
+        if len(mine) < len(items):
+            config.hook.pytest_deselected(items=[item for item in items if id(item) not in mine])
+            items[:] = [item for item in items if id(item) in mine]
 
 
 @pytest.hookimpl(tryfirst=True)
