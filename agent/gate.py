@@ -7,7 +7,11 @@ deactivated):
 1. the owner is not a TrainJob, or the TrainJob is not dispatch's -> the check is set Ready at once, so a
    shared ClusterQueue is not held up;
 2. a pod of a previous execution may still run -> the check stays Pending, naming each pod and why;
-3. otherwise the check is set Ready with a write preconditioned on the Workload as read.
+3. the TrainJob's JobSet is not the one whose UID was recorded (J may have started again) -> Pending;
+4. otherwise the approval of the execution's A is recorded on the TrainJob (``approved-admission``, preconditioned
+   on it as read), then the check is set Ready with a write preconditioned on the Workload as read. In Kueue mode
+   the start must carry that approval (the unsuspend policy, the webhook's ``update.approval``), so a start the
+   gate did not approve, through a queue without dispatch's check, is refused.
 
 A is not raised here: the write that starts the execution raises it (Kueue's unsuspend, through dispatch's
 MutatingAdmissionPolicy or mutating webhook: contract/admission.py ``unsuspend_ops``), so the raise and the
@@ -44,9 +48,9 @@ from typing import Any, Final
 from agent.nodeloss import Assessment
 from agent.podowners import ForeignPod
 from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import Raise, admission_started, preconditions, start_count
+from contract.admission import Raise, admission_started, approval_ops, preconditions, start_count
 from contract.errors import ContractError
-from contract.foreign import foreign_reasons, jobset_uid_ops
+from contract.foreign import foreign_reasons, jobset_uid_ops, jobset_uid_reason
 from contract.gates import is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_DISPATCHED,
@@ -199,6 +203,9 @@ def decide(
         return replace(held, workload_patch=deactivate)
     if refusal is not None:
         return _set(Action.HOLD, workload, check, PENDING, refusal, now, foreign)
+    reset = jobset_uid_reason(trainjob, jobset)
+    if reset is not None:
+        return _set(Action.HOLD, workload, check, PENDING, jobset_reset_message(reset), now, foreign)
     if blockers:
         return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
     try:
@@ -212,13 +219,16 @@ def decide(
     # TrainJob of this name is not the JobSet J counts for; recorded, it would never be corrected).
     record = jobset_uid_ops(trainjob, jobset)
     message = f"the next execution starts with A {a}" + (", raised in the write that admits it" if raises else "")
-    ops = [*preconditions(trainjob), *record] if record else []
+    workload_uid = str(dig(workload, "metadata", "uid") or "")
+    # The approval of exactly this execution, before the Ready: in Kueue mode its start must carry it.
+    approve = approval_ops(trainjob, a, workload_uid)
+    ops = [*preconditions(trainjob), *record, *approve] if record or approve else []
     stamp = None
     if dispatch_raise is not None:
         # MultiKueue copies the TrainJob to a worker once every other check is Ready, before the manager's
         # unsuspend: the raise in the unsuspend would come too late, so it is made here, before the Ready.
         k, raised = dispatch_raise
-        a, ops = raised.a, [*raised.patch, *record]
+        a, ops = raised.a, [*raised.patch, *record, *approval_ops(trainjob, raised.a, workload_uid)]
         message = (
             f"the next dispatch starts with A {a}, raised by K = maxRestarts + 1 = {k} by the gate before this "
             "check turns Ready (MultiKueue copies the TrainJob to a worker then)"
@@ -234,6 +244,15 @@ def decide(
         workload_patch=stamp,
         new_a=a,
         foreign=foreign,
+    )
+
+
+def jobset_reset_message(reason: str) -> str:
+    """The hold while the TrainJob's JobSet is not the one whose UID was recorded: its J started again at 0, so
+    A + J may repeat an R of the executions before. Nothing dispatch can see explains it; a person decides."""
+    return (
+        f"{reason} The gate holds this job: a new JobSet's J starts again at 0, and A + J could repeat the R of an "
+        "execution of the recorded JobSet. Stop it; its next submission starts with an identity of its own"
     )
 
 

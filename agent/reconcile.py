@@ -188,7 +188,8 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     )
     base = {"check": check, "quota_reserved_at": reserved_at}
 
-    # d. The writes: the JobSet UID record when first seen, and only if it landed, the check.
+    # d. The writes: the TrainJob's patch (the JobSet UID record when first seen, the approval of the execution),
+    # and only if it landed, the check.
     if d.trainjob_patch is not None:
         assert trainjob is not None  # decide() patches only a TrainJob it was given
         try:
@@ -200,7 +201,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
             _log_decision(key, trainjob, check, d, "record refused", describe_api_error(exc))
             return Outcome(
                 d.action,
-                f"the JobSet UID record was refused: {describe_api_error(exc)}",
+                f"the TrainJob's patch (JobSet UID record, approval) was refused: {describe_api_error(exc)}",
                 requeue=True,
                 conflict="trainjob" if exc.status in (409, 422) else None,
                 foreign_reported=reported,

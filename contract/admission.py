@@ -23,7 +23,12 @@ from typing import Any, Final
 
 from contract.errors import ContractError
 from contract.identity import R_BOUND
-from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED
+from contract.keys import (
+    ANNOTATION_ADMISSION,
+    ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
+)
 from contract.objects import add_op, annotations, dig, pointer
 from contract.ownership import dispatch_patch_index, runtime_patches
 
@@ -196,3 +201,27 @@ def unsuspend_ops(
         *ops,
         *(add_op(new, ("metadata", "annotations", k), v) for k, v in sorted(record.items()) if found.get(k) != v),
     ]
+
+
+def approval(a: int, workload_uid: str) -> str:
+    """The readmission gate's approval of the execution that starts with ``a``, admitted on that Workload."""
+    return f"{a}/{workload_uid}"
+
+
+def approved_admission(trainjob: object) -> int | None:
+    """The A the readmission gate last approved (``approved-admission``), or None when it approved none."""
+    value = annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION)
+    if value is None:
+        return None
+    a, _, uid = value.partition("/")
+    if not uid:
+        raise ContractError(f"annotation {ANNOTATION_APPROVED_ADMISSION}", f"{value!r} is not <A>/<Workload uid>")
+    return parse_count(f"annotation {ANNOTATION_APPROVED_ADMISSION}", a)
+
+
+def approval_ops(trainjob: Mapping[str, Any], a: int, workload_uid: str) -> list[dict[str, Any]]:
+    """The JSON Patch op that records the gate's approval of ``a`` on ``workload_uid`` (none when recorded)."""
+    value = approval(a, workload_uid)
+    if annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION) == value:
+        return []
+    return [add_op(trainjob, ("metadata", "annotations", ANNOTATION_APPROVED_ADMISSION), value)]

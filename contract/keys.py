@@ -35,6 +35,12 @@ ANNOTATION_JOBSET_UID: Final = "dispatch.phpboyscout.uk/jobset-uid"
 ANNOTATION_ADMISSION_STARTED: Final = "dispatch.phpboyscout.uk/admission-started"
 """A of the last execution started: recorded by the webhook in every write that unsuspends the TrainJob, so
 that the next unsuspend can be refused unless A was raised since (docs/security.md)."""
+ANNOTATION_APPROVED_ADMISSION: Final = "dispatch.phpboyscout.uk/approved-admission"
+"""The readmission gate's approval, on the TrainJob: ``<A>/<Workload uid>``, the A of the one execution it approved
+and the Workload it approved it on, written (by dispatch alone) before it sets its check Ready. In Kueue mode every
+start must carry the approval of exactly the A it starts with (contract/admission.py ``approval_problem``), so no
+queue configuration can start a dispatch job without the gate's wait (docs/security.md, "The start carries the
+gate's approval")."""
 ANNOTATION_HOLD_INSTANCE: Final = "dispatch.phpboyscout.uk/hold-instance"
 ANNOTATION_HOLD_SINCE: Final = "dispatch.phpboyscout.uk/hold-since"
 ANNOTATION_HOLD_WHO: Final = "dispatch.phpboyscout.uk/hold-who"

@@ -42,6 +42,7 @@ from harness.webhooks import (
 from webhook import owners
 from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
 from webhook.configurations import NAME, namespace_selector
+from webhook.dependents import dependents_policy
 from webhook.policies import mark_copy_policy, owner_policies, record_start_policy, worker_policies
 
 KUEUE_NAMESPACE = "kueue-system"
@@ -100,6 +101,8 @@ class TierB:
     cluster_queue: str = CLUSTER_QUEUE
     local_queue: str = LOCAL_QUEUE
     training_runtime: str = TRAINING_RUNTIME
+    kwok_config: Path | None = None
+    """The stages and logs every node's kwok runs with (``_kwok_config``)."""
 
     @property
     def container_log(self) -> Path:
@@ -126,11 +129,15 @@ class TierB:
         )
 
     def add_node(self, name: str, timeout: float = 30) -> None:
+        """A node of its own kwok (``start_kwok``), Ready."""
+        start_kwok(self, name)
         self.admin.create(kwok_node(name))
         wait_until(lambda: node_ready(self.admin, name), timeout, what=f"node {name} Ready")
 
     def delete_node(self, name: str) -> None:
+        """The Node object gone, then its kubelet: its kwok stops."""
         self.admin.delete("v1", "Node", name)
+        self.control_plane.supervisor.stop(kwok_process(name))
 
     def stop_node_heartbeat(self, node: str) -> None:
         """Simulates losing the node: nothing renews its Lease any more, so after the grace period the node
@@ -380,27 +387,35 @@ def _dry_run_create(admin: KubeHttp, obj: dict[str, Any]) -> Callable[[], bool]:
 
 # --- the components ----------------------------------------------------------------------------
 
+SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
 COMPONENTS_GROUP: Final = "dispatch-harness:components"
 """Kueue, JobSet, Trainer and kwok: bound to cluster-admin, as their upstream RBAC would grant them what they use."""
-KWOK_USER: Final = "dispatch-harness:kwok"
+NODES_GROUP: Final = "system:nodes"
 COMPONENT_IDENTITIES: Final = {
     # As their upstream manifests run them, so that dispatch's default-deny policies see the principals their
     # defaults name (webhook/owners.py).
     "kueue": (DEFAULT_KUEUE_USERNAME, (COMPONENTS_GROUP,)),
     "jobset": (owners.DEFAULT_USERNAMES[owners.JOBSET][0], (COMPONENTS_GROUP,)),
     "trainer": (owners.DEFAULT_USERNAMES[owners.TRAINER][0], (COMPONENTS_GROUP,)),
-    # kwok plays every fake node's kubelet: a member of system:nodes (not named system:node:<name>, so
-    # NodeRestriction does not confine it to one node).
-    "kwok": (KWOK_USER, (COMPONENTS_GROUP, *owners.DEFAULT_GROUPS[owners.KUBELET])),
 }
+
+
+def kwok_identity(node: str) -> tuple[str, tuple[str, ...]]:
+    """A node's kwok plays its kubelet as that node: system:node:<node> in system:nodes, so the node authorizer,
+    NodeRestriction and dispatch's policies confine it to that node's pods and Lease as they do a real kubelet (and
+    in COMPONENTS_GROUP: its RBAC as the other components')."""
+    return f"{owners.NODE_USER_PREFIX}{node}", (NODES_GROUP, COMPONENTS_GROUP)
 
 
 def component_kubeconfig(cp: ControlPlane, component: str) -> Path:
     """The admin's credentials acting as the component (impersonation: a ServiceAccount's username is too long for
     a certificate's CN)."""
-    user, groups = COMPONENT_IDENTITIES[component]
-    path = cp.run_dir / "kubeconfigs" / f"{component}.kubeconfig"
-    return write_kubeconfig(path, cp.admin_credentials, component, impersonate=(user, groups))
+    return _kubeconfig_as(cp, component, COMPONENT_IDENTITIES[component])
+
+
+def _kubeconfig_as(cp: ControlPlane, name: str, identity: tuple[str, tuple[str, ...]]) -> Path:
+    path = cp.run_dir / "kubeconfigs" / f"{name}.kubeconfig"
+    return write_kubeconfig(path, cp.admin_credentials, name, impersonate=identity)
 
 
 def install_owner_policies(
@@ -410,8 +425,9 @@ def install_owner_policies(
     multikueue: Principals | None = None,
     manager_agent: Principals | None = None,
 ) -> None:
-    """dispatch's owner policies (webhook/owners.py) over every namespace of tier B, from its start: whatever a test
-    does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
+    """dispatch's owner policies (webhook/owners.py), and the policy that refuses strangers' blocking owner references
+    to a dispatch job's objects (webhook/dependents.py), over every namespace of tier B, from its start: whatever a
+    test does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
     kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their own;
     dispatch is any ServiceAccount (the tests' agents run as ServiceAccounts of their own namespaces), and the
     harness's admin, which plays the parts no controller plays here, is break-glass. Beside them the chart's
@@ -429,7 +445,7 @@ def install_owner_policies(
         if "policyName" in doc["spec"]:
             doc["spec"]["policyName"] = doc["spec"]["policyName"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         cp.admin.apply(doc)
-    for policy in owner_policies(config):
+    for policy in [*owner_policies(config), dependents_policy(config)]:
         name = policy["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         policy["metadata"]["name"] = name
         binding = {
@@ -467,6 +483,37 @@ def policy_config(
         multikueue=multikueue or Principals(),
         managerAgent=manager_agent or Principals(),
     )
+
+
+def _component_deployments(cp: ControlPlane, components: list[str]) -> Callable[[], bool]:
+    """Each component's ServiceAccount, and a Deployment of one pod running as it on kwok's nodes. The components run
+    here as local processes under that name (impersonated); on a cluster it is their Deployment's pod's, and the
+    agent's Preflight reads both before it trusts the name (agent/api/principals.py). Whether every pod runs."""
+    accounts = []
+    for component in components:
+        username, _ = COMPONENT_IDENTITIES[component]
+        namespace, _, name = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+        cp.ensure_service_account(namespace, name)
+        labels = {"app.kubernetes.io/name": name, "dispatch-harness/stand-in": component}
+        container = {"name": "manager", "image": f"registry.invalid/dispatch-harness/{component}:stand-in"}
+        pod = {"serviceAccountName": name, "automountServiceAccountToken": False, "containers": [container],
+               "nodeSelector": {"type": "kwok"}}  # fmt: skip
+        cp.admin.apply({"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                                 "template": {"metadata": {"labels": labels}, "spec": pod}}})  # fmt: skip
+        accounts.append((namespace, name))
+
+    def running() -> bool:
+        return all(
+            any(
+                p.get("status", {}).get("phase") == "Running" and p["spec"].get("serviceAccountName") == name
+                for p in cp.admin.list("v1", "Pod", namespace)
+            )
+            for namespace, name in accounts
+        )
+
+    return running
 
 
 def _grant_components(cp: ControlPlane) -> None:
@@ -524,12 +571,13 @@ def _start_kube_components(tb: TierB) -> None:
         tb.health_urls[binary] = f"https://{LOOPBACK}:{port}/healthz"
 
 
-def _start_kwok(tb: TierB) -> None:
+def _kwok_config(tb: TierB) -> Path:
+    """The stages and logs of every node's kwok, written once."""
     cp = tb.control_plane
     tb.container_log.parent.mkdir(parents=True, exist_ok=True)
     tb.container_log.touch()
-    # kwok serves the kubelet's log endpoint: every container's log is this file (CRI format), and the
-    # nodes advertise kwok's port, so `pods/log` through the API server reaches it as it would a kubelet.
+    # kwok serves the kubelet's log endpoint: every container's log is this file (CRI format), and each
+    # node advertises its kwok's port, so `pods/log` through the API server reaches it as it would a kubelet.
     logs = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "ClusterLogs",
@@ -537,17 +585,29 @@ def _start_kwok(tb: TierB) -> None:
         "spec": {"logs": [{"logsFile": str(tb.container_log), "follow": True}]},
     }
     stages = kwok_stages(cp.artifacts.manifests_dir / "kwok" / "stages")
-    config = _write_yaml(cp.run_dir / "kwok" / "kwok.yaml", [*stages, logs])
+    return _write_yaml(cp.run_dir / "kwok" / "kwok.yaml", [*stages, logs])
+
+
+def kwok_process(node: str) -> str:
+    """The name, in the control plane's supervisor, of the kwok that plays ``node``'s kubelet."""
+    return f"kwok-{node}"
+
+
+def start_kwok(tb: TierB, node: str) -> None:
+    """One kwok per node, as that node's kubelet (``kwok_identity``): one process playing every node would be a
+    member of system:nodes that no node's name confines."""
+    cp = tb.control_plane
+    if tb.kwok_config is None:
+        tb.kwok_config = _kwok_config(tb)
     port = free_port()
     cp.supervisor.start(
-        "kwok",
+        kwok_process(node),
         [
             cp.artifacts.binary("kwok"),
-            f"--kubeconfig={component_kubeconfig(cp, 'kwok')}",
-            f"--config={config}",
-            # Only kwok's own nodes: tier C's real nodes are their kubelets'.
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            f"--kubeconfig={_kubeconfig_as(cp, kwok_process(node), kwok_identity(node))}",
+            f"--config={tb.kwok_config}",
+            # Its node alone (tier C's real nodes are their kubelets').
+            f"--manage-single-node={node}",
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             f"--node-ip={LOOPBACK}",
             f"--server-address={LOOPBACK}:{port}",
@@ -853,7 +913,8 @@ def start_tier_b(
     install_owner_policies(cp)
     before = {p.name for p in cp.supervisor.processes}
     _start_kube_components(tb)
-    _start_kwok(tb)
+    for name in tb.node_names:
+        start_kwok(tb, name)
     installers = [
         ("jobset", _start_jobset(tb)),
         ("trainer", _start_trainer(tb) if trainer else _runtime_only(tb)),
@@ -880,5 +941,8 @@ def start_tier_b(
         install()
         cp.supervisor.check_alive(components)
         tb.timings[f"{name}_ready"] = time.monotonic() - started
+    # After Kueue: its webhook on Deployments fails closed until it serves.
+    deployed = _component_deployments(cp, [c for c in COMPONENT_IDENTITIES if trainer or c != "trainer"])
+    wait_until(alive(deployed), timeout, what="the components' Deployments running")
     cp.timings["tier_b_ready"] = time.monotonic() - started
     return tb

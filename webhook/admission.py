@@ -32,6 +32,7 @@ from webhook.rules.jobsets import jobset_create_problems, jobset_delete_problems
 from webhook.rules.reserved_keys import reserved_key_problems
 from webhook.rules.runtime_copy import copy_creation_problems, copy_update_problems
 from webhook.rules.updates import (
+    approval_problems,
     copy_unsuspend_problems,
     kueue_unsuspend_problems,
     origin_problems,
@@ -154,6 +155,8 @@ def validate(request: Request, config: Config, lookups: Lookups) -> Verdict:
             problems += foreign_entry_problems(old, new)
             if stranger and not config.kueue.includes(request.user):
                 problems += kueue_unsuspend_problems(old, new)
+            if not records_only(config.multicluster_role, old, new):
+                problems += approval_problems(old, new)
             if unsuspends(old, new):
                 # The raise and the record admission writes into every unsuspend, checked by update_problems.
                 exempt = frozenset({ANNOTATION_ADMISSION_STARTED, ANNOTATION_ADMISSION_FLOOR})

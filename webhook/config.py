@@ -22,6 +22,7 @@ from webhook.owners import (
     JOB_CONTROLLER,
     JOBSET,
     KUBELET,
+    KUBERNETES_PRINCIPALS,
     KUEUE,
     MANAGER_AGENT,
     MULTIKUEUE,
@@ -48,13 +49,12 @@ DEFAULT_DISPATCH_USERNAME: Final = "system:serviceaccount:dispatch-system:dispat
 """The agent's ServiceAccount as the chart installs it."""
 DEFAULT_KUEUE_USERNAME: Final = "system:serviceaccount:kueue-system:kueue-controller-manager"
 DEFAULT_CONTROLLER_USERNAMES: Final = (
-    "system:serviceaccount:kube-system:generic-garbage-collector",
-    "system:kube-controller-manager",
-    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
-    "system:serviceaccount:jobset-system:jobset-controller-manager",
+    DEFAULT_USERNAMES[GARBAGE_COLLECTOR][0],
+    *DEFAULT_USERNAMES[TRAINER],
+    *DEFAULT_USERNAMES[JOBSET],
 )
-"""The garbage collector (with and without --use-service-account-credentials), Trainer and JobSet, as their
-upstream manifests install them: they delete a dispatch job's JobSet legitimately."""
+"""The garbage collector (as kubeadm runs it, under its own ServiceAccount), Trainer and JobSet, one principal each
+as the owners' defaults name them (webhook/owners.py): they delete a dispatch job's JobSet legitimately."""
 
 
 class Principals(BaseModel):
@@ -69,14 +69,22 @@ class Principals(BaseModel):
         return user.username in self.usernames or any(g in self.groups for g in user.groups)
 
 
+KUBELET_IS_NO_SETTING: Final = (
+    "owners.kubelet (the chart's webhook.owners.kubelet) is no longer a setting: remove it. A kubelet is known as "
+    "Kubernetes names it, the user system:node:<node>, and may write the status of that node's pods only "
+    "(docs/security.md)"
+)
+
+
 def _owner(role: str) -> Principals:
     return Principals(usernames=DEFAULT_USERNAMES[role], groups=DEFAULT_GROUPS[role])
 
 
 class Owners(BaseModel):
     """The principals of the other parties that own part of a dispatch job's objects (webhook/owners.py; dispatch
-    and Kueue are the config's own). Defaults match the upstream manifests; set them to how your cluster runs
-    them. ``breakGlass`` may write anything on dispatch's objects: empty unless a site names its admins."""
+    and Kueue are the config's own). Defaults name one principal per component, as one upstream install runs it;
+    set them to how your cluster runs them (the agent's Preflight proves them). ``breakGlass`` may write anything
+    on dispatch's objects: empty unless a site names its admins."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -87,8 +95,15 @@ class Owners(BaseModel):
     podGarbageCollector: Principals = Field(default_factory=lambda: _owner(POD_GARBAGE_COLLECTOR))
     nodeLifecycle: Principals = Field(default_factory=lambda: _owner(NODE_LIFECYCLE))
     scheduler: Principals = Field(default_factory=lambda: _owner(SCHEDULER))
-    kubelet: Principals = Field(default_factory=lambda: _owner(KUBELET))
     breakGlass: Principals = Field(default_factory=lambda: _owner(BREAK_GLASS))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_kubelet(cls, data: Any) -> Any:
+        # A setting once (the group system:nodes): say what replaced it, not only that the key is unknown.
+        if isinstance(data, Mapping) and KUBELET in data:
+            raise ValueError(KUBELET_IS_NO_SETTING)
+        return data
 
 
 class Config(BaseModel):
@@ -144,6 +159,8 @@ class Config(BaseModel):
             return self.multikueue if self.multicluster_role == ROLE_WORKER else Principals()
         if role == MANAGER_AGENT:
             return self.manager_agent if self.multicluster_role == ROLE_WORKER else Principals()
+        if role in KUBERNETES_PRINCIPALS:
+            return Principals()  # none by setting: the policies name Kubernetes' own
         return getattr(self.owners, role)
 
     def multikueue_copy(self, user: User, obj: Mapping[str, Any] | None) -> bool:

@@ -83,7 +83,7 @@ ROLE_TITLES: Final = {
     POD_GARBAGE_COLLECTOR: "the pod garbage collector",
     NODE_LIFECYCLE: "the node lifecycle controllers",
     SCHEDULER: "the scheduler",
-    KUBELET: "a kubelet",
+    KUBELET: "the kubelet of the pod's node",
     BREAK_GLASS: "break-glass",
     EVERYONE: "anyone",
     MULTIKUEUE: "MultiKueue (on a worker, its copies)",
@@ -92,23 +92,24 @@ ROLE_TITLES: Final = {
     MANAGER_AGENT: "the manager's dispatch agent (on a worker: its replicas, the prologue's ConfigMap)",
 }
 
-# The principals of the roles other than dispatch and Kueue (webhook.config's own), as their upstream
-# manifests run them: kube-controller-manager's controllers with --use-service-account-credentials (as
-# kubeadm runs them) and without it (all as system:kube-controller-manager).
+# The principals of the roles other than dispatch and Kueue (webhook.config's own): one per component, as one
+# upstream install runs it, never an alternative. A cluster runs each component under one name; every other name
+# named here would be free for whoever may create that ServiceAccount (or its namespace), and would hold the
+# component's writes (docs/security.md, "a principal named but not present"). kube-controller-manager's
+# controllers as kubeadm runs them (--use-service-account-credentials: each under its own ServiceAccount).
 KCM: Final = "system:kube-controller-manager"
+"""kube-controller-manager's own user, which every controller acts as without --use-service-account-credentials:
+never a default (docs/install.md says when to set it)."""
 
 
 def _kcm(*controllers: str) -> tuple[str, ...]:
-    return (*(f"system:serviceaccount:kube-system:{c}" for c in controllers), KCM)
+    return tuple(f"system:serviceaccount:kube-system:{c}" for c in controllers)
 
 
 DEFAULT_USERNAMES: Final = {
     TRAINER: ("system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",),
-    # Standalone, and as Trainer's own manifests install it beside Trainer.
-    JOBSET: (
-        "system:serviceaccount:jobset-system:jobset-controller-manager",
-        "system:serviceaccount:kubeflow-system:jobset-controller-manager",
-    ),
+    # JobSet's standalone manifests (Trainer's install it in kubeflow-system instead: docs/install.md).
+    JOBSET: ("system:serviceaccount:jobset-system:jobset-controller-manager",),
     JOB_CONTROLLER: _kcm("job-controller"),
     # The namespace controller and the TTL-after-finished controller delete too: a namespace's deletion, a
     # finished Job's TTL.
@@ -119,11 +120,22 @@ DEFAULT_USERNAMES: Final = {
     # controller resets a stale DisruptionTarget.
     NODE_LIFECYCLE: _kcm("node-controller", "disruption-controller"),
     SCHEDULER: ("system:kube-scheduler",),
-    KUBELET: (),
     BREAK_GLASS: (),
 }
-DEFAULT_GROUPS: Final = {role: () for role in DEFAULT_USERNAMES} | {KUBELET: ("system:nodes",)}
-"""A kubelet is any member of system:nodes: NodeRestriction confines each to its own node's pods."""
+DEFAULT_GROUPS: Final = {role: () for role in DEFAULT_USERNAMES}
+"""No role is a group by default: a group says nothing of which objects its members' writes are about, and a site
+may add anyone to one (system:nodes holds any node credential, whatever its name)."""
+
+POD_DEPENDENT_MAKERS: Final = _kcm("ephemeral-volume-controller", "resource-claim-controller")
+"""kube-controller-manager's controllers that make a pod's dependents, beside the Job controller: the PVC of a
+generic ephemeral volume and the ResourceClaim of a claim template, each with a blocking owner reference to the pod
+(webhook/dependents.py)."""
+
+NODE_USER_PREFIX: Final = "system:node:"
+"""A node's user is ``system:node:<its name>``, as Kubernetes' node authorizer and NodeRestriction know it."""
+KUBERNETES_PRINCIPALS: Final = {KUBELET: f"request.userInfo.username.startsWith({json.dumps(NODE_USER_PREFIX)})"}
+"""Roles whose principals Kubernetes defines, not a site (CEL over the request; webhook.config has no value for
+them): a kubelet is a node's user, and only its own node's (``ONLY_ON``)."""
 
 
 def _origin(o: str) -> str:
@@ -141,14 +153,22 @@ def _replica_or_prologue(o: str) -> str:
     )
 
 
+def _on_its_node(o: str) -> str:
+    # Equal to the user's whole name, so no name but system:node:<nodeName> passes; an unbound pod is nobody's.
+    node = f"{o}.?spec.?nodeName.orValue('')"
+    return f"{node} != '' && request.userInfo.username == {_q(NODE_USER_PREFIX)} + {node}"
+
+
 ONLY_ON: Final[dict[str, Callable[[str], str]]] = {
+    KUBELET: _on_its_node,
     MULTIKUEUE: _origin,
     MULTIKUEUE_STATUS: _managed_by_multikueue,
     DISPATCH_STATUS: _managed_by_multikueue,
     MANAGER_AGENT: _replica_or_prologue,
 }
 """Roles that own their writes only on some of a kind's objects: CEL over the object named, which must hold of
-the object and of its old version (MultiKueue's copies on a worker carry its origin label from their creation;
+the object and of its old version (a kubelet's pods are bound to its node, which a binding sets once and nothing
+changes after; MultiKueue's copies on a worker carry its origin label from their creation;
 dispatch's own objects never do; a TrainJob's managedBy never changes; the manager agent's replicas carry
 ``LABEL_REPLICA_OF`` from their creation and are never updated)."""
 
@@ -178,6 +198,8 @@ class Kind:
 # its TrainJob, its Jobs and their pods start with that name and a dash.
 NAME_PATTERN: Final = "^dj-[0-9a-z]{26}-s[0-9]+$"
 CHILD_NAME_PATTERN: Final = "^dj-[0-9a-z]{26}-s[0-9]+-"
+# Kueue names a TrainJob's Workload trainjob-<name>-<hash>.
+WORKLOAD_NAME_PATTERN: Final = "^trainjob-dj-[0-9a-z]{26}-s[0-9]+-"
 
 
 def _q(text: str) -> str:
@@ -283,7 +305,7 @@ WORKLOADS: Final = Kind(
     # Kueue names a TrainJob's Workload trainjob-<name>-<hash>, with a controller reference to it.
     lambda o: _any(
         _owner(o, KIND_TRAINJOB, NAME_PATTERN),
-        _named(o, "^trainjob-dj-[0-9a-z]{26}-s[0-9]+-"),
+        _named(o, WORKLOAD_NAME_PATTERN),
         _keys(o),
         _gated(o),
     ),

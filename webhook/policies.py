@@ -51,6 +51,7 @@ from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     ANNOTATION_UNVERIFIED,
@@ -88,6 +89,7 @@ from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from webhook import owners
 from webhook.config import Config, Principals
 from webhook.configurations import JOBSETS, NAME, RESOURCES, UNSUSPENDS, claims, namespace_selector
+from webhook.rules.updates import APPROVAL_ACCEPTED
 
 RESERVED_KEYS: Final = f"{NAME}-reserved-keys"
 IDENTITY: Final = f"{NAME}-identity"
@@ -491,6 +493,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "reason": "Forbidden",
                 },
                 *([_copy_records_only(), _copy_verified()] if config.multicluster_role == ROLE_WORKER else []),
+                _approved(config),
                 {
                     "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
                     f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
@@ -599,13 +602,32 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
     ]
     # Without the owner policies, the field rules they carry are policies of their own.
     alone = [] if owners_too else [field_policy(rules) for rules in carried_field_rules(config).values()]
-    for policy in [*(owner_policies(config, carrying=True) if owners_too else []), *policies, *alone]:
+    for policy in [*(principal_policies(config) if owners_too else []), *policies, *alone]:
         docs += [policy, _binding(policy["metadata"]["name"], namespace)]
     if config.multicluster_role == ROLE_MANAGER:
         docs += manager_policies(namespace)
     docs += worker_policies(config, namespace)
     marks = mark_copy_policy(namespace) if config.multicluster_role == ROLE_WORKER else []
     return docs + record_start_policy(namespace, config.multicluster_role) + marks
+
+
+def _queued(obj: str) -> str:
+    return f"{obj}.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != ''"
+
+
+def _approved(config: Config) -> dict[str, Any]:
+    """In the unsuspend policy: in Kueue mode the start carries the readmission gate's approval of exactly the A it
+    starts with (webhook/rules/updates.py ``approval_problems``); on a worker, MultiKueue's copy is exempt (the
+    manager's gate approved its dispatch; the worker's agent verifies it)."""
+    copy = f" || {_copy('oldObject')} || {_copy('object')}" if config.multicluster_role == ROLE_WORKER else ""
+    approved = _annotation("object", ANNOTATION_APPROVED_ADMISSION)
+    return {
+        "expression": f"!({_queued('oldObject')} && {_queued('object')}){copy} || "
+        f"{approved}.startsWith(variables.a + '/')",
+        "messageExpression": f"'the start with A ' + variables.a + ' carries {ANNOTATION_APPROVED_ADMISSION} ' + "
+        f"({approved} == '' ? 'none' : {approved}) + '; it needs ' + {_q(APPROVAL_ACCEPTED)}",
+        "reason": "Forbidden",
+    }
 
 
 def _copy(obj: str) -> str:
@@ -1103,13 +1125,19 @@ def _roles_test(roles: tuple[str, ...]) -> str:
     return "true" if owners.EVERYONE in roles else " || ".join(f"variables.{r}" for r in roles)
 
 
+def _principal_test(config: Config, role: str) -> str:
+    """CEL: the request's principal is one of ``role``'s: Kubernetes' own (owners.KUBERNETES_PRINCIPALS), or the
+    config's."""
+    return owners.KUBERNETES_PRINCIPALS.get(role) or _is(config.principals(role))
+
+
 def _owner_test(config: Config, role: str) -> str:
     """CEL: the request's principal is one of ``role``'s, on an object the role owns (owners.ONLY_ON)."""
     only_on = owners.ONLY_ON.get(role)
     if only_on is None:
-        return _is(config.principals(role))
+        return _principal_test(config, role)
     on_both = " && ".join(f"({o} == null || {only_on(o)})" for o in ("object", "oldObject"))
-    return f"({_is(config.principals(role))}) && {on_both}"
+    return f"({_principal_test(config, role)}) && {on_both}"
 
 
 def _who(roles: tuple[str, ...]) -> str:
@@ -1211,6 +1239,14 @@ def owner_policies(config: Config, *, carrying: bool = False) -> list[dict[str, 
     the harness, which runs them over every namespace of tier B while the field rules are a test's choice."""
     carried = carried_field_rules(config) if carrying else {}
     return [owner_policy(config, kind, carried.get(kind.resource)) for kind in owners.KINDS]
+
+
+def principal_policies(config: Config) -> list[dict[str, Any]]:
+    """Default deny by principal, as the chart renders it: the owner policies, carrying their field rules, and the
+    policy that keeps strangers from pinning a dispatch job's objects with blocking owner references."""
+    from webhook.dependents import dependents_policy  # it builds on this module's helpers
+
+    return [*owner_policies(config, carrying=True), dependents_policy(config)]
 
 
 RECORD_START: Final = f"{NAME}-record-start"

@@ -647,6 +647,8 @@ class ProbeResult:
     unnumbered: str | None = None
     """Kueue mode: why the probe's start (opened and unsuspended, a dry run) was refused or not numbered by
     dispatch's admission, or None."""
+    unapproved: str | None = None
+    """Kueue mode: why the probe's start without the gate's approval was not refused (a dry run), or None."""
     owner_problems: tuple[str, ...] = ()
     """Which of the owners that build a job's objects wrote nothing for the probe (``owner_problems``)."""
 
@@ -665,6 +667,22 @@ def unnumbered(answer: Mapping[str, Any]) -> str | None:
             "one A"
         )
     return None
+
+
+OWNERS_NOT_GIVEN: Final = (
+    "the owners' principals were not given to the agent (api.owners), so Preflight did not prove them (the chart "
+    "gives them)"
+)
+
+
+PROBE_APPROVAL: Final = "preflight-dry-run"
+"""The Workload uid in the approval Preflight's dry-run start carries: the probe is never admitted."""
+UNAPPROVED_START: Final = (
+    "the probe's start without the readmission gate's approval (no approved-admission of its A) was accepted: "
+    "neither the unsuspend policy nor dispatch's webhook refuses it, so a queue that admits without dispatch's "
+    "check (a LocalQueue re-pointed or drained) would start a job without the gate's wait. Upgrade the chart's "
+    "policies and webhook configurations to this version"
+)
 
 
 def owner_problems(jobset: Mapping[str, Any] | None, job: Mapping[str, Any] | None, seconds: float) -> list[str]:
@@ -718,6 +736,7 @@ def capabilities(
     active_checks: Sequence[str],
     trainer_problems: Sequence[str] = (),
     records_in_process: bool = True,
+    owners_proven: bool = True,
 ) -> Capabilities:
     """The capabilities report, and whether the adapter must be observe-only (and why). ``records_in_process``:
     the API server serves MutatingAdmissionPolicy, so the chart's policy records A at every unsuspend even while
@@ -746,6 +765,8 @@ def capabilities(
         elif not active_checks:
             problems.append(f"dispatch's AdmissionCheck ({', '.join(checks)}) is not Active")
         problems += list(probe.workload_problems)
+        if probe.unapproved is not None:
+            problems.append(probe.unapproved)
         if not lease.fresh:
             problems.append(lease.reason)
         readmission = not problems
@@ -776,6 +797,7 @@ def capabilities(
             if kueue
             else "; Open's write (raise A, unsuspend) is accepted (a dry run on the probe)"
         )
+        + ("" if owners_proven else f"; {OWNERS_NOT_GIVEN}")
     )
     trouble += trainer
     return Capabilities(

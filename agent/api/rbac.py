@@ -33,9 +33,11 @@ AGENT_RULES: Final[list[Rule]] = [
     # MultiKueueClusters' fences, which say the workers to prove (agent/workerproof.py).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueconfigs"], "verbs": ["get"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueclusters"], "verbs": ["list"]},
-    # Status.
+    # Status; and Preflight, which lists the pods of the namespaces the owners' ServiceAccounts are in.
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    # Preflight: each owner's ServiceAccount and its namespace, read, never assumed (agent/api/principals.py).
+    {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts"], "verbs": ["get"]},
     # Each pod's Job, the link to its JobSet (agent/podowners.py): a labelled pod is not proof of ownership.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},

@@ -20,6 +20,7 @@ from ulid import ULID
 
 from agent import podowners
 from agent.api import decisions as d
+from agent.api import principals
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import (
     ADMISSION_CHECKS,
@@ -30,8 +31,10 @@ from agent.api.kube import (
     LEASES,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
+    NAMESPACES,
     NODES,
     PODS,
+    SERVICE_ACCOUNTS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
     WORKLOADS,
@@ -70,7 +73,7 @@ from agent.start import (
 from agent.status import Status, copy_of, on_worker, orphans, status
 from agent.workerproof import all_proven, proof_problems, worker_lines
 from agent.workers import plan_workers
-from contract.admission import preconditions
+from contract.admission import admission_started, approval_ops, preconditions, start_count
 from contract.foreign import trainer_job_name
 from contract.keys import (
     KIND_CLUSTER_TRAINING_RUNTIME,
@@ -839,6 +842,7 @@ class Service:
             records = await self.kube.serves("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy")
         except KubeError as exc:
             raise d.read_failed(exc, "the admission API (/apis/admissionregistration.k8s.io/v1)") from None
+        owners = await self._principal_problems()
         first = await self._read(self._lease_path, f"Lease {self._lease_where}")
         watching = time.monotonic()
         mk = multikueue_checks(admission_checks)
@@ -854,13 +858,41 @@ class Service:
             versions=versions,
             checks=checks,
             active_checks=d.active(admission_checks, checks),
-            trainer_problems=trainer_problems,
+            trainer_problems=[*trainer_problems, *(owners or [])],
             records_in_process=records,
+            owners_proven=owners is not None,
         )
         await self._record(report, kueue)
         if report.observe_only:
             log.warning("Preflight failed, observe-only: %s", report.observe_only_reason)
         return report
+
+    async def _principal_problems(self) -> list[str] | None:
+        """Why a principal the owner policies name is not proven the component's (agent/api/principals.py decides
+        from what is read here); None when the agent was not given them (``api.owners``)."""
+        owners = self.settings.owners
+        if owners is None:
+            return None
+        want = principals.wanted(owners)
+        # Lists, not generators: an await inside a generator expression makes it an async one.
+        namespaces = frozenset(
+            [ns for ns in want.namespaces if await self._read(NAMESPACES.path(name=ns), f"namespace {ns}") is not None]
+        )
+        accounts = frozenset(
+            [
+                (ns, name)
+                for ns, name in want.service_accounts
+                if ns in namespaces
+                and await self._read(SERVICE_ACCOUNTS.path(ns, name), f"ServiceAccount {ns}/{name}") is not None
+            ]
+        )
+        pods = [
+            pod
+            for ns in sorted(want.pod_namespaces & namespaces)
+            for pod in await self._list(PODS.path(ns), None, f"the pods of {ns}")
+        ]
+        seen = principals.Seen(namespaces, accounts, principals.running_as(pods))
+        return principals.principal_problems(owners, seen)
 
     async def _probe(
         self,
@@ -894,12 +926,13 @@ class Service:
             except KubeError as exc:
                 raise d.create_failed(exc, "the probe", req.namespace) from None
             await self._own_copy(copy_read, trainjob)
+            refusal = unnumbered = unapproved = None
             if req.kueue:
-                refusal, unnumbered = None, await self._try_admission(req.namespace, trainjob)
+                unnumbered, unapproved = await self._try_admission(req.namespace, trainjob)
             else:
-                refusal, unnumbered = await self._try_open(req.namespace, trainjob), None
+                refusal = await self._try_open(req.namespace, trainjob)
             result = await self._watch_probe(req.namespace, trainjob, checks, multikueue, seconds)
-            return replace(result, open_refused=refusal, unnumbered=unnumbered)
+            return replace(result, open_refused=refusal, unnumbered=unnumbered, unapproved=unapproved)
         except ApiError as exc:
             if exc.kind is ErrorKind.INVALID:
                 raise
@@ -914,17 +947,28 @@ class Service:
         unsuspend, so below it Open and Release could never raise A. The refusal, or None when it is accepted."""
         return await self._dry_run(namespace, trainjob, lambda read: plan_open(read).patch, lambda _: None)
 
-    async def _try_admission(self, namespace: str, trainjob: Mapping[str, Any]) -> str | None:
+    async def _try_admission(self, namespace: str, trainjob: Mapping[str, Any]) -> tuple[str | None, str | None]:
         """Kueue mode: send the probe opened and unsuspended in one update, as a dry run (``dryRun=All``: every
         admission step runs, nothing is stored, and Kueue never admits the probe): the shape of Kueue's admission
         after Open. dispatch's admission must number it in the write (A raised from 0 to 1 and recorded as
         ``admission-started``: the MutatingAdmissionPolicy ``record-start``, or the mutating webhook), and
-        Trainer must accept A changing in it. Why not, or None when the answer is numbered."""
+        Trainer must accept A changing in it. The same start without the gate's approval must be refused (the
+        unsuspend policy, or the webhook's ``update.approval``). Why each fails (not numbered, not refused), or None."""
 
-        def opened_and_started(read: Mapping[str, Any]) -> list[dict[str, Any]]:
-            return [*plan_open(read).patch, {"op": "replace", "path": "/spec/suspend", "value": False}]
+        def opened_and_started(read: Mapping[str, Any], approved: bool = True) -> list[dict[str, Any]]:
+            # With the gate's approval of the A it starts with, as after the gate's Ready; without it, as a queue
+            # that admits without dispatch's check would start it, which must be refused.
+            a = start_count(read, admission_started(read))[0]
+            approve = approval_ops(read, a, d.PROBE_APPROVAL) if approved else []
+            return [*plan_open(read).patch, *approve, {"op": "replace", "path": "/spec/suspend", "value": False}]
 
-        return await self._dry_run(namespace, trainjob, opened_and_started, d.unnumbered)
+        unnumbered = await self._dry_run(namespace, trainjob, opened_and_started, d.unnumbered)
+        if unnumbered is not None:
+            return unnumbered, None
+        accepted = await self._dry_run(
+            namespace, trainjob, lambda read: opened_and_started(read, approved=False), lambda _: d.UNAPPROVED_START
+        )
+        return None, accepted if accepted == d.UNAPPROVED_START else None
 
     async def _dry_run(
         self,

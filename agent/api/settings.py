@@ -10,6 +10,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.api.principals import OwnerPrincipals
 from contract.errors import ContractError
 from contract.identity import R_BOUND
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
@@ -70,6 +71,10 @@ class ApiSettings(BaseModel):
     min_dispatches: int = Field(DEFAULT_MIN_DISPATCHES, alias="minDispatches", ge=1, le=R_BOUND)
     """MultiKueue: Start refuses a job whose runtime affords fewer dispatches than this (each dispatch spends
     K = maxRestarts + 1 of R's million; contract/multicluster.py)."""
+    owners: OwnerPrincipals | None = None
+    """The components' principals the owner policies name (the chart's webhook.kueue, webhook.controllers and
+    webhook.owners): Preflight proves each is there and the component's (agent/api/principals.py). None (an agent
+    run without the chart): not proven, and Preflight's trainer reason says so."""
 
     @field_validator("site_labels", "site_annotations")
     @classmethod

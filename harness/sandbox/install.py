@@ -73,8 +73,8 @@ TOKEN_SECONDS = 24 * 3600
 """Lifetime of the ServiceAccount tokens the local processes and the supervisor use."""
 
 # The chart's values for a local run. Kueue, Trainer and JobSet run in tier B under the usernames of upstream's
-# ServiceAccounts and kwok as a member of system:nodes (harness/tier_b.py), so the chart's default principals
-# are theirs. The sandbox's admin plays a kubelet's part, telling kwok that a trainer container exited (an
+# ServiceAccounts and each node's kwok as that node, system:node:<node> (harness/tier_b.py), so the chart's default
+# principals are theirs. The sandbox's admin plays a kubelet's part, telling kwok that a trainer container exited (an
 # annotation on its pod), which no owner but break-glass may write: the admin is break-glass here.
 VALUES: dict[str, Any] = {
     "replicas": 1,

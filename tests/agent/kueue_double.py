@@ -31,6 +31,7 @@ from tests.unit.test_webhook_rules import KUEUE, request
 from webhook.admission import validate
 from webhook.config import Config
 from webhook.review import Lookups, Verdict
+from webhook.rules.updates import approval_problems
 
 KUEUE_V = "kueue.x-k8s.io/v1beta2"
 TRAINER_V = "trainer.kubeflow.org/v1alpha1"
@@ -277,7 +278,8 @@ def run_execution(cp: ControlPlane, tj: dict[str, Any]) -> dict[str, Any]:
     The unsuspend carries what dispatch's admission adds to every unsuspend (contract/admission.py
     ``unsuspend_ops``: the raise of A when one is due and the record of the start), as the
     MutatingAdmissionPolicy ``record-start`` or the mutating webhook writes it on a full cluster; tier A
-    installs neither, so the test applies it in the same write. Returns the TrainJob as the unsuspend left it.
+    installs neither, so the test applies it in the same write, and checks that the start carries the gate's
+    approval of its A (the unsuspend policy's rule). Returns the TrainJob as the unsuspend left it.
     """
     tj = get_trainjob(cp, tj)
     unsuspended = copy.deepcopy(tj)
@@ -291,6 +293,8 @@ def run_execution(cp: ControlPlane, tj: dict[str, Any]) -> dict[str, Any]:
         content_type="application/json-patch+json",
     )
     assert started_tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] == str(admission_count(started_tj))
+    # The unsuspend policy's rule, which tier A does not install: the start carries the gate's approval of its A.
+    assert not approval_problems(tj, started_tj), "the readmission gate approved this start"
     cp.admin.request(
         "PATCH",
         cp.admin.object_path(tj),

@@ -87,18 +87,20 @@ async def test_a_workload_from_before_an_eviction_is_never_approved(control_plan
 
 @async_test
 async def test_a_trainjob_from_before_a_hold_starts_nothing(control_plane, namespace, api_client):
-    """No write of the pass is preconditioned on the TrainJob copy when there is no JobSet UID to record, so a
-    copy from before Hold's first write (its annotations on the TrainJob) may approve: the start that would
-    follow is refused while the hold is in force, and Hold's next write deactivates the Workload."""
+    """The gate's approval, written before every Ready, is preconditioned on the TrainJob copy, so a copy from
+    before Hold's first write (its annotations on the TrainJob) approves nothing: the approval is refused and no
+    Ready is written. Were it approved, the start that would follow is refused while the hold is in force."""
     cp = control_plane
     (check,), tj, wl = dispatch_workload(cp, namespace)
     stale = kueue.get_trainjob(cp, tj)
     held = hold(cp, tj)  # the hold annotations were added since the copy
     kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert (outcome.action, outcome.ready) == (Action.ADMIT, True)  # decided from the copy without the hold
+    # decided from the copy without the hold; its approval refused
+    assert (outcome.action, outcome.conflict, outcome.ready) == (Action.ADMIT, "trainjob", False)
     assert api_reads(kube) == {}
     assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
     # Kueue's unsuspend of the TrainJob as stored, with what admission adds to it: refused, naming the hold.
     verdict = kueue.judge_unsuspend(held)
     assert not verdict.allowed
@@ -127,7 +129,7 @@ async def test_a_trainjob_from_before_a_hold_fails_the_jobset_uid_record(control
     live(kube.reads.jobsets, js, keep=keep_jobset)
     outcome = await reconcile(kube, key(wl), SETTINGS)
     assert (outcome.action, outcome.conflict, outcome.ready) == (Action.ADMIT, "trainjob", False)
-    assert "the JobSet UID record was refused" in outcome.message
+    assert "the TrainJob's patch (JobSet UID record, approval) was refused" in outcome.message
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
     assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
     assert ANNOTATION_JOBSET_UID not in kueue.get_trainjob(cp, tj)["metadata"]["annotations"]
@@ -136,8 +138,9 @@ async def test_a_trainjob_from_before_a_hold_fails_the_jobset_uid_record(control
 @async_test
 async def test_a_trainjob_from_before_an_execution_cannot_lower_a(control_plane, namespace, api_client):
     """The gate never writes A: the A it reports for the next execution is computed from its copy, and a copy
-    from before the last start reports a stale one, but the execution starts with the A the API server's
-    admission computes from the object as stored, above the last start's."""
+    from before the last start reports a stale one; but the approval of that A is preconditioned on the copy and
+    refused, and a pass on a fresh read approves the A the API server's admission computes, above the last
+    start's."""
     cp = control_plane
     (check,), tj, wl = dispatch_workload(cp, namespace)
     stale = kueue.get_trainjob(cp, tj)  # A = 0, nothing started
@@ -147,9 +150,13 @@ async def test_a_trainjob_from_before_an_execution_cannot_lower_a(control_plane,
     kueue.readmit_cycle(cp, wl)
     kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert (outcome.ready, outcome.new_a) == (True, 1)  # what the stale copy says the next execution starts with
+    # The stale copy says the next execution starts with A 1 again: its approval, preconditioned on the copy, is
+    # refused, so nothing is approved on it.
+    assert (outcome.ready, outcome.conflict) == (False, "trainjob")
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)  # nothing written: A cannot fall
-    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready"
+    assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
+    outcome = await reconcile(Kube(api_client, instance="fresh"), key(wl), SETTINGS)  # decided on a fresh read
+    assert (outcome.ready, outcome.new_a) == (True, 2)
     assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)  # the start numbers it above the last
 
 

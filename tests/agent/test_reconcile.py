@@ -15,8 +15,8 @@ from agent.constants import EVENT_COMPONENT, REASON_FOREIGN
 from agent.gate import Action
 from agent.kube import Kube
 from agent.reconcile import Hooks, WorkloadKey, reconcile
-from contract.admission import admission_path
-from contract.keys import ANNOTATION_JOBSET_UID, FIELD_MANAGER
+from contract.admission import admission_path, approved_admission
+from contract.keys import ANNOTATION_APPROVED_ADMISSION, ANNOTATION_JOBSET_UID, FIELD_MANAGER
 from contract.objects import pointer
 from tests.agent import kueue_double as kueue
 from tests.cluster.principals import json_patch
@@ -53,7 +53,9 @@ async def test_a_clear_dispatch_job_is_admitted_and_a_is_left_to_the_write_that_
     assert (outcome.action, outcome.ready, outcome.conflict) == (Action.ADMIT, True, None)
     assert outcome.new_a == 1  # the A the next execution starts with: 0 in the new TrainJob, raised to 1
     after = kueue.get_trainjob(cp, tj)
-    assert after["metadata"]["resourceVersion"] == tj["metadata"]["resourceVersion"]  # not written at all
+    # Written only with the gate's approval of A 1 on this Workload, before the Ready: never A.
+    assert approved_admission(after) == 1
+    assert after["metadata"]["annotations"][ANNOTATION_APPROVED_ADMISSION] == f"1/{wl['metadata']['uid']}"
     assert kueue.a_and_floor(after) == (0, None)
     now = kueue.get_workload(cp, wl)
     assert kueue.entry(now, check)["state"] == "Ready"
@@ -64,7 +66,7 @@ async def test_a_clear_dispatch_job_is_admitted_and_a_is_left_to_the_write_that_
     # A second pass finds nothing due: the check is Ready.
     again = await reconcile(kube, key(wl), SETTINGS)
     assert again.action is None
-    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == tj["metadata"]["resourceVersion"]
+    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
     # Kueue's unsuspend, with admission's raise in it, starts the execution with the A the gate reported.
     started = kueue.run_execution(cp, tj)
     assert kueue.a_and_floor(started) == (1, 1)
@@ -90,20 +92,25 @@ async def test_the_jobset_uid_is_recorded_once_in_a_preconditioned_patch(control
         {"op": "test", "path": "/metadata/uid", "value": tj["metadata"]["uid"]},
         {"op": "replace", "path": "/metadata/resourceVersion", "value": tj["metadata"]["resourceVersion"]},
         {"op": "add", "path": pointer("metadata", "annotations", ANNOTATION_JOBSET_UID), "value": js["metadata"]["uid"]},
+        {"op": "add", "path": pointer("metadata", "annotations", ANNOTATION_APPROVED_ADMISSION),
+         "value": f"1/{wl['metadata']['uid']}"},
     ]]  # fmt: skip
     after = kueue.get_trainjob(cp, tj)
     assert after["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]
     assert kueue.a_and_floor(after) == (0, None)  # the record leaves A and the floor alone
     assert FIELD_MANAGER in {m["manager"] for m in after["metadata"]["managedFields"]}
 
-    # The next admission: the record is there, so the pass writes nothing to the TrainJob.
+    # The next admission: the record is there, so the pass writes only its approval of A 2 to the TrainJob.
     kueue.run_execution(cp, tj)
     kueue.readmit_cycle(cp, wl)
     before = kueue.get_trainjob(cp, tj)
     outcome = await reconcile(kube, key(wl), SETTINGS)
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 2)
-    assert len(patches) == 1
-    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert len(patches) == 2
+    assert [op["path"] for op in patches[1][2:]] == [pointer("metadata", "annotations", ANNOTATION_APPROVED_ADMISSION)]
+    assert approved_admission(kueue.get_trainjob(cp, tj)) == 2
+    assert kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]
+    assert before["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]
 
 
 @pytest.mark.parametrize("owner", ["batch-job", "plain-trainjob"])
@@ -294,7 +301,7 @@ def create_jobset(cp, tj, owner_uid: str | None = "the TrainJob's"):
     )
 
 
-async def test_a_replaced_jobset_is_reported_and_the_job_is_not_stopped(control_plane, namespace, kube):
+async def test_a_replaced_jobset_is_reported_and_holds_the_gate(control_plane, namespace, kube):
     cp = control_plane
     _check, tj, wl = dispatch_workload(cp, namespace)
     first = create_jobset(cp, tj)
@@ -308,12 +315,14 @@ async def test_a_replaced_jobset_is_reported_and_the_job_is_not_stopped(control_
     second = create_jobset(cp, tj)
     kueue.readmit_cycle(cp, wl)
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    # Reported, and the gate goes on: recovery is not the agent's call.
-    assert outcome.action is Action.ADMIT
-    assert outcome.ready
-    assert outcome.new_a == 2
-    assert outcome.foreign_reported == 1
+    # Reported, and the gate holds: J may have started again at 0, so A + J could repeat an R. The job is not
+    # stopped: what to do is a person's call.
     wording = f"JobSet UID {second['metadata']['uid']} is not the recorded {recorded}: J may have been reset."
+    assert outcome.action is Action.HOLD
+    assert not outcome.ready
+    assert outcome.message.startswith(wording)
+    assert outcome.foreign_reported == 1
+    assert kueue.entry(kueue.get_workload(cp, wl), _check)["state"] == "Pending"
     foreign = [e for e in kueue.events_about(cp, tj) if e["reason"] == REASON_FOREIGN]
     assert [e["message"] for e in foreign] == [wording]
     assert foreign[0]["type"] == "Warning"
@@ -323,10 +332,9 @@ async def test_a_replaced_jobset_is_reported_and_the_job_is_not_stopped(control_
     assert after["spec"]["suspend"] is True
     assert after["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == recorded  # the record is not rewritten
 
-    # Reported once per TrainJob by this process, not on every pass.
-    kueue.readmit_cycle(cp, wl)
+    # Reported once per TrainJob by this process, not on every pass; held still.
     outcome = await reconcile(kube, key(wl), SETTINGS)
-    assert outcome.ready
+    assert (outcome.action, outcome.ready) in ((Action.HOLD, False), (None, False))
     assert outcome.foreign_reported == 0
     assert len([e for e in kueue.events_about(cp, tj) if e["reason"] == REASON_FOREIGN]) == 1
 
@@ -341,8 +349,8 @@ async def test_an_orphan_jobset_of_the_name_is_never_recorded(control_plane, nam
     outcome = await reconcile(kube, key(wl), SETTINGS)
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 1)  # the admission goes ahead
     after = kueue.get_trainjob(cp, tj)
-    assert ANNOTATION_JOBSET_UID not in after["metadata"]["annotations"]
-    assert after["metadata"]["resourceVersion"] == tj["metadata"]["resourceVersion"]  # nothing written
+    assert ANNOTATION_JOBSET_UID not in after["metadata"]["annotations"]  # only the approval written
+    assert approved_admission(after) == 1
     kueue.run_execution(cp, tj)
 
     # The orphan goes; Trainer builds the TrainJob's own JobSet. Its UID is the one recorded, and no reset is

@@ -25,6 +25,7 @@ from contract.errors import ContractError
 from contract.ownership import is_kueue_mode
 from tests.api.objects import PatchInvalid, PatchTestFailed, apply_patch
 from tests.loopback import serving
+from webhook.rules.updates import approval_problems
 
 AGENT_TOKEN = "agent-token"
 Hook = Callable[["FakeKube", str, dict[str, Any]], None]
@@ -119,6 +120,8 @@ class FakeKube:
     mutating_policies: bool = True
     """Whether discovery shows MutatingAdmissionPolicy served (v1.36 and later)."""
     numbers_starts: bool = True
+    approves_starts: bool = True
+    """The unsuspend policy's rule that a Kueue-mode start carries the gate's approval of its A is installed."""
     """dispatch's admission (the chart's MutatingAdmissionPolicy record-start): a TrainJob patch that unsuspends
     gets A raised when due and recorded in the same write (contract/admission.py ``unsuspend_ops``)."""
     refuse_dry_runs: str | None = None
@@ -295,6 +298,12 @@ class FakeKube:
             kueue = is_kueue_mode(current) and is_kueue_mode(patched)
             with contextlib.suppress(ContractError):  # the record unreadable: the policy writes nothing
                 patched = apply_patch(patched, unsuspend_ops(patched, admission_started(current), kueue=kueue))
+            # the unsuspend policy's rule of the gate's approval
+            unapproved = approval_problems(current, patched) if self.approves_starts else []
+            if unapproved:
+                return status(
+                    403, "Forbidden", f"ValidatingAdmissionPolicy 'unsuspend' denied request: {unapproved[0]}"
+                )
         if request.query.get("dryRun") == "All":
             self.dry_runs.append(request.path_qs)
             if self.refuse_dry_runs is not None:

@@ -335,3 +335,15 @@ async def test_kueue_mode_is_observe_only_where_no_admission_numbers_a_start(age
     assert "the start was not numbered (A 0, recorded None)" in caps.observe_only_reason
     assert any("dryRun=All" in p for p in agent.fake.dry_runs)  # asked as a dry run: nothing was stored
     assert nothing_left(agent.fake)
+
+
+async def test_kueue_mode_is_observe_only_where_a_start_without_the_gates_approval_passes(agent: Agent):
+    c.admission_check(agent.fake)
+    agent.fake.after_write.append(c.kueue())
+    agent.fake.approves_starts = False  # policies and webhook of a version before the approval rule
+    async with agent.client() as api, renewing(agent.fake):
+        caps = await api.preflight(KUEUE)
+    assert (caps.start_gate, caps.readmission_gate, caps.observe_only) == (True, False, True)
+    assert "start without the readmission gate's approval" in caps.readmission_gate_reason
+    assert sum("dryRun=All" in p for p in agent.fake.dry_runs) == 2  # with the approval, then without: both dry
+    assert nothing_left(agent.fake)

@@ -1,5 +1,6 @@
-"""The chart as helm renders it: one ValidatingAdmissionPolicy matches each pod write, in every role (the API server
-converts a pod for CEL once per policy that matches the write; docs/performance.md), and it carries the pod rules."""
+"""The chart as helm renders it: one owner policy matches each pod write, in every role (the API server converts a pod
+for CEL once per policy that matches the write; docs/performance.md), and it carries the pod rules; beside it only
+``dependents``, on the pod's own create and update."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def test_one_rendered_policy_matches_each_pod_write_and_it_carries_the_pod_rules
     for operation, sub in POD_WRITES:
         names = matching(policies, "", "pods", sub, operation)
         expected = ["dispatch-k8s-owners-pods"]
+        # Beside it, on the pod itself (never a subresource), the policy on strangers' blocking owner references,
+        # which matches every namespaced object's create and update (docs/performance.md measures the cost).
+        if (operation, sub) in (("CREATE", ""), ("UPDATE", "")):
+            expected.append("dispatch-k8s-dependents")
         if role == ROLE_MANAGER and (operation, sub) == ("CREATE", ""):
             expected.append("dispatch-k8s-manager-runs-nothing")
         assert names == expected, (operation, sub, names)

@@ -819,6 +819,21 @@ def test_the_schema_refuses_a_wrong_type_or_value_naming_it(values, named):
     assert named in error, error
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"webhook": {"owners": {"kubelet": {"usernames": [], "groups": ["system:nodes"]}}}},
+        {"webhook": {"owners": {"kubelet": {}}}},
+    ],
+)
+def test_a_kubelet_value_is_refused_saying_what_to_do(values):
+    """A kubelet is a node's own user (webhook/owners.py): a site's old values that name one are refused, not
+    ignored, so its operator learns the value no longer widens or narrows anything."""
+    error = template_error(values)
+    assert "webhook.owners.kubelet is no longer a value: remove it from your values" in error, error
+    assert "system:node:<node>" in error, error
+
+
 def test_a_set_flag_with_a_typo_is_refused_too():
     error = template_error(extra=["--set", "serviceMonitor.enable=true"])
     assert "'enable'" in error, error
@@ -838,6 +853,8 @@ FREE_MAPS = {"nodeSelector", "podLabels", "podAnnotations", "annotations", "labe
 def _schema_leaves(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> list[str]:
     if "$ref" in schema:
         schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+    if schema.get("deprecated"):  # a removed value, kept in the schema only for the chart's own refusal of it
+        return []
     props = schema.get("properties")
     if schema.get("type") == "object" and props and prefix.split(".")[-1] not in FREE_MAPS:
         assert schema.get("additionalProperties") is False, f"{prefix or 'the top level'} accepts unknown keys"
@@ -868,5 +885,5 @@ def test_install_mds_owner_example_renders_into_the_owner_policies():
     r = template(values)
     jobs = next(p for p in r.of("ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("-owners-jobs"))
     (jobset,) = [v for v in jobs["spec"]["variables"] if v["name"] == "jobset"]
-    assert '"system:serviceaccount:jobset-system:jobset-controller"' in jobset["expression"]
-    assert "jobset-controller-manager" not in jobset["expression"], "the example replaces the defaults"
+    assert '"system:serviceaccount:kubeflow-system:jobset-controller-manager"' in jobset["expression"]
+    assert "jobset-system" not in jobset["expression"], "the example replaces the defaults"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.admission import admission_count
+from contract.admission import admission_count, approval_ops, preconditions
 from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED, ANNOTATION_HOLD_INSTANCE
 from contract.objects import annotations
 from contract.trainjob import build_runtime_copy, build_trainjob
@@ -61,7 +61,7 @@ def test_kueues_unsuspend_makes_no_call_to_the_webhook(namespace, chart):
     wait_recorded(kueue_http, tj)
 
     before = reviews(hook)
-    running = unsuspend(kueue_http, tj)
+    running = unsuspend(kueue_http, _approve(who, tj, 1))
     assert annotations(running)[ANNOTATION_ADMISSION_STARTED] == "1", "recorded in-process"
     evicted = merge_patch(kueue_http, running, {"spec": {"suspend": True}})
     held = merge_patch(who.dispatch, evicted, {"metadata": {"annotations": {ANNOTATION_HOLD_INSTANCE: "h-1"}}})
@@ -70,7 +70,19 @@ def test_kueues_unsuspend_makes_no_call_to_the_webhook(namespace, chart):
         unsuspend(kueue_http, held)
     assert refused.value.status == 403
     released = merge_patch(who.dispatch, held, {"metadata": {"annotations": {ANNOTATION_HOLD_INSTANCE: None}}})
-    again = unsuspend(kueue_http, released)  # re-admitted: numbered in the write that starts it
+    again = unsuspend(kueue_http, _approve(who, released, 2))  # re-admitted: numbered in the write that starts it
     assert (admission_count(again), annotations(again)[ANNOTATION_ADMISSION_FLOOR]) == (2, "2")
     assert annotations(again)[ANNOTATION_ADMISSION_STARTED] == "2"
-    assert reviews(hook) == before, "unsuspends, a suspend, a hold, a refused unsuspend: no review reached the webhook"
+    assert reviews(hook) == before, (
+        "approvals, unsuspends, a suspend, a hold, a refused unsuspend: no review reached the webhook"
+    )
+
+
+def _approve(who, tj, a):
+    """The readmission gate's approval of A ``a`` (agent/gate.py), as dispatch, before Kueue's unsuspend."""
+    return who.dispatch.request(
+        "PATCH",
+        who.dispatch.object_path(tj),
+        [*preconditions(tj), *approval_ops(tj, a, "wl-uid")],
+        content_type="application/json-patch+json",
+    )

@@ -20,12 +20,20 @@ import pytest
 from ulid import ULID
 
 from agent.gate import Action, decide
-from contract.admission import admission_path, admission_started, raise_admission, unsuspend_ops
+from contract.admission import (
+    admission_path,
+    admission_started,
+    approval_ops,
+    preconditions,
+    raise_admission,
+    unsuspend_ops,
+)
 from contract.gates import is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_HOLD_WHO,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
@@ -140,6 +148,13 @@ CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
         _both(set_a("6"), _annotate(ANNOTATION_ADMISSION_FLOOR, "6"), _unsuspend_recorded),
     ),
     "unsuspend a job never opened": ("gated", _unsuspend_recorded),
+    "unsuspend, approved": ("approved", _unsuspend_recorded),
+    "unsuspend with the approval of another A": (
+        "approved",
+        _both(set_a("2"), _annotate(ANNOTATION_ADMISSION_FLOOR, "2"), _unsuspend_recorded),
+    ),
+    "write the gate's approval": ("raised", _annotate(ANNOTATION_APPROVED_ADMISSION, "1/wl-uid")),
+    "change the gate's approval": ("approved", _annotate(ANNOTATION_APPROVED_ADMISSION, "2/wl-uid")),
     "unsuspend under a hold": ("raised", _both(_annotate(ANNOTATION_HOLD_WHO, "ops"), _unsuspend_recorded)),
     "switch the queue": ("raised", lambda tj: tj["metadata"]["labels"].update({LABEL_QUEUE_NAME: "elsewhere"})),
     "record a JobSet UID": ("raised", _annotate(ANNOTATION_JOBSET_UID, "js-1")),
@@ -161,7 +176,8 @@ CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
 def _base(who: Principals, namespace: str, kind: str) -> dict[str, Any]:
     """ "gated": as Start creates it; "opened": opened, A 0, suspended (a Kueue-mode job before its first
     admission); "raised": opened, A raised to 1, suspended; "unmarked": the same without the opened mark (a
-    Kueue-mode job opened before Open wrote it); "held": raised, with a hold of dispatch's."""
+    Kueue-mode job opened before Open wrote it); "held": raised, with a hold of dispatch's; "approved": raised,
+    with the readmission gate's approval of A 1."""
     sub = submission(namespace=namespace, job_id=str(ULID()), queue="team-a-queue")
     tj = who.dispatch.create(build_trainjob(sub, runtime()["spec"]))
     if kind == "gated":
@@ -173,7 +189,14 @@ def _base(who: Principals, namespace: str, kind: str) -> dict[str, Any]:
     if kind == "held":
         opened["metadata"]["annotations"][ANNOTATION_HOLD_WHO] = "ops"
     tj = who.dispatch.request("PUT", who.dispatch.object_path(tj), opened)
-    return tj if kind == "opened" else _raise(who, tj)
+    if kind == "opened":
+        return tj
+    tj = _raise(who, tj)
+    return _patch(who, tj, [*preconditions(tj), *approval_ops(tj, 1, "wl-uid")]) if kind == "approved" else tj
+
+
+def _patch(who: Principals, tj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return who.dispatch.request("PATCH", who.dispatch.object_path(tj), ops, content_type="application/json-patch+json")
 
 
 def _raise(who: Principals, tj: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +268,8 @@ def test_the_gate_approves_only_what_the_unsuspend_rules_let_start(
     decision = decide(
         workload=workload(owner=owner), check=CHECK, trainjob=old, jobset=None, pods=[], blockers=[], now=NOW
     )
+    if decision.trainjob_patch is not None:
+        old = _patch(who, old, decision.trainjob_patch)  # the gate's approval, before its Ready
     # Kueue's unsuspend of the TrainJob as it is, with what admission adds to the write (the raise when due,
     # the record).
     new = copy.deepcopy(old)

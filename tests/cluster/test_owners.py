@@ -29,21 +29,26 @@ pytestmark = pytest.mark.cluster
 MERGE = "application/merge-patch+json"
 RBAC = "rbac.authorization.k8s.io/v1"
 STRANGER = "stranger"
-ROLES = (owners.DISPATCH, owners.KUEUE, *Owners.model_fields)
+ROLES = (owners.DISPATCH, owners.KUEUE, *Owners.model_fields, owners.KUBELET)
+NODE: Final = f"owners-node-{secrets.token_hex(3)}"
+"""The node the job's pod is bound to: its kubelet is the user system:node:<NODE> (a Node object with no kubelet)."""
+NODES_GROUP: Final = "system:nodes"
 
 
 def _user(role: str) -> str:
-    return f"dispatch-test:{role}"
+    """Each role's own username; a kubelet's is its node's, as Kubernetes names it (no setting names it)."""
+    return f"{owners.NODE_USER_PREFIX}{NODE}" if role == owners.KUBELET else f"dispatch-test:{role}"
 
 
-# A kubelet is known by its group (system:nodes), every other role by its username.
-ROLE_GROUP = {owners.KUBELET: "system:nodes"}
+IMPOSTOR: Final = "dispatch-test:not-a-node"
+"""A member of system:nodes under another name than a node's: NodeRestriction does not know it as a node."""
+OTHER_NODE: Final = f"{owners.NODE_USER_PREFIX}{NODE}-other"
+NO_NODE: Final = owners.NODE_USER_PREFIX
+"""``system:node:`` alone, whose node name is empty: the node of no pod, an unbound one included."""
 
 
 def _config() -> Config:
-    principals = {
-        r: Principals(groups=(ROLE_GROUP[r],)) if r in ROLE_GROUP else Principals(usernames=(_user(r),)) for r in ROLES
-    }
+    principals = {r: Principals(usernames=(_user(r),)) for r in ROLES}
     return Config(
         dispatch=principals[owners.DISPATCH],
         kueue=principals[owners.KUEUE],
@@ -119,7 +124,8 @@ def _job(namespace: str, name: str, owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pod(namespace: str, name: str, owner: dict[str, Any], jobset: str) -> dict[str, Any]:
+def _pod(namespace: str, name: str, owner: dict[str, Any], jobset: str, node: str | None = NODE) -> dict[str, Any]:
+    spec = _pod_spec() | ({"nodeName": node} if node else {})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -129,7 +135,7 @@ def _pod(namespace: str, name: str, owner: dict[str, Any], jobset: str) -> dict[
             "labels": {"jobset.sigs.k8s.io/jobset-name": jobset},
             "ownerReferences": [_ref(owner)],
         },
-        "spec": _pod_spec(),
+        "spec": spec,
     }
 
 
@@ -195,10 +201,11 @@ def armed(control_plane: ControlPlane) -> Iterator[tuple[Job, dict[str, KubeHttp
     cp = control_plane
     namespace = cp.create_namespace(f"owners-{secrets.token_hex(3)}")
     cp.ensure_service_account(namespace, "default")  # no controller makes it in tier A; pods need it
+    cp.admin.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})  # so no pod GC of its pods
     job = _make_job(cp.admin, namespace)
     suffix = secrets.token_hex(3)
     binding_name = f"owners-test-{suffix}"
-    users = [_user(r) for r in (*ROLES, STRANGER)]
+    users = [_user(r) for r in (*ROLES, STRANGER)] + [IMPOSTOR, OTHER_NODE, NO_NODE]
     cp.admin.create({
         "apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": binding_name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
@@ -218,13 +225,19 @@ def armed(control_plane: ControlPlane) -> Iterator[tuple[Job, dict[str, KubeHttp
             },
         }
         docs += [cp.admin.create(policy), cp.admin.create(binding)]
-    clients = {r: KubeHttp(cp.admin_credentials, impersonate=(_user(r), ROLE_GROUP.get(r))) for r in (*ROLES, STRANGER)}
+    # No group: the policies alone judge each role by its name (a kubelet's is not confined by NodeRestriction here).
+    clients = {r: _as(cp, _user(r)) for r in (*ROLES, STRANGER)}
     _wait_enforced(clients[STRANGER], job)
     yield job, clients
     for doc in reversed(docs):
         cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
     cp.admin.delete(RBAC, "ClusterRoleBinding", binding_name)
     cp.delete_namespace(namespace)
+    cp.admin.delete("v1", "Node", NODE)
+
+
+def _as(cp: ControlPlane, user: str, group: str | None = None) -> KubeHttp:
+    return KubeHttp(cp.admin_credentials, impersonate=(user, group))
 
 
 def _wait_enforced(stranger: KubeHttp, job: Job) -> None:
@@ -270,7 +283,13 @@ def _attempt(http: KubeHttp, job: Job, resource: str, write: tuple[str, str]) ->
             target = {"apiVersion": "v1", "kind": "Node", "name": "somewhere"}
             binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": obj["metadata"]["name"]},
                        "target": target}  # fmt: skip
-            http.request("POST", f"{path}/binding", binding, query=dry)
+            try:
+                http.request("POST", f"{path}/binding", binding, query=dry)
+            except ApiError as err:
+                # The pod is bound (its kubelet's status write needs a node): a binding admission let through
+                # then conflicts with that node.
+                if err.status != 409:
+                    raise
         elif sub == "eviction":
             eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
                         "metadata": {"name": obj["metadata"]["name"], "namespace": job.namespace}}  # fmt: skip
@@ -299,9 +318,19 @@ def test_each_write_passes_exactly_for_its_owners(armed, resource, write):
     for role, refusal in outcomes.items():
         expected = owners.EVERYONE in allowed or role in allowed
         assert (refusal is None) == expected, (role, refusal)
-        if refusal is not None:
+        if refusal is not None and not (role == owners.KUBELET and _by_node_restriction(refusal)):
             assert "belongs to a dispatch job" in refusal or "created only by its controller" in refusal, refusal
             assert _user(role) in refusal or "created only by its controller" in refusal, refusal
+
+
+def _by_node_restriction(refusal: str) -> bool:
+    """NodeRestriction's refusal: it confines a user named system:node:<name> (in system:nodes or not) to the status
+    and the eviction of its node's pods, and runs before any validating policy."""
+    return (
+        "mirror pods" in refusal
+        or "only 'status' and 'eviction' are allowed" in refusal
+        or ("can only update pod status for pods with spec.nodeName set to itself" in refusal)
+    )
 
 
 def test_the_refusal_names_the_object_the_write_and_its_owners(armed):
@@ -380,3 +409,47 @@ def test_the_prologues_configmap_is_created_only_as_dispatch_creates_it_whoever_
     http = clients[owners.DISPATCH]
     http.request("POST", http.collection_path("v1", "ConfigMap", job.namespace), _configmap(job.namespace),
                  query={"dryRun": "All"})  # fmt: skip
+
+
+# -- A kubelet is one node (docs/security.md, attack 13) -------------------------------------------------
+
+
+def _refused_by_the_policy(refusal: str | None, user: str) -> None:
+    assert refusal is not None, f"{user} wrote the status of a pod that is not its node's"
+    assert "UPDATE status is made only by the kubelet of the pod's node" in refusal, refusal
+    assert f"{user} is none of them" in refusal, refusal
+
+
+def test_a_kubelet_writes_the_status_of_its_own_nodes_pods_only(armed, control_plane):
+    """A terminal status is the agent's proof that the processes are gone: only the pod's node may write one. A
+    member of system:nodes under another name, which NodeRestriction does not confine, is refused by the policy; the
+    pod's own node passes, in system:nodes or not. Another node is refused too: here by NodeRestriction, which runs
+    before any validating policy (the policy's own test of the node, for an API server without NodeRestriction, is
+    tests/unit/test_owners.py's)."""
+    job, _ = armed
+    status = ("UPDATE", "status")
+    assert _attempt(_as(control_plane, _user(owners.KUBELET), NODES_GROUP), job, "pods", status) is None
+    assert _attempt(_as(control_plane, _user(owners.KUBELET)), job, "pods", status) is None
+    _refused_by_the_policy(_attempt(_as(control_plane, IMPOSTOR, NODES_GROUP), job, "pods", status), IMPOSTOR)
+    for group in (NODES_GROUP, None):
+        refusal = _attempt(_as(control_plane, OTHER_NODE, group), job, "pods", status)
+        assert refusal is not None, group
+        assert _by_node_restriction(refusal) or f"{OTHER_NODE} is none of them" in refusal, refusal
+
+
+def test_no_node_writes_the_status_of_an_unbound_pod(armed, control_plane):
+    """An unbound pod is no node's: not even ``system:node:`` with its empty name matches its empty nodeName (refused
+    by NodeRestriction here, or by the policy)."""
+    job, clients = armed
+    controller = clients[owners.JOB_CONTROLLER]
+    unbound = _pod(job.namespace, f"{job.name}-node-0-0-{secrets.token_hex(3)}", job.objects["jobs"], job.name, None)
+    created = controller.request("POST", controller.collection_path("v1", "Pod", job.namespace), unbound)
+    of_unbound = Job(job.namespace, job.name, {**job.objects, "pods": created})
+    for user in (NO_NODE, _user(owners.KUBELET)):
+        refusal = _attempt(_as(control_plane, user), of_unbound, "pods", ("UPDATE", "status"))
+        assert refusal is not None, user
+        assert (
+            "could not determine node" in refusal
+            or _by_node_restriction(refusal)
+            or (f"{user} is none of them" in refusal)
+        ), refusal

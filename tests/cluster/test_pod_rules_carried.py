@@ -21,7 +21,7 @@ from contract.keys import POD_FINALIZER
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
 from tests.cluster.principals import bound_here
-from tests.cluster.test_owners import RBAC, ROLE_GROUP, ROLES, STRANGER, _config, _user
+from tests.cluster.test_owners import NODE, RBAC, ROLES, STRANGER, _config, _user
 from webhook import owners
 from webhook.policies import admission_policies, owner_policy_name
 
@@ -48,7 +48,8 @@ def _pod(namespace: str) -> dict[str, Any]:
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{name}-node-0",
                                  "uid": "00000000-0000-0000-0000-000000000001", "controller": True}],
         },
-        "spec": {"containers": [{"name": "node", "image": "registry.invalid/trainer"}]},
+        # Bound: its kubelet is system:node:<NODE>, which writes the status of that node's pods alone.
+        "spec": {"nodeName": NODE, "containers": [{"name": "node", "image": "registry.invalid/trainer"}]},
     }  # fmt: skip
 
 
@@ -64,6 +65,7 @@ def armed(control_plane: ControlPlane, namespace: str) -> Iterator[tuple[dict[st
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u} for u in users],
     })  # fmt: skip
+    cp.admin.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})  # so no pod GC of the pod
     # Before the policies: the admin is not the Job controller, which alone creates a dispatch job's pods.
     pod = cp.admin.create(_pod(namespace))
     suffix = secrets.token_hex(3)
@@ -71,7 +73,7 @@ def armed(control_plane: ControlPlane, namespace: str) -> Iterator[tuple[dict[st
     docs = bound_here([d for d in docs if d["kind"].startswith("Validating")], namespace, suffix)
     for doc in docs:
         cp.admin.create(doc)
-    clients = {r: KubeHttp(cp.admin_credentials, impersonate=(_user(r), ROLE_GROUP.get(r))) for r in (*ROLES, STRANGER)}
+    clients = {r: KubeHttp(cp.admin_credentials, impersonate=(_user(r), None)) for r in (*ROLES, STRANGER)}
     try:
         yield pod, clients, suffix
     finally:
@@ -80,6 +82,7 @@ def armed(control_plane: ControlPlane, namespace: str) -> Iterator[tuple[dict[st
         dispatch.request("PATCH", dispatch.object_path(pod), STRIP, content_type=JSON_PATCH)
         for doc in docs:
             cp.admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+        cp.admin.delete("v1", "Node", NODE)
 
 
 def _try(http: KubeHttp, pod: dict[str, Any], ops: list[dict[str, Any]], sub: str = "") -> str | None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.admission import admission_count, admission_floor, raise_admission
+from contract.admission import admission_count, admission_floor, approval_ops, preconditions, raise_admission
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
@@ -332,12 +332,25 @@ def test_the_unsuspend_without_the_webhook(who, namespace, policies):
     tj = _opened(who, create(who, namespace, n=4))
     err = denied(who.stranger, tj, {"spec": {"suspend": False}})
     assert "must record A 1 in the write that unsuspends" in err  # the mutating webhook is not there: closed
+    # A queue without dispatch's check: no approval of the gate's, refused.
+    assert "carries dispatch.phpboyscout.uk/approved-admission none" in denied(who.stranger, tj, start)
+    tj = _approve(who, tj, 1)
     running = merge_patch(who.stranger, tj, start)  # what the mutating webhook would have added
     assert running["metadata"]["annotations"][STARTED] == "1"
     evicted = merge_patch(who.stranger, running, {"spec": {"suspend": True}})
     assert "A 1 is not above 1" in denied(who.stranger, evicted, start)  # item 1: re-admitted without a raise
     raised = json_patch(who.dispatch, evicted, raise_admission(evicted).patch)
-    merge_patch(who.stranger, raised, {"spec": {"suspend": False}, "metadata": {"annotations": {STARTED: "2"}}})
+    start_2 = {"spec": {"suspend": False}, "metadata": {"annotations": {STARTED: "2"}}}
+    # One approval starts one execution: the approval of A 1 does not start A 2.
+    assert "carries dispatch.phpboyscout.uk/approved-admission 1/wl-uid" in denied(who.stranger, raised, start_2)
+    forged = {"metadata": {"annotations": {"dispatch.phpboyscout.uk/approved-admission": "2/wl-uid"}}}
+    assert "only dispatch adds, changes or removes annotations" in denied(who.stranger, raised, forged)
+    merge_patch(who.stranger, _approve(who, raised, 2), start_2)
+
+
+def _approve(who: Principals, tj: dict, a: int) -> dict:
+    """The readmission gate's approval of the execution that starts with A ``a`` (agent/gate.py), as dispatch."""
+    return json_patch(who.dispatch, tj, [*preconditions(tj), *approval_ops(tj, a, "wl-uid")])
 
 
 STARTED = "dispatch.phpboyscout.uk/admission-started"

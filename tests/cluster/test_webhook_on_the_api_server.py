@@ -11,8 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from contract.admission import admission_count, raise_admission
-from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED, GATE
+from contract.admission import admission_count, approval, raise_admission
+from contract.keys import (
+    ANNOTATION_ADMISSION_FLOOR,
+    ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_APPROVED_ADMISSION,
+    ANNOTATION_OPENED,
+    GATE,
+)
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.kube_http import ApiError
 from tests.cluster.principals import Principals, json_patch, merge_patch, principals
@@ -183,12 +189,25 @@ def test_the_unsuspend_is_recorded_and_a_readmission_raised_in_the_same_write(wh
         ANNOTATION_ADMISSION_GATED_BY: None, ANNOTATION_OPENED: "true"}}})  # fmt: skip
     # Kueue's admission (here dispatch's principal plays it): the mutating webhook raises A 0 -> 1 and records it
     # in the write that starts the first execution.
-    running = merge_patch(who.dispatch, opened, {"spec": {"suspend": False}})
+    # Each start carries the readmission gate's approval of its A (agent/gate.py), written before.
+    unapproved = refused(lambda: merge_patch(who.dispatch, opened, {"spec": {"suspend": False}}))
+    assert "[update.approval]" in unapproved
+    running = merge_patch(who.dispatch, opened, _approved_start(1))
     assert (admission_count(running), running["metadata"]["annotations"][STARTED]) == (1, "1")
     evicted = merge_patch(who.dispatch, running, {"spec": {"suspend": True}})
-    again = merge_patch(who.dispatch, evicted, {"spec": {"suspend": False}})  # re-admitted: raised in the write
+    assert "[update.approval]" in refused(lambda: merge_patch(who.dispatch, evicted, {"spec": {"suspend": False}}))
+    # re-admitted: raised in the write
+    again = merge_patch(who.dispatch, evicted, _approved_start(2))
     assert (admission_count(again), again["metadata"]["annotations"][STARTED]) == (2, "2")
     assert again["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] == "2"
+
+
+def _approved_start(a: int) -> dict:
+    """A merge patch that unsuspends with the gate's approval of A ``a`` (dispatch may write both in one write)."""
+    return {
+        "metadata": {"annotations": {ANNOTATION_APPROVED_ADMISSION: approval(a, "wl-uid")}},
+        "spec": {"suspend": False},
+    }
 
 
 def _owned(kind_body: dict, owner: str) -> dict:

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from contract.admission import admission_count, admission_floor, admission_started, raise_admission
+from contract.admission import (
+    admission_count,
+    admission_floor,
+    admission_started,
+    approval_ops,
+    preconditions,
+    raise_admission,
+)
 from contract.identity import epoch, r_of
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
@@ -68,7 +75,15 @@ def _trainjob(cp: ControlPlane, namespace: str, *, is_copy: bool, marked: bool =
         mark = [{"op": "add", "path": "/metadata/annotations/" + ANNOTATION_UNVERIFIED.replace("/", "~1"),
                  "value": UNVERIFIED_TRUE}]  # fmt: skip
         tj = cp.admin.request("PATCH", cp.admin.object_path(tj), mark, content_type=JSON_PATCH)
-    return cp.admin.request("PATCH", cp.admin.object_path(tj), raise_admission(tj).patch, content_type=JSON_PATCH)
+    raised = cp.admin.request("PATCH", cp.admin.object_path(tj), raise_admission(tj).patch, content_type=JSON_PATCH)
+    return _approve(cp.admin, raised, admission_count(raised) or 0)
+
+
+def _approve(admin: KubeHttp, tj: dict[str, Any], a: int) -> dict[str, Any]:
+    """The readmission gate's approval of A ``a`` (agent/gate.py; a copy on a worker needs none, and carries it
+    harmlessly), written as dispatch."""
+    ops = [*preconditions(tj), *approval_ops(tj, a, "wl-uid")]
+    return admin.request("PATCH", admin.object_path(tj), ops, content_type=JSON_PATCH)
 
 
 def _opened_copy(namespace: str, *, is_copy: bool = True) -> dict[str, Any]:
@@ -183,7 +198,7 @@ def test_a_restart_of_a_copy_on_a_worker_is_refused_and_raised_elsewhere(armed: 
         assert refusal is not None
         assert "records A and never raises it" in refusal
     else:
-        again = _kueue_sets(armed, evicted, suspend=False)
+        again = _kueue_sets(armed, _approve(armed.admin, evicted, a + 1), suspend=False)  # the gate approved A + 1
         assert (admission_count(again), admission_floor(again), admission_started(again)) == (a + 1, a + 1, a + 1)
         executions.append(_identity(again))
     # No two executions share an identity, and R only rises.

@@ -58,7 +58,11 @@ def test_install_md_counts_the_admission_policies_the_chart_renders():
     total, owners, fields = (NUMBERS[w] for w in m.groups())
     names = [p["metadata"]["name"] for p in template().of("ValidatingAdmissionPolicy")]
     rendered_owners = [n for n in names if n.startswith(f"{FULLNAME}-owners-")]
-    assert (total, owners, fields) == (len(names), len(rendered_owners), len(names) - len(rendered_owners)), names
+    # Beside the owner policies and the field rules, the policy on strangers' blocking owner references, by name.
+    assert f"{FULLNAME}-dependents" in names, names
+    assert "`<fullname>-dependents`" in text
+    rendered_fields = len(names) - len(rendered_owners) - 1
+    assert (total, owners, fields) == (len(names), len(rendered_owners), rendered_fields), names
     served = template(extra=["--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"])
     mutating = [p["metadata"]["name"] for p in served.of("MutatingAdmissionPolicy")]
     assert mutating == [f"{FULLNAME}-record-start"]

@@ -6,6 +6,7 @@ mattered, the job's identity is checked too."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,59 @@ def test_pods_status_and_claims_are_their_owners(armed: Guarded) -> None:
                          "spec": spec})  # fmt: skip
         refused(s, "PATCH", g.admin.object_path(mine), {"metadata": {"finalizers": [POD_FINALIZER]}})
         s.delete("v1", "Pod", "mine", g.namespace)
+        assert kit.assert_r_strictly_increases(pods.first_seen()) == [(1, 0)]
+        assert kit.running(kit.pods_of(g.admin, g.namespace, name)), "the execution runs on, its pod untouched"
+    finally:
+        pods.stop()
+
+
+def _terminal_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """A kubelet's report that every container of ``pod`` ended: phase Failed, each container terminated."""
+    ended = {"exitCode": 137, "reason": "Error", "startedAt": kit.now(), "finishedAt": kit.now()}
+    return {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": 0,
+         "started": False, "state": {"terminated": ended}}
+        for c in pod["spec"]["containers"]]}}  # fmt: skip
+
+
+def _as(g: Guarded, user: str, group: str) -> KubeHttp:
+    """``user`` in ``group``, with every right on the namespace's pods and their status: what refuses it is
+    dispatch's admission (and, for a node's own name, NodeRestriction), never RBAC."""
+    rbac, role = "rbac.authorization.k8s.io/v1", f"pods-{secrets.token_hex(3)}"
+    rules = [{"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list", "patch", "update"]}]
+    g.admin.create({"apiVersion": rbac, "kind": "Role", "metadata": {"name": role, "namespace": g.namespace},
+                    "rules": rules})  # fmt: skip
+    g.admin.create({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": role, "namespace": g.namespace},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})  # fmt: skip
+    return KubeHttp(g.admin.credentials, impersonate=(user, group))
+
+
+def test_a_member_of_system_nodes_is_no_kubelet_of_a_pod_not_on_its_node(armed: Guarded) -> None:
+    """A terminal status written by a member of system:nodes that is not the pod's node (a name not
+    system:node:<its node>, which NodeRestriction does not confine) would make the agent drop dispatch's finalizer
+    as proven gone and the gate admit the next execution while this one still runs: refused, whoever in that
+    group; the pod keeps its finalizer and the execution its identity."""
+    g = armed
+    tj, pods = _opened_running(g)
+    name = tj["metadata"]["name"]
+    g.arm()
+    try:
+        (pod,) = kit.running(kit.pods_of(g.admin, g.namespace, name))
+        at = g.admin.object_path({"apiVersion": "v1", "kind": "Pod", **pod})
+        node = pod["spec"]["nodeName"]
+        rogue = _as(g, f"dispatch-test:rogue-{secrets.token_hex(3)}", "system:nodes")
+        refused(rogue, "PATCH", at + "/status", _terminal_status(pod))
+        other = next(n for n in g.gate.tier_b.node_names if n != node)
+        with pytest.raises(ApiError) as err:  # NodeRestriction, or dispatch's policy
+            _as(g, f"system:node:{other}", "system:nodes").request(
+                "PATCH", at + "/status", _terminal_status(pod), content_type=MERGE
+            )
+        assert err.value.status == 403, err.value
+        time.sleep(5)  # the agent's passes, had anything reached it
+        now = g.admin.get("v1", "Pod", pod["metadata"]["name"], g.namespace)
+        assert POD_FINALIZER in now["metadata"].get("finalizers", []), "the pod keeps dispatch's finalizer"
+        assert now["status"]["phase"] == "Running", now["status"]
         assert kit.assert_r_strictly_increases(pods.first_seen()) == [(1, 0)]
         assert kit.running(kit.pods_of(g.admin, g.namespace, name)), "the execution runs on, its pod untouched"
     finally:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from contract.admission import admission_started, approval, start_count
+from contract.errors import ContractError
+from contract.keys import ANNOTATION_APPROVED_ADMISSION
 from contract.runtime_patch import Credential, Publish
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob
 
@@ -93,3 +96,15 @@ def trainjob(**overrides: Any) -> dict[str, Any]:
 
 def runtime_copy(**overrides: Any) -> dict[str, Any]:
     return as_read(build_runtime_copy(submission(**overrides), runtime()))
+
+
+def gate_approved(tj: dict[str, Any], workload_uid: str = "wl-uid") -> dict[str, Any]:
+    """``tj`` after the readmission gate's approval of its next execution (agent/gate.py): what Kueue's unsuspend
+    starts from. Unchanged when no execution can be numbered (the gate holds then)."""
+    try:
+        a, _ = start_count(tj, admission_started(tj))
+    except ContractError:
+        return tj
+    approved = copy.deepcopy(tj)
+    approved["metadata"].setdefault("annotations", {})[ANNOTATION_APPROVED_ADMISSION] = approval(a, workload_uid)
+    return approved

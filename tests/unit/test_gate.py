@@ -14,6 +14,7 @@ from contract.admission import (
     admission_count,
     admission_floor,
     admission_started,
+    approved_admission,
     preconditions,
     start_count,
     unsuspend_ops,
@@ -24,6 +25,7 @@ from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_HOLD_WHO,
     ANNOTATION_JOBSET_UID,
@@ -121,10 +123,47 @@ def go(wl=None, tj="default", jobset=None, pods=(), blockers=(), foreign_pods=()
     )
 
 
+APPROVAL_PATH = "/metadata/annotations/dispatch.phpboyscout.uk~1approved-admission"
+
+
+def beyond_approval(patch: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The gate's TrainJob patch without its approval of the execution (tested on its own, below): None when the
+    approval is all it writes."""
+    if patch is None:
+        return None
+    rest = [op for op in patch if op["path"] != APPROVAL_PATH]
+    return None if len(rest) == 2 and len(patch) == 3 else rest
+
+
+def test_an_admission_records_the_approval_of_its_a_and_workload_before_the_ready_and_only_once():
+    d = go()
+    assert d.trainjob_patch == [
+        *preconditions(opened()),
+        {"op": "add", "path": APPROVAL_PATH, "value": "1/wl-uid"},
+    ]
+    after = apply_json_patch(opened(), d.trainjob_patch)
+    assert approved_admission(after) == d.new_a == 1
+    assert (admission_count(after), admission_floor(after)) == (admission_count(opened()), admission_floor(opened()))
+    assert go(tj=after).trainjob_patch is None  # recorded: nothing more to write
+
+
+def test_a_changed_jobset_uid_holds_the_gate():
+    tj = opened()
+    tj["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-old"
+    d = go(tj=tj, jobset=jobset("js-new"))
+    assert (d.action, d.trainjob_patch, d.new_a) == (Action.HOLD, None, None)
+    assert d.message.startswith("JobSet UID js-new is not the recorded js-old: J may have been reset.")
+    assert "Stop it" in d.message
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Pending"
+    assert go(tj=tj, jobset=jobset("js-old")).action is Action.ADMIT
+
+
 def test_a_clear_dispatch_job_is_admitted_with_the_check_ready_and_a_is_not_written():
     d = go()
     assert d.action is Action.ADMIT
-    assert d.trainjob_patch is None  # no JobSet yet: nothing to record, and A is not the gate's to write
+    assert (
+        beyond_approval(d.trainjob_patch) is None
+    )  # no JobSet yet: nothing to record, and A is not the gate's to write
     assert d.new_a == 1  # A 0 in the fresh TrainJob: the unsuspend raises it to 1
     assert d.new_a == admission_count(_unsuspended(opened()))  # what the write that admits it will write
     message = "the next execution starts with A 1, raised in the write that admits it"
@@ -152,7 +191,7 @@ def test_the_message_names_a_raise_only_when_one_is_due():
     raised["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = "4"  # A 4 has started once: raise
     d = go(tj=raised)
     assert (d.new_a, d.message) == (5, "the next execution starts with A 5, raised in the write that admits it")
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
 
 
 def _with_counts(tj: dict[str, Any], *, a: str | None, floor: str | None) -> dict[str, Any]:
@@ -184,7 +223,7 @@ def jobset(uid: str = "js-1", owner: str = "tj-uid", controller: bool = True) ->
 def test_the_jobset_uid_is_recorded_the_first_time_in_a_preconditioned_patch_that_leaves_a_alone():
     d = go(jobset=jobset())
     assert d.action is Action.ADMIT
-    assert d.trainjob_patch == [
+    assert beyond_approval(d.trainjob_patch) == [
         *preconditions(opened()),
         {"op": "add", "path": "/metadata/annotations/dispatch.phpboyscout.uk~1jobset-uid", "value": "js-1"},
     ]
@@ -194,7 +233,7 @@ def test_the_jobset_uid_is_recorded_the_first_time_in_a_preconditioned_patch_tha
     recorded = opened()
     recorded["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-1"
     again = go(tj=recorded, jobset=jobset())
-    assert (again.action, again.trainjob_patch, again.new_a) == (Action.ADMIT, None, d.new_a)
+    assert (again.action, beyond_approval(again.trainjob_patch), again.new_a) == (Action.ADMIT, None, d.new_a)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +247,7 @@ def test_the_jobset_uid_is_recorded_the_first_time_in_a_preconditioned_patch_tha
 def test_the_jobset_uid_of_a_jobset_not_the_trainjobs_own_is_never_recorded(orphan):
     d = go(jobset=orphan)
     assert d.action is Action.ADMIT  # the admission goes ahead; only the record is left out
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
     assert go(jobset=jobset()).trainjob_patch is not None  # the TrainJob's own JobSet would be recorded
 
 
@@ -229,7 +268,7 @@ def test_waits_outside_its_turn_and_writes_nothing(wl, says):
     assert d.action is Action.WAIT
     assert says in d.message
     assert d.check_write is None
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
 
 
 def test_active_unset_means_active():
@@ -242,7 +281,7 @@ def test_other_owners_are_approved_at_once():
     )
     assert d.action is Action.APPROVE
     assert d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
 
 
 def test_non_dispatch_trainjobs_are_approved_at_once():
@@ -252,7 +291,7 @@ def test_non_dispatch_trainjobs_are_approved_at_once():
     }
     d = go(tj=other)
     assert d.action is Action.APPROVE
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
 
 
 def test_an_unread_or_replaced_trainjob_holds():
@@ -268,7 +307,7 @@ def test_pods_that_may_still_run_hold_the_check_and_are_named():
     blockers = [Blocker("p-0", "node n1 is unreachable since 10:00"), Blocker("p-1", "Terminating on n2")]
     d = go(blockers=blockers)
     assert d.action is Action.HOLD
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
     assert d.message == hold_message(blockers)
     assert "p-0: node n1 is unreachable since 10:00" in d.message
     entry = d.check_write["status"]["admissionChecks"][0]
@@ -302,7 +341,7 @@ def test_a_trainjob_whose_next_execution_cannot_be_numbered_holds_with_the_reaso
     assert d.action is Action.HOLD
     assert d.message.startswith("cannot number the next execution: ")
     assert says in d.message
-    assert (d.trainjob_patch, d.new_a) == (None, None)  # nothing recorded, no A promised
+    assert (beyond_approval(d.trainjob_patch), d.new_a) == (None, None)  # nothing recorded, no A promised
     assert d.check_write["status"]["admissionChecks"][0]["state"] == "Pending"
     assert unsuspend_problems(tj, _unsuspended(tj))  # one answer: the unsuspend would be refused too
 
@@ -324,12 +363,15 @@ def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
     ]["metadata"]["annotations"][ANNOTATION_ADMISSION] = "3"
     d = go(
         tj=tj,
-        jobset={"metadata": {"uid": "js-new"}},
+        jobset={"metadata": {"uid": "js-old"}},
         pods=[pod("a", "2"), pod("b", None), pod("init", None, job="dataset-initializer")],
     )
-    assert (d.action, d.new_a, d.trainjob_patch) == (Action.ADMIT, 3, None)  # A 3 never started: no raise due
+    assert (d.action, d.new_a, beyond_approval(d.trainjob_patch)) == (
+        Action.ADMIT,
+        3,
+        None,
+    )  # A 3 never started: no raise due
     assert d.foreign == (
-        "JobSet UID js-new is not the recorded js-old: J may have been reset.",
         "Pod a has A 2, below the admission floor 3: A may have been reset.",
         "Pod b has no admission annotation dispatch.phpboyscout.uk/admission: it was not started through a gate.",
     )
@@ -341,7 +383,7 @@ def test_foreign_objects_are_reported_and_do_not_stop_the_raise():
 def test_a_job_dispatch_never_opened_is_held():
     d = go(tj=trainjob())  # plain mode, suspended, no opened mark: e.g. the queue label added by a stranger
     assert d.action is Action.HOLD
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
     assert "dispatch has not opened this TrainJob" in d.message
     assert d.check_write["status"]["admissionChecks"][0]["state"] == "Pending"
 
@@ -361,7 +403,7 @@ def test_a_kueue_job_past_its_gate_without_the_opened_mark_is_held_whatever_its_
     assert go(tj=legacy).action is Action.HOLD
     legacy["metadata"]["annotations"][ANNOTATION_ADMISSION_FLOOR] = "2"  # admitted through the gate before
     d = go(tj=legacy)
-    assert (d.action, d.trainjob_patch) == (Action.HOLD, None)
+    assert (d.action, beyond_approval(d.trainjob_patch)) == (Action.HOLD, None)
     assert "dispatch has not opened this TrainJob" in d.message
     assert unsuspend_problems(legacy, _unsuspended(legacy))  # the webhook refuses its unsuspend too
     legacy["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE  # what Open writes for it
@@ -393,7 +435,7 @@ def test_a_hold_of_dispatch_s_keeps_the_check_pending_even_if_the_workload_is_re
     d = go(wl, tj=tj)
     assert d.action is Action.HOLD
     assert "held by dispatch: hold 01H by al" in d.message
-    assert d.trainjob_patch is None
+    assert beyond_approval(d.trainjob_patch) is None
 
 
 def test_foreign_pods_are_reported_and_not_waited_on():
@@ -483,7 +525,8 @@ def test_never_ready_for_a_dispatch_job_that_cannot_be_numbered_nor_while_a_pod_
         after = apply_json_patch(before, d.trainjob_patch)
         assert (admission_count(after), admission_floor(after)) == (admission_count(before), admission_floor(before))
         assert {k for k in after["metadata"]["annotations"]} - set(before["metadata"]["annotations"]) <= {
-            ANNOTATION_JOBSET_UID
+            ANNOTATION_JOBSET_UID,
+            ANNOTATION_APPROVED_ADMISSION,
         }
     if ready and tj is not None and is_dispatch(tj):
         assert d.action is Action.ADMIT
@@ -545,20 +588,25 @@ def test_a_clear_job_is_admitted_without_writing_a_for_a_start_above_the_last_or
     before = copy.deepcopy(tj)
     d = go(tj=tj, jobset=js)
     unsuspended = _unsuspended(before)
+    if recorded and js is not None and js["metadata"]["uid"] != "js-1":
+        # Not the JobSet whose UID was recorded: its J started again, and the gate holds until a person decides.
+        assert (d.action, d.trainjob_patch, d.new_a) == (Action.HOLD, None, None)
+        assert d.message.startswith("JobSet UID js-0 is not the recorded js-1")
+        return
     if d.action is Action.HOLD:
         assert d.message.startswith("cannot number the next execution: ")
-        assert (d.trainjob_patch, d.new_a) == (None, None)
+        assert (beyond_approval(d.trainjob_patch), d.new_a) == (None, None)
         assert unsuspend_problems(before, unsuspended)
         return
     assert d.action is Action.ADMIT
     assert d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
     if js is not None and js["metadata"]["uid"] == "js-1" and not recorded:
-        assert d.trainjob_patch == [
+        assert beyond_approval(d.trainjob_patch) == [
             *preconditions(before),
             {"op": "add", "path": "/metadata/annotations/dispatch.phpboyscout.uk~1jobset-uid", "value": "js-1"},
         ]
     else:
-        assert d.trainjob_patch is None
+        assert beyond_approval(d.trainjob_patch) is None
     assert admission_count(unsuspended) == admission_started(unsuspended) == d.new_a
     assert d.new_a > int(started or 0)
     assert d.new_a >= int(floor or 0)

@@ -15,7 +15,14 @@ from agent.admissioncheck import AdmissionCheckCache
 from agent.api.settings import ApiSettings
 from agent.gate import Action, decide
 from agent.start import multikueue_start_problems, multikueue_unproven, readback_changes
-from contract.admission import admission_count, admission_floor, admission_started, start_count, unsuspend_ops
+from contract.admission import (
+    admission_count,
+    admission_floor,
+    admission_started,
+    approved_admission,
+    start_count,
+    unsuspend_ops,
+)
 from contract.errors import ContractError
 from contract.identity import R_BOUND
 from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED, ANNOTATION_DISPATCHED
@@ -36,7 +43,7 @@ from contract.runtime_requirements import runtime_problems
 from contract.trainjob import build_runtime_copy, build_trainjob
 from tests.unit.fixtures import as_read, runtime, submission
 from tests.unit.kubelet import apply_json_patch
-from tests.unit.test_gate import CHECK, NOW, _unsuspended, _with_counts, go, opened, workload
+from tests.unit.test_gate import APPROVAL_PATH, CHECK, NOW, _unsuspended, _with_counts, go, opened, workload
 from webhook.rules.creation import creation_problems
 from webhook.rules.updates import update_problems
 from webhook.runtime_facts import runtime_facts
@@ -206,7 +213,9 @@ def test_the_gate_raises_a_by_k_before_its_ready_in_its_own_preconditioned_write
         "/spec/runtimePatches/0/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template/metadata"
         "/annotations/dispatch.phpboyscout.uk~1admission",
         "/metadata/annotations/dispatch.phpboyscout.uk~1admission-floor",
+        "/metadata/annotations/dispatch.phpboyscout.uk~1approved-admission",
     }
+    assert approved_admission(after) == 3  # the approval of the A it raised, in the same write
 
 
 def test_the_gate_stamps_the_a_it_raised_on_the_workload_before_its_ready():
@@ -303,7 +312,9 @@ def test_a_dispatch_whose_a_was_never_recorded_as_started_still_gets_a_new_a():
 
 def test_outside_multikueue_mode_the_gate_leaves_the_raise_to_the_unsuspend():
     d = go(tj=managed(opened()))
-    assert (d.new_a, d.trainjob_patch) == (1, None)
+    assert d.new_a == 1
+    assert d.trainjob_patch is not None
+    assert {op["path"] for op in d.trainjob_patch[2:]} == {APPROVAL_PATH}  # the approval only, never A
 
 
 # -- the update rules: only dispatch, and only on a TrainJob MultiKueue manages, raises by more than 1 --

@@ -22,7 +22,7 @@ from contract.objects import dig
 from contract.prologue import PROLOGUE, SPEC_PROLOGUE, inline_prologue_argv
 from contract.trainer import escape_expansion
 from contract.trainjob import build_trainjob
-from tests.unit.fixtures import runtime, runtime_copy, submission, trainjob
+from tests.unit.fixtures import gate_approved, runtime, runtime_copy, submission, trainjob
 from tests.unit.kubelet import apply_json_patch
 from webhook.admission import lookups_needed, mutate, validate
 from webhook.config import DEFAULT_DISPATCH_USERNAME, DEFAULT_KUEUE_USERNAME, Config
@@ -313,7 +313,7 @@ def test_kueue_writes_pass():
         }
         tj["spec"]["suspend"] = False
 
-    base = opened_kueue()
+    base = gate_approved(opened_kueue())
     assert update(kueue_admits, user=KUEUE, base=base).allowed
     assert update(lambda tj: tj["spec"].update(suspend=True), user=KUEUE, base=base).allowed
 
@@ -674,8 +674,8 @@ def test_in_kueue_mode_only_kueue_and_dispatch_unsuspend():
     verdict = update(start, user=STRANGER, base=opened_kueue())
     assert denied_by(verdict) == "update.unsuspend"
     assert "in Kueue mode Kueue unsuspends" in verdict.message
-    assert update(start, user=KUEUE, base=opened_kueue()).allowed
-    assert update(start, user=DISPATCH, base=opened_kueue()).allowed
+    assert update(start, user=KUEUE, base=gate_approved(opened_kueue())).allowed
+    assert update(start, user=DISPATCH, base=gate_approved(opened_kueue())).allowed
 
 
 # -- the raise in the write that starts an execution ---------------------------------------------------------
@@ -696,7 +696,7 @@ def unsuspend(tj: dict[str, Any]) -> None:
 
 
 def test_kueues_readmission_is_numbered_in_the_write_that_starts_it():
-    old = started(opened_kueue())  # A 1, started with A 1, evicted
+    old = gate_approved(started(opened_kueue()))  # A 1, started with A 1, evicted; the gate approved A 2
     req = request("UPDATE", _changed(old, unsuspend), old, user=KUEUE)
     mutation = mutate(req, Config())
     after = apply_json_patch(req.object, mutation.patch)

@@ -15,13 +15,14 @@ from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_OPENED,
     HOLD_ANNOTATIONS,
     LABEL_QUEUE_NAME,
 )
 from contract.patches import UNKNOWN, merged_admission
-from tests.unit.fixtures import trainjob
+from tests.unit.fixtures import gate_approved, trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_webhook_rules import (
     DISPATCH,
@@ -67,7 +68,8 @@ def admitted(old: dict[str, Any], change, user: User = KUEUE):
 
 
 def started(old: dict[str, Any], user: User = KUEUE) -> dict[str, Any]:
-    """``old`` after an unsuspend that the webhook admitted, with the mutation applied."""
+    """``old`` after the gate's approval and an unsuspend that the webhook admitted, with the mutation applied."""
+    old = gate_approved(old)
     new = copy.deepcopy(old)
     unsuspend(new)
     req = request("UPDATE", new, old, user=user)
@@ -91,11 +93,33 @@ def test_item_1_every_readmission_is_numbered_in_its_own_write():
     running = started(opened_kueue())
     evicted = copy.deepcopy(running)
     evicted["spec"]["suspend"] = True
-    readmitted = admitted(evicted, unsuspend)  # the mutating webhook (or the policy) raises A in the write
+    readmitted = admitted(gate_approved(evicted), unsuspend)  # admission (webhook or policy) raises A in the write
     assert readmitted.allowed
     unnumbered = decide(request("UPDATE", _unsuspended(evicted), evicted, user=KUEUE))  # no mutation
     assert denied_by(unnumbered) == "update.unsuspend"
     assert "the previous execution started with A 1" in unnumbered.message
+
+
+def test_a_start_the_gate_did_not_approve_is_refused_and_one_approval_starts_one_execution():
+    """A queue that admits without dispatch's check (a LocalQueue re-pointed or drained, the ClusterQueue's checks
+    edited): Kueue's unsuspend carries no approval of the A it starts with, and is refused, naming what to fix."""
+    running = started(opened_kueue())  # approved A 1 and started with it
+    evicted = copy.deepcopy(running)
+    evicted["spec"]["suspend"] = True
+    again = admitted(evicted, unsuspend)  # the approval of A 1 is still on it: A 2 was never approved
+    assert denied_by(again) == "update.approval"
+    assert "approved-admission" in again.message
+    assert "lists dispatch's AdmissionCheck" in again.message
+    never = opened_kueue()
+    assert denied_by(admitted(never, unsuspend)) == "update.approval"  # no approval at all
+    assert admitted(gate_approved(evicted), unsuspend).allowed  # the gate's approval of A 2
+    forged = copy.deepcopy(evicted)
+    forged["metadata"]["annotations"][ANNOTATION_APPROVED_ADMISSION] = "2/wl-uid"
+    assert "reserved-keys" in admitted(evicted, lambda tj: tj.update(forged)).message  # only dispatch writes it
+    for bad in ("2", "x/wl-uid", "02/wl-uid"):
+        broken = copy.deepcopy(evicted)
+        broken["metadata"]["annotations"][ANNOTATION_APPROVED_ADMISSION] = bad
+        assert denied_by(admit(request("UPDATE", _unsuspended(broken), broken, user=KUEUE))) == "update.approval"
 
 
 def _unsuspended(tj):

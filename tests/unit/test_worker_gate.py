@@ -15,6 +15,7 @@ from contract.admission import admission_count, admission_started, preconditions
 from contract.identity import attempt_token, epoch, r_of
 from contract.keys import ANNOTATION_WORKER_ADMITTED
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
+from tests.unit.fixtures import gate_approved
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, opened, workload
 from tests.unit.test_multicluster_roles import WORKER, remote
@@ -156,7 +157,9 @@ def _start(tj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _admit_start(old: dict[str, Any], config=WORKER):
-    """Kueue's unsuspend through the mutating webhook and validation; the object as stored when allowed."""
+    """Kueue's unsuspend, after the gate's approval, through the mutating webhook and validation; the object as
+    stored when allowed."""
+    old = gate_approved(old)
     new = _start(old)
     req = request("UPDATE", new, old, user=KUEUE)
     verdict = admit(req, config)

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
-from contract.admission import admission_count, admission_floor, parse_count
+from contract.admission import admission_count, admission_floor, approved_admission, parse_count
 from contract.errors import ContractError, Problem
 from contract.gates import has_dispatch_gate, is_opened_by_dispatch
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     ANNOTATION_UNVERIFIED,
@@ -283,6 +284,34 @@ def unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[P
             f"{a}, recorded by dispatch's admission policy or mutating webhook in the write that unsuspends",
         )
     return problems
+
+
+APPROVAL_ACCEPTED: Final = (
+    "the readmission gate's approval of exactly this A (<A>/<Workload uid>), which dispatch writes before it sets its "
+    "AdmissionCheck Ready: in Kueue mode an execution starts only through an admission dispatch's check approved. "
+    "Does the job's LocalQueue point at a ClusterQueue that lists dispatch's AdmissionCheck?"
+)
+
+
+def approval_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+    """In Kueue mode every start carries the readmission gate's approval of the A it starts with (``approved-
+    admission``, dispatch's key): a queue that admits without dispatch's check (a LocalQueue re-pointed, a
+    ClusterQueue's checks edited, a drain) cannot start the job without the gate's wait. The approval names one
+    A, and A is above the last start's at every start, so one approval starts at most one execution. MultiKueue's
+    copy on a worker is not judged here: the manager's gate approved its dispatch, and the worker's agent lets it
+    start (its mark ``unverified``)."""
+    if not (unsuspends(old, new) and is_kueue_mode(old) and is_kueue_mode(new)):
+        return []
+    a = _count(admission_count, new)
+    if not isinstance(a, int):
+        return []  # unsuspend_problems refuses it, naming why
+    approved = _count(approved_admission, new)
+    if approved == a:
+        return []
+    seen = annotations(new).get(ANNOTATION_APPROVED_ADMISSION)
+    return [
+        Problem("update.approval", f"metadata.annotations[{ANNOTATION_APPROVED_ADMISSION}]", seen, APPROVAL_ACCEPTED)
+    ]
 
 
 def kueue_unsuspend_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
