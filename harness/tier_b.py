@@ -43,7 +43,13 @@ from webhook import owners
 from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
 from webhook.configurations import NAME, namespace_selector
 from webhook.dependents import dependents_policy
-from webhook.policies import mark_copy_policy, owner_policies, record_start_policy, worker_policies
+from webhook.policies import (
+    mark_copy_policy,
+    owner_policies,
+    record_start_policy,
+    start_approval_policy,
+    worker_policies,
+)
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -427,25 +433,27 @@ def install_owner_policies(
 ) -> None:
     """dispatch's owner policies (webhook/owners.py), and the policy that refuses strangers' blocking owner references
     to a dispatch job's objects (webhook/dependents.py), over every namespace of tier B, from its start: whatever a
-    test does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer and
-    kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their own;
-    dispatch is any ServiceAccount (the tests' agents run as ServiceAccounts of their own namespaces), and the
+    test does, the real controllers do their work under them, as they would beside the chart. Kueue, JobSet, Trainer
+    and kwok are known by the identities above, kube-controller-manager's controllers and the scheduler by their
+    own; dispatch is any ServiceAccount (the tests' agents run as ServiceAccounts of their own namespaces), and the
     harness's admin, which plays the parts no controller plays here, is break-glass. Beside them the chart's
-    MutatingAdmissionPolicy ``record-start`` (webhook/policies.py ``record_start_policy``), of the role, as the chart
-    binds it: in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no readmission
-    would be numbered. A test that polices strangers installs the chart's other policies on its namespace
-    besides. A MultiKueue worker's (harness.multicluster) are installed again as the chart's in role worker, with
-    the manager's MultiKueue principal (``multikueue``), and the manager agent's (``manager_agent``) with its own
-    policy (webhook/policies.py ``worker_policies``: it writes only replicas and the prologue's ConfigMap), and the
-    chart's MutatingAdmissionPolicy ``mark-copy`` (MultiKueue's copies created marked unverified: a worker's agent
-    in role worker verifies them), and the worker's own policies (the manager agent's writes, its contact Lease)."""
+    MutatingAdmissionPolicy ``record-start`` (webhook/policies.py ``record_start_policy``), of the role, as the
+    chart binds it: in Kueue mode A rises in the write that unsuspends the TrainJob (Kueue's), so without it no
+    readmission would be numbered; and the unsuspend policy's rule that a Kueue-mode start carries the readmission
+    gate's approval of its A (``start_approval_policy``), which Preflight proves. A test that polices strangers
+    installs the chart's other policies on its namespace besides. A MultiKueue worker's (harness.multicluster) are
+    installed again as the chart's in role worker, with the manager's MultiKueue principal (``multikueue``), and the
+    manager agent's (``manager_agent``) with its own policy (webhook/policies.py ``worker_policies``: it writes only
+    replicas and the prologue's ConfigMap), and the chart's MutatingAdmissionPolicy ``mark-copy`` (MultiKueue's
+    copies created marked unverified: a worker's agent in role worker verifies them), and the worker's own policies
+    (the manager agent's writes, its contact Lease)."""
     config = policy_config(multicluster_role, multikueue, manager_agent)
     for doc in worker_policies(config, "dispatch-system"):
         doc["metadata"]["name"] = doc["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         if "policyName" in doc["spec"]:
             doc["spec"]["policyName"] = doc["spec"]["policyName"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         cp.admin.apply(doc)
-    for policy in [*owner_policies(config), dependents_policy(config)]:
+    for policy in [*owner_policies(config), dependents_policy(config), start_approval_policy(config)]:
         name = policy["metadata"]["name"].replace(NAME, HARNESS_POLICY_PREFIX, 1)
         policy["metadata"]["name"] = name
         binding = {
@@ -485,6 +493,20 @@ def policy_config(
     )
 
 
+STAND_IN_NODE: Final = "kwok-stand-ins"
+STAND_IN_TAINT: Final = {"key": "dispatch-harness/stand-ins", "effect": "NoSchedule"}
+"""A cluster that runs no job (a MultiKueue manager) has no node for jobs; its components' stand-ins get one of
+their own, tainted, so that a job's pod sent there by mistake still stays Pending."""
+
+
+def _stand_in_node(tb: TierB, timeout: float) -> None:
+    start_kwok(tb, STAND_IN_NODE)
+    node = kwok_node(STAND_IN_NODE)
+    node["spec"]["taints"] = [STAND_IN_TAINT]
+    tb.admin.apply(node)
+    wait_until(lambda: node_ready(tb.admin, STAND_IN_NODE), timeout, what=f"node {STAND_IN_NODE} Ready")
+
+
 def _component_deployments(cp: ControlPlane, components: list[str]) -> Callable[[], bool]:
     """Each component's ServiceAccount, and a Deployment of one pod running as it on kwok's nodes. The components run
     here as local processes under that name (impersonated); on a cluster it is their Deployment's pod's, and the
@@ -497,7 +519,7 @@ def _component_deployments(cp: ControlPlane, components: list[str]) -> Callable[
         labels = {"app.kubernetes.io/name": name, "dispatch-harness/stand-in": component}
         container = {"name": "manager", "image": f"registry.invalid/dispatch-harness/{component}:stand-in"}
         pod = {"serviceAccountName": name, "automountServiceAccountToken": False, "containers": [container],
-               "nodeSelector": {"type": "kwok"}}  # fmt: skip
+               "nodeSelector": {"type": "kwok"}, "tolerations": [{**STAND_IN_TAINT, "operator": "Exists"}]}  # fmt: skip
         cp.admin.apply({"apiVersion": "apps/v1", "kind": "Deployment",
                         "metadata": {"name": name, "namespace": namespace},
                         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
@@ -941,6 +963,8 @@ def start_tier_b(
         install()
         cp.supervisor.check_alive(components)
         tb.timings[f"{name}_ready"] = time.monotonic() - started
+    if not tb.node_names:
+        _stand_in_node(tb, timeout)
     # After Kueue: its webhook on Deployments fails closed until it serves.
     deployed = _component_deployments(cp, [c for c in COMPONENT_IDENTITIES if trainer or c != "trainer"])
     wait_until(alive(deployed), timeout, what="the components' Deployments running")

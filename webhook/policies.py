@@ -630,6 +630,25 @@ def _approved(config: Config) -> dict[str, Any]:
     }
 
 
+def start_approval_policy(config: Config) -> dict[str, Any]:
+    """The unsuspend policy's rule of the gate's approval (``_approved``) as a policy of its own: the harness's tier B
+    installs it over every namespace beside the owner policies and ``record-start``, so that its clusters hold every
+    Kueue-mode start to the approval as the chart does. The chart carries the rule in ``unsuspend``."""
+    return _policy(
+        f"{NAME}-start-approval",
+        [RESOURCES[0]],
+        ["UPDATE"],
+        {
+            "matchConditions": [
+                {"name": "dispatch-objects", "expression": claims("trainjobs")},
+                {"name": "unsuspends", "expression": UNSUSPENDS},
+            ],
+            "variables": [{"name": "a", "expression": _a("object")}],
+            "validations": [_approved(config)],
+        },
+    )
+
+
 def _copy(obj: str) -> str:
     """CEL: ``obj`` is MultiKueue's copy on a worker (its origin label; contract/multicluster.py ``is_copy``)."""
     return f"{obj}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"

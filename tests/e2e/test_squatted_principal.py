@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -113,10 +114,17 @@ def test_a_free_owner_name_writes_nothing_on_a_running_job(squatted: Guarded) ->
                                 {"status": {"restarts": int(jobset.get("status", {}).get("restarts", 0)) + 1}}),
             "the JobSet deleted": ("DELETE", at, None),
         }  # fmt: skip
-        # The harness's copy of the owner policies holds over every namespace from tier B's start: no wait for
-        # the chart's to load.
-        through = [what for what, write in writes.items() if _admitted(squatter, *write)]
-        assert through == [], f"{'/'.join(SQUATTED)} made JobSet's writes: {through}"
+
+        # The harness's copy of the owner policies takes any ServiceAccount for dispatch (its tests' agents run as
+        # ServiceAccounts), so the refusal is the chart's policies' (or the webhook's): they load asynchronously, and
+        # each write is asked again (a dry run) until refused, or 30 s pass.
+        def through() -> list[str]:
+            return [what for what, write in writes.items() if _admitted(squatter, *write)]
+
+        deadline = time.monotonic() + 30
+        while through() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert through() == [], f"{'/'.join(SQUATTED)} made JobSet's writes: {through()}"
         assert kit.assert_r_strictly_increases(pods.first_seen()) == [(1, 0)]
         assert g.admin.get(JOBSET_V, "JobSet", name, g.namespace)["metadata"]["uid"] == jobset["metadata"]["uid"]
     finally:
