@@ -15,6 +15,7 @@ import secrets
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -40,11 +41,40 @@ ADMIN_USER = "dispatch-admin"
 KEEP_RUNS = 20
 
 
+_HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def listen_ports(ephemeral: tuple[int, int]) -> range:
+    """Where servers' ports are picked: outside the kernel's ephemeral range, from which every outgoing connection
+    takes its local port, so none takes a port between the check and the server's bind (with a kwok per node, and
+    lanes side by side, the kernel's own pick did collide)."""
+    low, high = ephemeral
+    return range(10000, low) if low - 10000 >= 2000 else range(high + 1, 65536)
+
+
 def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port free a moment ago, outside the ephemeral range, and never handed out twice by this
+    process (its threads start clusters side by side)."""
+    try:
+        low, high = (int(v) for v in EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    ports = listen_ports((low, high))
+    with _HANDING_OUT:
+        for _ in range(1000):
+            port = secrets.choice(ports)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((LOOPBACK, port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no free loopback port in {ports}")
 
 
 def new_run_dir(base: Path | None = None) -> Path:
