@@ -53,7 +53,7 @@ from harness.tier_b import HARNESS_POLICY_PREFIX
 from webhook.config import DEFAULT_DISPATCH_USERNAME
 from webhook.configurations import NAME, UNSUSPENDS, webhook_configurations
 from webhook.configurations import RECORD_START as CONFIG_RECORD_START
-from webhook.policies import JOB_RESUME, RECORD_START, UNSUSPEND
+from webhook.policies import JOB_RESUME, RECORD_START, START_APPROVAL, UNSUSPEND
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,9 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
 
     * the ValidatingAdmissionPolicyBindings ``<fullname>-unsuspend`` and ``<fullname>-job-resume`` (the policies
       stay, unbound): the second refuses JobSet's resume of a Job under the A it ran with, so it alone would
-      stop the naive controller's readmissions;
+      stop the naive controller's readmissions; and tier B's harness-wide ``dispatch-harness-start-approval``
+      (the unsuspend policy's rule that a start carries the real gate's approval, which the naive controller
+      never writes);
     * the webhook's `update.unsuspend`: a matchCondition on the validating webhook of TrainJob updates stops the
       API server sending it unsuspends (every other TrainJob update is still sent to it). Removing the whole
       webhook would be wider than needed.
@@ -380,6 +382,7 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
                 removed.append(f"MutatingWebhookConfiguration {fullname}: unsuspends no longer sent to {hook['name']}")
     for policy in (UNSUSPEND, JOB_RESUME):
         _unbind(admin, "ValidatingAdmissionPolicyBinding", policy.replace(NAME, fullname, 1), removed)
+    _unbind(admin, "ValidatingAdmissionPolicyBinding", START_APPROVAL.replace(NAME, HARNESS_POLICY_PREFIX, 1), removed)
     config = admin.get_or_none(ADMISSION_V, "ValidatingWebhookConfiguration", fullname)
     webhook = trainjob_updates_webhook()
     ops = skip_unsuspends_patch(config, webhook) if config is not None else None

@@ -630,12 +630,15 @@ def _approved(config: Config) -> dict[str, Any]:
     }
 
 
+START_APPROVAL: Final = f"{NAME}-start-approval"
+
+
 def start_approval_policy(config: Config) -> dict[str, Any]:
     """The unsuspend policy's rule of the gate's approval (``_approved``) as a policy of its own: the harness's tier B
     installs it over every namespace beside the owner policies and ``record-start``, so that its clusters hold every
     Kueue-mode start to the approval as the chart does. The chart carries the rule in ``unsuspend``."""
     return _policy(
-        f"{NAME}-start-approval",
+        START_APPROVAL,
         [RESOURCES[0]],
         ["UPDATE"],
         {
