@@ -38,7 +38,7 @@ from tests.e2e.test_readmission_gate import (  # noqa: F401 (the fixtures)
     open_trainjob,
     wait_running,
 )
-from tests.e2e.test_tampering import Guarded, _stranger
+from tests.e2e.test_tampering import Guarded, _stranger, guarding
 
 pytestmark = pytest.mark.e2e
 QUOTA = {"cpu": "4", "memory": "16Gi"}
@@ -173,12 +173,9 @@ class Running:
 @contextmanager
 def _armed(gate: Gate, ns: str, mode: str, workdir: Path) -> Iterator[Guarded]:  # noqa: F811
     """The chart's policies bound to the namespace ("policies alone"), or dispatch's webhook for it ("webhook")."""
-    g = Guarded(gate, ns, _stranger(gate, ns), mode, workdir)
-    g.arm()
-    try:
+    with guarding(gate, ns, _stranger(gate, ns), mode, workdir) as g:
+        g.arm()
         yield g
-    finally:
-        g.disarm()
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V
 from tests.e2e.test_owner_fuzz import STRANGER_RULES
 from tests.e2e.test_readmission_gate import Gate, gate, ns  # noqa: F401 (the fixtures)
-from tests.e2e.test_tampering import Guarded, _opened_running
+from tests.e2e.test_tampering import Guarded, _opened_running, guarding
 
 pytestmark = pytest.mark.e2e
 MERGE = "application/merge-patch+json"
@@ -58,11 +58,8 @@ def _squatter(g: Gate, namespace: str) -> KubeHttp:
 
 @pytest.fixture(params=["policies + webhook", "policies alone"])
 def squatted(gate: Gate, ns: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Guarded]:  # noqa: F811
-    g = Guarded(gate, ns, _squatter(gate, ns), request.param, tmp_path / "webhook")
-    try:
+    with guarding(gate, ns, _squatter(gate, ns), request.param, tmp_path / "webhook") as g:
         yield g
-    finally:
-        g.disarm()
 
 
 def _job_copy(job: dict[str, Any]) -> dict[str, Any]:

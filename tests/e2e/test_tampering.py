@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,13 +129,20 @@ def _stranger(g: Gate, namespace: str, rules: list[dict[str, Any]] = EDIT_RULES)
     return KubeHttp(cp.service_account_credentials(namespace, "stranger"))
 
 
-@pytest.fixture(params=["webhook", "policies alone"])
-def guarded(gate: Gate, ns: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Guarded]:  # noqa: F811
-    g = Guarded(gate, ns, _stranger(gate, ns), request.param, tmp_path / "webhook")
+@contextmanager
+def guarding(gate: Gate, ns: str, stranger: KubeHttp, mode: str, workdir: Path) -> Iterator[Guarded]:  # noqa: F811
+    """A Guarded namespace, disarmed at the end whatever the test armed."""
+    g = Guarded(gate, ns, stranger, mode, workdir)
     try:
         yield g
     finally:
         g.disarm()
+
+
+@pytest.fixture(params=["webhook", "policies alone"])
+def guarded(gate: Gate, ns: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Guarded]:  # noqa: F811
+    with guarding(gate, ns, _stranger(gate, ns), request.param, tmp_path / "webhook") as g:
+        yield g
 
 
 def refused(g: Guarded, who: KubeHttp, path: str, body: Any, *, content_type: str = MERGE, method: str = "PATCH",
