@@ -58,10 +58,11 @@ def test_kueues_unsuspend_makes_no_call_to_the_webhook(namespace, chart):
     before_create = reviews(hook, "validate")
     tj = opened_and_raised(who, _created(who, namespace, 1))
     assert reviews(hook, "validate") == before_create + 2, "the creates (runtime copy, TrainJob) reach the webhook"
-    wait_recorded(kueue_http, tj)
+    approved = _approve(who, tj, 1)
+    wait_recorded(kueue_http, approved)  # approved first: the unsuspend policy refuses an unapproved start
 
     before = reviews(hook)
-    running = unsuspend(kueue_http, _approve(who, tj, 1))
+    running = unsuspend(kueue_http, approved)
     assert annotations(running)[ANNOTATION_ADMISSION_STARTED] == "1", "recorded in-process"
     evicted = merge_patch(kueue_http, running, {"spec": {"suspend": True}})
     held = merge_patch(who.dispatch, evicted, {"metadata": {"annotations": {ANNOTATION_HOLD_INSTANCE: "h-1"}}})
