@@ -110,7 +110,9 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
         kube = Kube(api_client_, instance=identity)
         if config.worker_kubeconfigs:
             kube.workers = WorkerClients(
-                config.worker_kubeconfigs, lease_namespace=config.worker_lease_namespace or config.lease_namespace
+                config.worker_kubeconfigs,
+                lease_namespace=config.worker_lease_namespace or config.lease_namespace,
+                origin=config.multikueue_origin,
             )
         controller = Controller(kube, config, identity=identity, metrics=metrics)
 

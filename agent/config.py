@@ -19,6 +19,7 @@ from agent.constants import (
     RETRY_PERIOD_SECONDS,
     WORKER_ROUND_SECONDS,
 )
+from contract.claims import DEFAULT_ORIGIN
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from contract.multicluster import ROLE_SINGLE, Role
 from serving.config import ConfigError, load_yaml_model
@@ -52,10 +53,10 @@ def qualified_name_problem(key: str) -> str | None:
     return None
 
 
-OVERRIDDEN_API_KEYS: Final = ("lease_namespace", "lease_name", "node_loss_taints")
+OVERRIDDEN_API_KEYS: Final = ("lease_namespace", "lease_name", "node_loss_taints", "worker_contact_seconds")
 """The ``api:`` settings that the top-level keys of the same name replace in ``dispatch-agent serve``: the API
-checks the heartbeat of the Lease the controller itself renews, and classifies node loss as the controller
-does, so one process never holds two answers."""
+checks the heartbeat of the Lease the controller itself renews, classifies node loss as the controller
+does, and proves the contact Lease's duration the controller renews with, so one process never holds two answers."""
 
 
 class AgentConfig(BaseModel):
@@ -93,6 +94,10 @@ class AgentConfig(BaseModel):
     """On a MultiKueue manager: the duration of the contact Lease the agent renews on every worker, every quarter
     of it. A worker that sees no renewal for this long deletes the copies it let start (docs/multicluster.md,
     "Contact with the manager")."""
+    multikueue_origin: str = Field(DEFAULT_ORIGIN, alias="multikueueOrigin", min_length=1, max_length=63)
+    """On a MultiKueue manager: Kueue's ``multiKueue.origin`` there (its default ``multikueue``). The claims this
+    agent writes on a worker carry it, so a worker shared by two managers (each with its own origin, as Kueue
+    requires) keeps each manager's claims apart (docs/multicluster.md, "Two managers")."""
     worker_lease_namespace: str | None = Field(None, alias="workerLeaseNamespace")
     """On a MultiKueue manager: the namespace of the contact Lease on the workers, their agents' ``leaseNamespace``
     (default: the same as here)."""
@@ -169,8 +174,8 @@ class AgentConfig(BaseModel):
 
 def served_api_settings(config: AgentConfig, api_port: int | None = None) -> ApiSettings:
     """The API's settings as ``dispatch-agent serve`` runs them: ``config.api`` with the top-level
-    ``leaseNamespace``, ``leaseName`` and ``nodeLossTaints`` in place of its own, and ``--api-port`` (when
-    given) in place of ``api.port``. The top level wins even where only ``api:`` sets a key."""
+    ``leaseNamespace``, ``leaseName``, ``nodeLossTaints`` and ``workerContactSeconds`` in place of its own, and
+    ``--api-port`` (when given) in place of ``api.port``. The top level wins even where only ``api:`` sets a key."""
     update: dict[str, object] = {key: getattr(config, key) for key in OVERRIDDEN_API_KEYS}
     if api_port is not None:
         update["port"] = api_port

@@ -44,6 +44,9 @@ REASON_STALE_COPY: Final = "StaleCopyDeleted"
 REASON_OUT_OF_CONTACT: Final = "CopyDeletedOutOfContact"
 """On a MultiKueue worker: a copy dispatch's agent let start outlived a loss of contact with the manager, and was
 deleted (agent/contact.py)."""
+REASON_UNCLAIMED: Final = "CopyDeletedUnclaimed"
+"""On a MultiKueue worker: a copy ran, or waited to start, without a live claim of the manager's for it, and was
+deleted (agent/contact.py, contract/claims.py)."""
 EVENT_MESSAGE_MAX: Final = 1024
 """Bytes; events.k8s.io limits a note to 1 kB. The check's message carries the full text."""
 

@@ -21,19 +21,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from agent.claims import ClaimWatch
 from agent.constants import CONTACT_POLL_SECONDS, CONTACT_SWEEP_SECONDS, TRAINJOBS
 from agent.kube import Kube
 from agent.workerreads import WorkerClients
-from contract.keys import LEASE_MANAGER_CONTACT
+from contract.claims import copy_claim
+from contract.keys import CLAIM_PREFIX, LABEL_CLAIM, LEASE_MANAGER_CONTACT
 from contract.multicluster import (
     MULTIKUEUE_ORIGIN_LABEL,
     CopyAction,
+    CopyVerdict,
     contact_epoch,
     outlived_contact,
     prebuilt_workload,
+    unclaimed,
+    unclaimed_marked,
+    unverified,
 )
 from contract.objects import dig
 from contract.ownership import is_dispatch
@@ -46,15 +52,27 @@ class ManagerContact:
     """Role manager: renews the contact Lease on every worker it has a credential for, every quarter of its
     duration. A worker it cannot reach is tried again at the next round; its Lease ages there."""
 
-    def __init__(self, workers: WorkerClients, duration: int) -> None:
+    def __init__(
+        self,
+        workers: WorkerClients,
+        duration: int,
+        fenced: Callable[[], Awaitable[frozenset[str]]] | None = None,
+    ) -> None:
         self.workers, self.duration = workers, duration
+        self._fenced = fenced
+        """The workers fenced now (a fresh read): renewed no more, so their agents stop the copies there."""
         self.epochs: dict[str, int | None] = {}
         """The epoch each worker's Lease showed after the last renewal (for the tests and the log)."""
         self._failing: set[str] = set()
 
     async def run(self) -> None:
         while True:
-            await asyncio.gather(*(self._renew(w) for w in sorted(self.workers.names)))
+            try:
+                fenced = await self._fenced() if self._fenced is not None else frozenset()
+            except Exception as exc:  # fences unknown: renew none this round (the safe side)
+                log.warning("the fences could not be read; no contact renewed: %s", describe_error(exc))
+                fenced = self.workers.names
+            await asyncio.gather(*(self._renew(w) for w in sorted(self.workers.names - fenced)))
             await asyncio.sleep(self.duration / 4)
 
     async def _renew(self, worker: str) -> None:
@@ -75,10 +93,15 @@ class ContactWatch:
     """The worker's view of the contact Lease, by its own monotonic clock: when it saw the Lease change last."""
 
     def __init__(self, started: float) -> None:
+        self.reset(started)
+
+    def reset(self, now: float) -> None:
+        """Start afresh, as at a restart: on leading again, since the replica did not watch while it did not lead,
+        and a change since its last look is no renewal seen now."""
         self._seen: tuple[Any, ...] | None = None
         self._changed_at: float | None = None
         """When a renewal was seen (a change after the first read); None before one was."""
-        self._since = started
+        self._since = now
         """Since when the current record (or the Lease's absence) has been seen."""
         self._duration: int | None = None
         self.epoch: int | None = None
@@ -119,6 +142,18 @@ class WorkerContact:
         self.deleted = 0
         self._swept: tuple[int | None, bool] | None = None
         self._swept_at = 0.0
+        self.claims = ClaimWatch()
+        """The manager's claims, as this agent saw them change (agent/claims.py)."""
+        self._marked: dict[str, float] = {}
+        """Marked copies by uid: when this agent first saw each (how long it has waited for its claim)."""
+
+    def reset(self) -> None:
+        """On (re)acquiring leadership: the watch starts afresh, so a copy starts only after a renewal seen while
+        leading, and the first look sweeps, as after a restart."""
+        self.watch.reset(time.monotonic())
+        self.claims.reset()
+        self._marked.clear()
+        self._swept, self._swept_at = None, 0.0
 
     def verifiable(self) -> int | None:
         return self.watch.verifiable(time.monotonic())
@@ -133,29 +168,34 @@ class WorkerContact:
 
     async def look(self) -> None:
         self.watch.observe(await self.kube.get_lease(self.namespace, LEASE_MANAGER_CONTACT), time.monotonic())
+        listed = await self.kube.list_leases(self.namespace, LABEL_CLAIM)
+        claims = [c for c in listed if str(dig(c, "metadata", "name")).startswith(CLAIM_PREFIX)]
+        self.claims.observe(claims, time.monotonic())
         now = time.monotonic()
         state = (self.watch.epoch, lost := self.watch.lost(now))
-        if state == self._swept and not (lost and now >= self._swept_at + CONTACT_SWEEP_SECONDS):
-            return
+        full = state != self._swept or (lost and now >= self._swept_at + CONTACT_SWEEP_SECONDS)
         if state != self._swept:
             log.info("contact with the manager: epoch %s, %s", state[0], "lost" if lost else "live")
-        await self.sweep(epoch=self.watch.epoch, lost=lost)
-        self._swept, self._swept_at = state, now
+        await self.sweep(epoch=self.watch.epoch, lost=lost, full=full)
+        if full:
+            self._swept, self._swept_at = state, now
 
-    async def sweep(self, *, epoch: int | None, lost: bool) -> int:
-        """Delete every copy that outlived a loss of contact; how many."""
+    async def sweep(self, *, epoch: int | None, lost: bool, full: bool = True) -> int:
+        """Delete every copy that runs without a live claim for it, waited for one too long, or (``full``: a
+        change of contact, or contact lost) outlived a loss of contact; how many."""
         listed = await self.kube.list_page(
             self.kube.list_functions()[TRAINJOBS], label_selector=MULTIKUEUE_ORIGIN_LABEL
         )
+        now = time.monotonic()
+        copies = [c for c in listed.get("items", []) if is_dispatch(c)]
+        self._marked = {u: t for u, t in self._marked.items() if u in {dig(c, "metadata", "uid") for c in copies}}
         deleted = 0
-        for copy in listed.get("items", []):
-            if not is_dispatch(copy):
-                continue
+        for copy in copies:
             namespace, name = dig(copy, "metadata", "namespace"), dig(copy, "metadata", "name")
+            needs = copy_claim(copy)
+            claim = self.claims.live(needs[0], now) if needs else None
             try:
-                workload_name = prebuilt_workload(copy)
-                workload = await self.kube.get_workload(namespace, workload_name) if workload_name else None
-                verdict = outlived_contact(copy, workload, epoch=epoch, lost=lost)
+                verdict, said = await self._judge(copy, claim, now, epoch=epoch, lost=lost, full=full)
                 if verdict.action is not CopyAction.DELETE:
                     continue
                 meta = copy["metadata"]
@@ -165,6 +205,26 @@ class WorkerContact:
                 continue
             deleted += 1
             log.warning("copy %s/%s deleted: %s", namespace, name, verdict.reason)
-            await self.kube.events.out_of_contact(copy, verdict.reason)
+            await said(copy, verdict.reason)
         self.deleted += deleted
         return deleted
+
+    async def _judge(
+        self, copy: Mapping[str, Any], claim: str | None, now: float, *, epoch: int | None, lost: bool, full: bool
+    ) -> tuple[CopyVerdict, Callable[[Mapping[str, Any], str], Awaitable[bool]]]:
+        """The verdict on one copy, and the Event that says it."""
+        events = self.kube.events
+        if unverified(copy):
+            waited = now - self._marked.setdefault(str(dig(copy, "metadata", "uid")), now)
+            return unclaimed_marked(copy, claim=claim, waited=waited, duration=self.claims.duration), events.unclaimed
+        needs = copy_claim(copy)
+        if not full and needs is not None and claim == needs[1]:
+            return CopyVerdict(CopyAction.NOTHING, "claimed"), events.unclaimed  # nothing changed: no Workload read
+        namespace = dig(copy, "metadata", "namespace")
+        workload_name = prebuilt_workload(copy)
+        workload = await self.kube.get_workload(namespace, workload_name) if workload_name else None
+        if full:
+            verdict = outlived_contact(copy, workload, epoch=epoch, lost=lost)
+            if verdict.action is CopyAction.DELETE:
+                return verdict, events.out_of_contact
+        return unclaimed(copy, workload, claim=claim), events.unclaimed

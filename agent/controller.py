@@ -43,6 +43,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from agent import watch
 from agent.admissioncheck import AdmissionCheckCache, active_patch
 from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
+from agent.claims import ClaimRenewer
 from agent.config import AgentConfig
 from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
 from agent.contact import ManagerContact, WorkerContact
@@ -178,9 +179,16 @@ class Controller:
         self.copies = CopyVerifier(kube, self.reads, self.contact) if self.contact is not None else None
         """On a MultiKueue worker: lets MultiKueue's copies start only with their dispatch's A (agent/copies.py)."""
         self.manager_contact = (
-            ManagerContact(kube.workers, config.worker_contact_seconds) if kube.workers is not None else None
+            ManagerContact(kube.workers, config.worker_contact_seconds, kube.fenced_workers)
+            if kube.workers is not None
+            else None
         )
         """On a MultiKueue manager: renews the contact Lease on every worker (agent/contact.py)."""
+        self.claim_renewer = (
+            ClaimRenewer(kube, kube.workers, config.worker_contact_seconds) if kube.workers is not None else None
+        )
+        """On a MultiKueue manager: renews the claims of the copies it wants running on the workers
+        (agent/claims.py)."""
         self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
@@ -269,6 +277,9 @@ class Controller:
     def _leadership(self, leading: bool) -> None:
         self.metrics.leader.set(1 if leading else 0)
         if leading and self._lead_task is None:
+            if self.contact is not None:
+                # Not watched while another replica led: no renewal counts until one is seen while leading.
+                self.contact.reset()
             self._lead_task = asyncio.create_task(self._lead(), name="leading")
             self._lead_task.add_done_callback(self._lead_ended)
         elif not leading and self._lead_task is not None:
@@ -304,6 +315,8 @@ class Controller:
                 group.create_task(self.contact.run(), name="manager-contact")
             if self.manager_contact is not None:
                 group.create_task(self.manager_contact.run(), name="worker-contact")
+            if self.claim_renewer is not None:
+                group.create_task(self.claim_renewer.run(), name="claims")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
             if self.kube.workers is not None:
@@ -443,6 +456,9 @@ class Controller:
 
     def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
         key = key_of(wl)
+        if self.claim_renewer is not None:
+            worker = dig(wl, "status", "clusterName") if kind != "DELETED" else None
+            self.claim_renewer.saw(key, worker if isinstance(worker, str) and worker else None)
         if kind == "DELETED":
             self.index.remove(key)
             self.reads.workloads.delete(wl)

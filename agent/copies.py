@@ -19,6 +19,7 @@ Only the leader writes; the watch runs on every replica, so a new leader finds t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from agent.caches import Reads
 from agent.contact import WorkerContact
 from agent.kube import Kube
 from agent.queue import RateLimiter, WorkQueue, serve_keys
+from contract.claims import claimed, copy_claim
 from contract.multicluster import CopyAction, is_copy, prebuilt_workload, unverified, verify_copy
 from contract.objects import dig
 from contract.ownership import is_dispatch
@@ -69,6 +71,17 @@ class CopyVerifier:
     def _failed(key: CopyKey, exc: Exception) -> None:
         log.warning("copy %s/%s: not verified: %s", key[0], key[1], describe_error(exc))
 
+    async def _claim(self, copy: Mapping[str, Any]) -> str | None:
+        """The approval the copy's claim names, live: seen renewed within its duration by this agent's clock, and
+        still there as a fresh GET shows it (a claim the manager deleted a moment ago lets nothing start)."""
+        needs = copy_claim(copy)
+        if needs is None:
+            return None
+        live = self.contact.claims.live(needs[0], time.monotonic())
+        if live is None:
+            return None
+        return live if claimed(await self.kube.get_lease(self.contact.namespace, needs[0])) == live else None
+
     async def _look(self, key: CopyKey) -> float | None:
         """Decides one copy and writes what it decided; when to look at it again, if it must be."""
         namespace, name, uid = key
@@ -77,7 +90,7 @@ class CopyVerifier:
             return None
         workload_name = prebuilt_workload(copy)
         workload = await self.kube.get_workload(namespace, workload_name) if workload_name else None
-        verdict = verify_copy(copy, workload, contact=self.contact.verifiable())
+        verdict = verify_copy(copy, workload, contact=self.contact.verifiable(), claim=await self._claim(copy))
         if verdict.action is CopyAction.WAIT:
             log.info("copy %s/%s: not verified: %s", namespace, name, verdict.reason)
             if not verdict.final:

@@ -49,6 +49,7 @@ from agent.constants import (
     REASON_QUOTA_KEPT,
     REASON_QUOTA_RELEASED,
     REASON_STALE_COPY,
+    REASON_UNCLAIMED,
 )
 from contract.keys import KIND_TRAINJOB, TRAINER_API_VERSION
 from contract.objects import dig
@@ -352,6 +353,9 @@ class EventRecorder:
 
     async def out_of_contact(self, trainjob: Mapping[str, Any], message: str) -> bool:
         return await self._emit(trainjob, REASON_OUT_OF_CONTACT, message, warning=True)
+
+    async def unclaimed(self, trainjob: Mapping[str, Any], message: str) -> bool:
+        return await self._emit(trainjob, REASON_UNCLAIMED, message, warning=True)
 
     async def foreign(self, trainjob: Mapping[str, Any], reasons: Iterable[str]) -> int:
         """Reports each reason not yet reported for this TrainJob uid by this process; returns how many were."""

@@ -23,6 +23,18 @@ patch written before its Ready; the unsuspend then only records it. It also stam
 (``dispatched-admission``), between the raise and the Ready: the worker's agent lets a copy start only when its A
 equals the stamp its remote Workload carries (agent/copies.py).
 
+MultiKueue mode is the TrainJob's ``spec.managedBy`` (immutable), never a cache of the AdmissionChecks
+(``dispatch_mode``): a cache misses a MultiKueue check just made, or deleted and made again, and the one-cluster
+path would then approve without a look at the workers, a raise or a new stamp. It fails closed: a check of the
+Workload that cannot be identified, a managed TrainJob whose Workload lists no MultiKueue check, or a Workload
+listing one for a TrainJob MultiKueue does not manage is a hold. Every hold in MultiKueue mode removes the stamp
+from the Workload (``clear_stamp_ops``, in the hold's patch of the Workload), so a stale stamp never outlives its
+dispatch; ``dispatched-spent``, the highest A ever stamped on the Workload, is written with each stamp and never
+removed. A raise whose stamp never landed is reused by the next pass instead of raising again (``reusable_a``):
+no Ready followed it, so no copy carries it that a worker could verify; an A ever stamped is never reused. So a
+raise is burned only by a stamp that landed without its Ready, or by a new Workload (docs/multicluster.md,
+"Numbering each dispatch").
+
 On a MultiKueue worker (role worker) a remote Workload, MultiKueue's copy (its origin label), is approved at its
 first admission on this worker only (``worker_copy``): the gate records ``worker-admitted`` on it, in a JSON
 Patch preconditioned on the Workload as read, and only then sets the check Ready. Every later admission of the
@@ -48,12 +60,24 @@ from typing import Any, Final
 from agent.nodeloss import Assessment
 from agent.podowners import ForeignPod
 from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
-from contract.admission import Raise, admission_started, approval_ops, preconditions, start_count
+from contract.admission import (
+    Raise,
+    admission_count,
+    admission_floor,
+    admission_started,
+    approval,
+    approval_ops,
+    parse_count,
+    preconditions,
+    start_count,
+)
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons, jobset_uid_ops, jobset_uid_reason
 from contract.gates import is_opened_by_dispatch
 from contract.keys import (
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_DISPATCHED,
+    ANNOTATION_DISPATCHED_SPENT,
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_HOLD_REASON,
     ANNOTATION_HOLD_WHO,
@@ -61,7 +85,18 @@ from contract.keys import (
     ANNOTATION_WORKER_ADMITTED,
     HOLD_ANNOTATIONS,
 )
-from contract.multicluster import ROLE_SINGLE, ROLE_WORKER, Role, is_copy, multikueue_problems, raise_dispatch, step
+from contract.multicluster import (
+    MULTIKUEUE_CONTROLLER,
+    MULTIKUEUE_MANAGED_BY,
+    ROLE_SINGLE,
+    ROLE_WORKER,
+    Role,
+    is_copy,
+    managed_by_multikueue,
+    multikueue_problems,
+    raise_dispatch,
+    step,
+)
 from contract.objects import add_op, annotations, dig, pointer
 from contract.ownership import is_dispatch
 
@@ -159,13 +194,17 @@ def decide(
     multikueue: bool = False,
     runtime_spec: Mapping[str, Any] | None = None,
     role: Role = ROLE_SINGLE,
+    multikueue_problem: str | None = None,
 ) -> Decision:
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
 
-    ``multikueue``: the Workload's ClusterQueue lists a MultiKueue check (contract/multicluster.py). The gate
-    then numbers each dispatch itself, before each Ready it writes: A and the floor := max(A, floor) + K,
-    K = maxRestarts + 1 of ``runtime_spec`` (the frozen runtime copy's spec; None when it could not be read:
-    a hold).
+    ``multikueue``: MultiKueue mode, decided by ``dispatch_mode``: MultiKueue manages the TrainJob (its
+    ``spec.managedBy``). The gate then numbers each dispatch itself, before each Ready it writes: A and the
+    floor := max(A, floor) + K, K = maxRestarts + 1 of ``runtime_spec`` (the frozen runtime copy's spec; None
+    when it could not be read: a hold), or the raise an earlier pass made whose stamp never landed
+    (``reusable_a``); and every hold removes the Workload's stamp (``ANNOTATION_DISPATCHED``).
+    ``multikueue_problem``: ``dispatch_mode``'s reason to hold a dispatch TrainJob (its MultiKueue check cannot
+    be identified, or the TrainJob and its queue disagree about MultiKueue); never approved while it is set.
 
     ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods
     (agent/podowners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
@@ -194,27 +233,38 @@ def decide(
             Action.APPROVE, workload, check, READY, "not a dispatch TrainJob: the readmission gate does not apply", now
         )
     foreign = (*foreign_reasons(trainjob, jobset=jobset, pods=pods), *(p.report() for p in foreign_pods))
+
+    def hold(message: str, patch: list[dict[str, Any]] | None = None) -> Decision:
+        # In MultiKueue mode every hold also removes the Workload's stamp: the dispatch it numbered is over, and a
+        # stale stamp must not outlive it (the record of the highest A stamped stays: ``reusable_a``).
+        held = _set(Action.HOLD, workload, check, PENDING, message, now, foreign)
+        clear = clear_stamp_ops(workload) if multikueue else []
+        if patch is None and not clear:
+            return held
+        return replace(held, workload_patch=[*preconditions(workload), *clear, *(patch or [])])
+
     refusal = not_startable(trainjob, workload)
     if refusal is not None and multikueue and hold_in_force(workload) and not jobs_active(trainjob):
         # A Hold on a manager evicted it through this check (agent/operations.py): the worker's copy has stopped
         # and its status is copied back, so deactivating the Workload now frees its quota and stalls nothing.
-        held = _set(Action.HOLD, workload, check, PENDING, refusal, now, foreign)
-        deactivate = [*preconditions(workload), {"op": "add", "path": pointer("spec", "active"), "value": False}]
-        return replace(held, workload_patch=deactivate)
+        return hold(refusal, [{"op": "add", "path": pointer("spec", "active"), "value": False}])
     if refusal is not None:
-        return _set(Action.HOLD, workload, check, PENDING, refusal, now, foreign)
+        return hold(refusal)
+    if multikueue_problem is not None:
+        return hold(multikueue_problem)
     reset = jobset_uid_reason(trainjob, jobset)
     if reset is not None:
-        return _set(Action.HOLD, workload, check, PENDING, jobset_reset_message(reset), now, foreign)
+        return hold(jobset_reset_message(reset))
     if blockers:
-        return _set(Action.HOLD, workload, check, PENDING, hold_message(blockers), now, foreign)
+        return hold(hold_message(blockers))
     try:
         a, raises = start_count(trainjob, admission_started(trainjob))
         # MultiKueue: every Ready may send a copy that a worker starts before the manager's unsuspend records
-        # its A (admission-started), so the start_count condition is not enough there: raise before each Ready.
-        dispatch_raise = _dispatch_raise(trainjob, runtime_spec) if multikueue else None
+        # its A (admission-started), so the start_count condition is not enough there: raise before each Ready,
+        # unless the last raise was never stamped (``reusable_a``).
+        dispatch_raise = _dispatch_raise(trainjob, runtime_spec, workload) if multikueue else None
     except ContractError as exc:
-        return _set(Action.HOLD, workload, check, PENDING, f"cannot number the next execution: {exc}", now, foreign)
+        return hold(f"cannot number the next execution: {exc}")
     # The JobSet's UID, the first time it is seen, and only the TrainJob's own (an orphan of an earlier
     # TrainJob of this name is not the JobSet J counts for; recorded, it would never be corrected).
     record = jobset_uid_ops(trainjob, jobset)
@@ -228,14 +278,22 @@ def decide(
         # MultiKueue copies the TrainJob to a worker once every other check is Ready, before the manager's
         # unsuspend: the raise in the unsuspend would come too late, so it is made here, before the Ready.
         k, raised = dispatch_raise
-        a, ops = raised.a, [*raised.patch, *record, *approval_ops(trainjob, raised.a, workload_uid)]
+        a, approve = raised.a, approval_ops(trainjob, raised.a, workload_uid)
+        # A raise reused (its patch empty) writes to the TrainJob only what else is due.
+        ops = (
+            [*(raised.patch or preconditions(trainjob)), *record, *approve] if raised.patch or record or approve else []
+        )
         message = (
             f"the next dispatch starts with A {a}, raised by K = maxRestarts + 1 = {k} by the gate before this "
             "check turns Ready (MultiKueue copies the TrainJob to a worker then)"
         )
         # The stamp: MultiKueue clones this Workload into the remote one from the cache entry that shows the
         # Ready, so the stamp it carries is this dispatch's A even when its copy of the TrainJob is older.
-        stamp = [*preconditions(workload), add_op(workload, ("metadata", "annotations", ANNOTATION_DISPATCHED), str(a))]
+        # With it, the record of the highest A ever stamped on this Workload, which no hold removes.
+        stamp = [
+            *preconditions(workload),
+            *_annotate(workload, {ANNOTATION_DISPATCHED: str(a), ANNOTATION_DISPATCHED_SPENT: str(a)}),
+        ]
     return Decision(
         Action.ADMIT,
         message,
@@ -308,16 +366,160 @@ def _someone_elses(workload: Mapping[str, Any], trainjob: Mapping[str, Any] | No
     return trainjob is not None and dig(trainjob, "metadata", "uid") == owner[1] and not is_dispatch(trainjob)
 
 
-def _dispatch_raise(trainjob: Mapping[str, Any], runtime_spec: Mapping[str, Any] | None) -> tuple[int, Raise]:
+def _dispatch_raise(
+    trainjob: Mapping[str, Any], runtime_spec: Mapping[str, Any] | None, workload: Mapping[str, Any]
+) -> tuple[int, Raise]:
     """MultiKueue mode's raise by K, and K; ContractError (a hold, saying why) when the runtime copy was not
-    read or fails the MultiKueue requirements."""
+    read or fails the MultiKueue requirements. A raise an earlier pass made for this Workload whose stamp never
+    landed (``reusable_a``) is reused: a Raise with no patch."""
     if runtime_spec is None:
         raise ContractError("spec.runtimeRef", "the runtime copy, whose maxRestarts gives K, could not be read")
     problems = multikueue_problems(runtime_spec)
     if problems:
         raise ContractError("runtime copy", "; ".join(map(str, problems)))
     k = step(runtime_spec)
+    reused = reusable_a(trainjob, workload)
+    if reused is not None:
+        return k, Raise(a=reused, patch=[])
     return k, raise_dispatch(trainjob, k)
+
+
+# -- MultiKueue mode, and the stamp's life on the manager ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How the manager's gate treats a dispatch TrainJob (``dispatch_mode``)."""
+
+    multikueue: bool
+    """MultiKueue mode: MultiKueue manages the TrainJob (``spec.managedBy``)."""
+    checks: tuple[str, ...] = ()
+    """The MultiKueue checks the Workload lists, identified by fresh reads: whose workers the gate looks at."""
+    problem: str | None = None
+    """Why the gate must hold it, whatever else it sees; None: nothing in the mode stops it."""
+
+
+def other_checks(workload: Mapping[str, Any] | None, ours: Collection[str]) -> list[str]:
+    """The checks the Workload lists (``status.admissionChecks``) other than dispatch's own, sorted: those read
+    fresh to identify its MultiKueue checks."""
+    entries = dig(workload, "status", "admissionChecks")
+    names = {e.get("name") for e in entries if isinstance(e, Mapping)} if isinstance(entries, list) else set()
+    return sorted(n for n in names if isinstance(n, str) and n not in ours)
+
+
+def dispatch_mode(trainjob: Mapping[str, Any] | None, found: Mapping[str, Mapping[str, Any] | str | None]) -> Mode:
+    """MultiKueue mode for a dispatch TrainJob, decided by its ``spec.managedBy`` (Kueue sets it, and it is
+    immutable), never by a cache of the AdmissionChecks. ``found``: each check the Workload lists but dispatch's
+    own (``other_checks``), as read fresh: the AdmissionCheck, None when it is not there, or why it could not be
+    read.
+
+    Fails closed: a check that cannot be identified (not there, as while it is deleted and made again, or not
+    readable) could be a MultiKueue check, so the gate holds; so it does when MultiKueue manages the TrainJob and
+    its Workload lists no MultiKueue check, and when the Workload lists one and MultiKueue does not manage the
+    TrainJob (the raise by K is permitted only on a TrainJob MultiKueue manages, and one cluster's numbering is
+    not enough where MultiKueue may copy it)."""
+    managed = managed_by_multikueue(trainjob)
+    checks = tuple(
+        sorted(n for n, ac in found.items() if isinstance(ac, Mapping) and _controller(ac) == MULTIKUEUE_CONTROLLER)
+    )
+    unknown = [
+        f"AdmissionCheck {n}: {'not found' if ac is None else f'cannot be read: {ac}'}"
+        for n, ac in sorted(found.items())
+        if not isinstance(ac, Mapping)
+    ]
+    problem = None
+    if unknown:
+        problem = f"cannot identify every check of the Workload ({'; '.join(unknown)}), so not whether MultiKueue " + (
+            f"will copy this TrainJob (its spec.managedBy is {MULTIKUEUE_MANAGED_BY}): a MultiKueue job waits "
+            "until its MultiKueue check can be read, never approved on the one-cluster path"
+            if managed
+            else "may copy this TrainJob: it waits until every check can be read"
+        )
+    elif managed and not checks:
+        problem = (
+            f"MultiKueue manages this TrainJob (spec.managedBy {MULTIKUEUE_MANAGED_BY}), and its Workload lists no "
+            "MultiKueue check: its workers cannot be known, so it waits; it is never approved on the one-cluster path"
+        )
+    elif not managed and checks:
+        problem = (
+            f"the Workload lists the MultiKueue check {', '.join(checks)}, and the TrainJob's spec.managedBy is not "
+            f"{MULTIKUEUE_MANAGED_BY}: MultiKueue does not manage it, so it cannot be numbered for a dispatch to a "
+            "worker, nor approved as in one cluster alone; a person decides (Stop, and submit it again to a queue "
+            "that matches)"
+        )
+    return Mode(managed, checks, problem)
+
+
+def _controller(ac: Mapping[str, Any]) -> object:
+    return dig(ac, "spec", "controllerName")
+
+
+def highest_stamped(workload: Mapping[str, Any] | None) -> int | None:
+    """The highest A the gate ever stamped on the Workload: its record ``ANNOTATION_DISPATCHED_SPENT`` or its stamp
+    ``ANNOTATION_DISPATCHED``, whichever is higher (a stamp written without the record counts); None when it shows
+    neither. ContractError when one is not a count."""
+    found = annotations(workload)
+    values = [
+        parse_count(f"annotation {key}", found[key])
+        for key in (ANNOTATION_DISPATCHED, ANNOTATION_DISPATCHED_SPENT)
+        if key in found
+    ]
+    return max(values) if values else None
+
+
+def reusable_a(trainjob: Mapping[str, Any], workload: Mapping[str, Any]) -> int | None:
+    """The A of the gate's last raise, when the next dispatch of ``workload`` may take it instead of a new raise by
+    K; else None.
+
+    Only a raise that no Workload was ever stamped with: its stamp never landed, so no Ready followed it (the stamp
+    is written after the raise, the Ready after the stamp, each only once the one before landed), no remote
+    Workload carries that A (MultiKueue clones the manager Workload's annotations into it), and no copy with that
+    A can be verified on a worker (verify_copy: the copy's A must equal its remote Workload's stamp). Shown by:
+    A equals the floor and is above the A last started (``admission-started``), the TrainJob is suspended, the
+    gate's approval on it is of exactly A on this Workload (written in the same patch as the raise, and a stamp is
+    only ever written on the Workload its pass approved), and this Workload's record of the highest A stamped
+    (``highest_stamped``) is below A. A Workload made again (a new uid) never reuses: the old one may carry the
+    stamp. Anything unreadable: None, and the gate raises."""
+    try:
+        a, floor, started = admission_count(trainjob), admission_floor(trainjob), admission_started(trainjob)
+        stamped = highest_stamped(workload)
+    except ContractError:
+        return None
+    uid = dig(workload, "metadata", "uid")
+    if a is None or floor != a or (started is not None and started >= a) or not isinstance(uid, str) or not uid:
+        return None
+    if dig(trainjob, "spec", "suspend") is not True:
+        return None
+    if annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION) != approval(a, uid):
+        return None
+    if stamped is not None and stamped >= a:
+        return None
+    return a
+
+
+def _annotate(obj: Mapping[str, Any], values: Mapping[str, str]) -> list[dict[str, Any]]:
+    """JSON Patch ops that set these annotations (all in one op when the object has none yet)."""
+    if not isinstance(dig(obj, "metadata", "annotations"), Mapping):
+        return [add_op(obj, ("metadata", "annotations"), dict(values))]
+    return [add_op(obj, ("metadata", "annotations", k), v) for k, v in values.items()]
+
+
+def clear_stamp_ops(workload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch ops (without preconditions) that remove the Workload's stamp, keeping the highest A stamped
+    in ``ANNOTATION_DISPATCHED_SPENT`` (raised to the stamp first, when it is lower or absent); none when there is
+    no stamp, or when the stamp or the record is not a count (a worker verifies no copy under such a stamp, and
+    the gate reuses no raise while it is there)."""
+    found = annotations(workload)
+    if ANNOTATION_DISPATCHED not in found:
+        return []
+    try:
+        stamped = highest_stamped(workload)
+    except ContractError:
+        return []
+    ops: list[dict[str, Any]] = [{"op": "remove", "path": pointer("metadata", "annotations", ANNOTATION_DISPATCHED)}]
+    if found.get(ANNOTATION_DISPATCHED_SPENT) != str(stamped):
+        ops.append(add_op(workload, ("metadata", "annotations", ANNOTATION_DISPATCHED_SPENT), str(stamped)))
+    return ops
 
 
 def jobs_active(trainjob: Mapping[str, Any]) -> bool:

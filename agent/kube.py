@@ -33,7 +33,7 @@ from agent.constants import (
 from agent.events import EventRecorder
 from agent.podlists import SharedPodLists
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
-from contract.multicluster import multikueue_checks
+from contract.multicluster import is_fenced, multikueue_checks
 from contract.objects import dig
 from serving.kube import read_json
 
@@ -137,6 +137,10 @@ class Kube:
             self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, MULTIKUEUE_CONFIGS, name, **self._opts())
         )
 
+    async def fenced_workers(self) -> frozenset[str]:
+        """The workers an administrator fenced (their MultiKueueClusters, fresh): renewed nothing."""
+        return frozenset(str(dig(c, "metadata", "name")) for c in await self.list_multikueue_clusters() if is_fenced(c))
+
     async def list_multikueue_clusters(self) -> list[Obj]:
         """Every MultiKueueCluster, fresh (one LIST): which workers an administrator fenced."""
         listed = await read_json(
@@ -189,6 +193,13 @@ class Kube:
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
         return await or_none(self.coordination.read_namespaced_lease(name, namespace, **self._opts()))
+
+    async def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        """The Leases of ``namespace`` with the label (one consistent LIST): on a worker, the manager's claims."""
+        listed = await read_json(
+            self.coordination.list_namespaced_lease(namespace, label_selector=label_selector, **self._opts())
+        )
+        return list(listed.get("items", []))
 
     # -- writes -----------------------------------------------------------------------------------
 

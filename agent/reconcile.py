@@ -5,7 +5,10 @@ a. ONE read of the Workload: from the agent's watch cache when it is live and ho
    resourceVersion, and the Workload is never read again in this pass.
 b. What the decision needs: the owning TrainJob and its JobSet (watch caches, else GETs); its pods, by a
    consistent LIST issued after the pass began (agent/podlists.py); the Jobs those pods name and the Nodes
-   they run on, by fresh GETs. In MultiKueue mode, for a dispatch TrainJob, also every worker it may have run
+   they run on, by fresh GETs. For a dispatch TrainJob, a fresh GET of every check the Workload lists but
+   dispatch's own: MultiKueue mode is the TrainJob's ``spec.managedBy``, and these reads name its MultiKueue checks
+   (a check not there or not readable is a hold: agent/gate.py ``dispatch_mode``, never the AdmissionCheck cache,
+   which misses a check just made). In MultiKueue mode, for a dispatch TrainJob, also every worker it may have run
    on (agent/workerreads.py: fresh reads of its MultiKueue checks, their MultiKueueConfigs and the fences, then
    each worker's pods, Jobs and Nodes with the agent's own credential there), likewise after the pass began.
 c. The decision (agent/gate.py, pure).
@@ -15,7 +18,8 @@ d. The writes, in this order: on a worker, the record of a copy's first admissio
    it yet (preconditioned on the TrainJob as read); only then the check's state in the Workload
    (preconditioned on the Workload as read in a). A itself is raised by the write that starts the execution,
    not here, except in MultiKueue mode (contract/multicluster.py): there the TrainJob write raises A by K,
-   with the record if due, before the Ready, because MultiKueue copies the TrainJob before the unsuspend.
+   with the record if due, before the Ready, because MultiKueue copies the TrainJob before the unsuspend; then
+   the Workload's patch stamps that A (and on a hold removes the stamp), before the check's state.
    Each landed write's response goes into the cache when newer, so a next pass does not read our own
    pre-write copy.
 e. Reports: an Event when a held check's message changed, and each foreign reason once per TrainJob.
@@ -54,7 +58,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent import podowners
-from agent.gate import Action, Blocker, Decision, blockers_of, decide
+from agent.gate import Action, Blocker, Decision, Mode, blockers_of, decide, dispatch_mode, other_checks
 from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.replicas import replica
@@ -62,10 +66,10 @@ from agent.workerreads import look_at_workers
 from agent.workers import is_remote
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
 from contract.admission import admission_count
-from contract.multicluster import Role, is_multikueue
+from contract.multicluster import Role
 from contract.objects import dig
 from contract.ownership import is_dispatch
-from serving.kube import describe_api_error
+from serving.kube import describe_api_error, describe_error
 from serving.logs import fields
 
 log = logging.getLogger(__name__)
@@ -157,18 +161,20 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     # b. What the decision needs: the TrainJob and JobSet (caches), the pods (a LIST after the pass began).
     trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(kube, workload, settings)
 
-    # MultiKueue mode: the gate numbers the dispatch before its Ready, by K from the runtime copy (one GET).
-    multikueue_checks = await kube.multikueue_checks()
-    multikueue = is_multikueue(workload, multikueue_checks)
+    # MultiKueue mode: the TrainJob's spec.managedBy decides it, and its MultiKueue checks are identified by fresh
+    # GETs of the checks the Workload lists (never the AdmissionCheck cache: it misses a check deleted and made
+    # again). The gate numbers the dispatch before its Ready, by K from the runtime copy (one GET).
+    mode = await _mode(kube, workload, trainjob, ours)
+    multikueue, multikueue_checks = mode.multikueue, mode.checks
     runtime_copy = await _runtime_copy(kube, trainjob) if multikueue else None
     runtime_spec = _spec_of(runtime_copy)
-    if multikueue and trainjob is not None and _owned(workload, trainjob) and is_dispatch(trainjob):
+    if multikueue and mode.problem is None and trainjob is not None and _owned(workload, trainjob):
         # Guarantee 4: no pod of the job runs here; an earlier execution may still run on any of its workers.
         # And each worker read holds the replica of the runtime copy that MultiKueue's copy of the TrainJob names.
         name = dig(trainjob, "metadata", "name")
         want = replica(runtime_copy, dig(trainjob, "metadata", "uid")) if runtime_spec is not None else None
         remote = await look_at_workers(
-            kube, kube.workers, workload, multikueue_checks, name, settings.node_loss_taints, want
+            kube, kube.workers, workload, multikueue_checks, name, settings.node_loss_taints, want, trainjob
         )
         blockers = [*blockers, *remote]
 
@@ -185,6 +191,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         multikueue=multikueue,
         runtime_spec=runtime_spec,
         role=settings.multicluster_role,
+        multikueue_problem=mode.problem,
     )
     base = {"check": check, "quota_reserved_at": reserved_at}
 
@@ -214,8 +221,9 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
     check_write = d.check_write
     if d.workload_patch is not None:
         # On a worker, the record of the copy's first admission, before its Ready: a crash or a refused Ready
-        # after it leaves the copy held, never admitted twice. On a manager, the deactivation of a held Workload,
-        # or the stamp of the A just raised (after the raise landed, before the Ready).
+        # after it leaves the copy held, never admitted twice. On a manager, the deactivation of a held Workload
+        # and the removal of its stamp on a hold, or the stamp of the A just raised (after the raise landed,
+        # before the Ready).
         try:
             recorded_wl = await kube.patch_workload(key.namespace, key.name, d.workload_patch)
         except ApiException as exc:
@@ -296,6 +304,27 @@ def _log_decision(
         why,
         extra=fields(workload=str(key), trainjob=name, check=check, a=a, outcome=d.action.value, result=result),
     )
+
+
+async def _mode(
+    kube: Kube, workload: Mapping[str, Any], trainjob: Mapping[str, Any] | None, ours: frozenset[str]
+) -> Mode:
+    """MultiKueue mode for the Workload's own dispatch TrainJob (agent/gate.py ``dispatch_mode``), from fresh GETs
+    of every check the Workload lists but dispatch's own; one cluster's mode for anything else (the gate approves
+    it at once, or holds until its TrainJob is read)."""
+    if trainjob is None or not _owned(workload, trainjob) or not is_dispatch(trainjob):
+        return Mode(False)
+    names = other_checks(workload, ours)
+    read = await asyncio.gather(*(kube.get_admission_check(n) for n in names), return_exceptions=True)
+    found: dict[str, Mapping[str, Any] | str | None] = {}
+    for name, got in zip(names, read, strict=True):
+        if isinstance(got, BaseException):
+            if not isinstance(got, Exception):
+                raise got  # a cancellation is not a read that failed
+            found[name] = describe_error(got)
+        else:
+            found[name] = got
+    return dispatch_mode(trainjob, found)
 
 
 async def _runtime_copy(kube: Kube, trainjob: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agent.gate import blockers_of
 from agent.nodeloss import Assessment, assess
@@ -34,6 +34,9 @@ from contract.multicluster import PREBUILT_WORKLOAD, is_copy, managed_by_multiku
 from contract.objects import annotations, dig, labels, parse_rfc3339
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.trainer import prefixes_from_env
+
+if TYPE_CHECKING:
+    from agent.workerremains import Remains
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ class Status:
     cluster_reason: str = ""
     """Why that worker's pods are not reported ("" when they are): no credential for it, unreadable, or the
     TrainJob of the job's name there is not MultiKueue's copy of this job."""
+    workers: tuple[Remains, ...] = ()
+    """On a MultiKueue manager, while the TrainJob is being deleted (Stop): what of the job is left on each worker
+    (agent/workerremains.py), which then decides Ceased (``stopping_on_workers``)."""
 
 
 def _count(read: Any, obj: object) -> int | None:

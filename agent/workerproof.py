@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agent.admissioncheck import active_condition, is_ours
 from agent.workers import WorkerPlan
+from contract.claims import DEFAULT_ORIGIN
 from contract.keys import ADMISSION_CHECK_CONTROLLER, LEASE_MANAGER_CONTACT
-from contract.multicluster import MULTIKUEUE_CONTROLLER, contact_epoch
+from contract.multicluster import MULTIKUEUE_CONTROLLER, contact_epoch, contact_origin
 from contract.objects import dig, parse_rfc3339
 
 CLUSTER_SCOPED: Final = frozenset({"nodes", "clusterqueues", "admissionchecks"})
@@ -106,12 +107,16 @@ def listed_checks(clusterqueue: Mapping[str, Any] | None) -> list[str]:
     return [n for n in dict.fromkeys(names) if isinstance(n, str)]
 
 
-def contact_problem(lease: Mapping[str, Any] | None, now: dt.datetime) -> str | None:
+def contact_problem(lease: Mapping[str, Any] | None, now: dt.datetime, origin: str = DEFAULT_ORIGIN) -> str | None:
     """Why the manager's agent is not in contact with the worker, judged on the Lease it renews there (by the
-    manager's clock, which wrote its renewTime); None: renewed within its duration."""
+    manager's clock, which wrote its renewTime); None: renewed within its duration. A Lease another manager renews
+    (another MultiKueue ``origin``) refuses the worker: one worker serves one manager."""
     what = f"the manager agent's contact Lease {LEASE_MANAGER_CONTACT} there"
     if contact_epoch(lease) is None:
         return f"{what} is not there (yet): no copy starts there until it is renewed (agent/contact.py)"
+    other = contact_origin(lease)
+    if other is not None and other != origin:
+        return f"{what} is renewed by another manager (MultiKueue origin {other}, this one's is {origin}): {SHARED}"
     renewed = dig(lease, "spec", "renewTime")
     duration = dig(lease, "spec", "leaseDurationSeconds")
     at = parse_rfc3339(renewed)
@@ -122,10 +127,18 @@ def contact_problem(lease: Mapping[str, Any] | None, now: dt.datetime) -> str | 
     return None
 
 
-def proof_problems(namespace: str, queue: str, proof: WorkerProof, now: dt.datetime) -> list[str]:
+SHARED: Final = (
+    "a worker shared by two managers is not supported: the claims are kept apart by origin, but the contact epoch and "
+    "the sweep of the runtime copies' replicas are one per worker, so each manager's would stop or delete the other's"
+)
+
+
+def proof_problems(
+    namespace: str, queue: str, proof: WorkerProof, now: dt.datetime, origin: str = DEFAULT_ORIGIN
+) -> list[str]:
     """Why the worker is not proven for a job of ``namespace`` queued to ``queue`` at ``now``; empty: proven."""
     problems = [f"the manager agent's credential may not {a.describe()} ({why})" for a, why in proof.denied]
-    if not proof.denied and (trouble := contact_problem(proof.contact, now)):
+    if not proof.denied and (trouble := contact_problem(proof.contact, now, origin)):
         problems.append(trouble)
     if proof.unread is not None:
         problems.append(f"its queue could not be read: {proof.unread}")
@@ -157,6 +170,14 @@ def proof_problems(namespace: str, queue: str, proof: WorkerProof, now: dt.datet
         listed = ", ".join(nested)
         problems.append(f"ClusterQueue {cq} lists the MultiKueue check {listed}: a worker dispatches no further")
     return problems
+
+
+def fenced_apart(plan: WorkerPlan) -> WorkerPlan:
+    """Preflight's plan: every fenced worker set apart, not proven (the gate still reads one fenced without being
+    declared powered off; Preflight does not count a fenced worker as ready for jobs)."""
+    fenced = plan.trusted | plan.untrusted
+    return replace(plan, read=tuple(w for w in plan.read if w not in fenced),
+                   fenced=tuple(sorted({*plan.fenced, *fenced})))  # fmt: skip
 
 
 def all_proven(plan: WorkerPlan, proven: Mapping[str, Sequence[str]]) -> bool:

@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,12 +25,15 @@ from agent import podowners
 from agent.constants import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
+    JOBSET_VERSION,
+    JOBSETS,
     KUEUE_GROUP,
     KUEUE_VERSION,
     LOCAL_QUEUES,
     REQUEST_TIMEOUT_SECONDS,
     TRAINER_VERSION,
     TRAINING_RUNTIMES,
+    TRAINJOBS,
 )
 from agent.gate import Blocker, hold_message
 from agent.kube import Kube, or_none
@@ -37,18 +41,22 @@ from agent.lostquota import kept_active, kept_message, release_patch, released_m
 from agent.replicas import replica_blocker, stale_replicas, unprepared
 from agent.start import prologue_configmap_refusal
 from agent.workerproof import WorkerProof, accesses, listed_checks
-from agent.workers import WorkerLook, plan_workers, unreadable, worker_blockers
+from agent.workers import FENCE_NOT_TRUSTED, WorkerLook, plan_workers, unreadable, worker_blockers
 from agent.workload import owner_trainjob
+from contract.claims import DEFAULT_ORIGIN, Want, claim_lease, claim_name, dispatched_to, dispatched_worker, record_ops
 from contract.keys import (
+    CLAIM_PREFIX,
     COORDINATION_GROUP,
     FIELD_MANAGER,
+    JOBSET_GROUP,
+    LABEL_CLAIM,
     LABEL_JOBSET_NAME,
     LABEL_REPLICA_OF,
     LEASE_MANAGER_CONTACT,
     LEASE_NAMESPACE,
     TRAINER_GROUP,
 )
-from contract.multicluster import contact_lease, listed_multikueue_checks, multikueue_config_of
+from contract.multicluster import contact_lease, contact_origin, listed_multikueue_checks, multikueue_config_of
 from contract.objects import dig, labels
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from serving.kube import api_client, describe_api_error, describe_error, read_json
@@ -61,7 +69,8 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     # The job's trainer pods on the worker: one LIST by the JobSet's label, in the job's namespace.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     # Each labelled pod's Job (GET): the link to the JobSet that owns it (a label is not proof; agent/podowners.py).
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    # And every Job of the JobSet's name (LIST by its label): one not finished may still make pods.
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
     # The nodes they are bound to (GET): a pod on a lost node is judged as on one cluster (docs/nodeloss.md).
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # The replicas of the runtime copies: made before a dispatch, listed and deleted once their TrainJob is gone.
@@ -85,15 +94,15 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
 grants them on a worker (role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
 
 CONTACT_RULES: Final[tuple[dict[str, Any], ...]] = (
-    # The contact Lease it renews there (agent/contact.py): read and renewed by its one name, created where missing
-    # (the worker's policy dispatch-k8s-manager-agent confines the create to that name).
+    # The contact Lease it renews there (agent/contact.py) and the claims (agent/claims.py): listed, read, created,
+    # renewed and deleted. RBAC cannot restrict a create or a LIST by name; the worker's policies
+    # dispatch-k8s-manager-agent and dispatch-k8s-manager-contact confine its writes to the contact Lease and the
+    # names starting dispatch-claim-, and let no one else write those.
     {
         "apiGroups": [COORDINATION_GROUP],
         "resources": ["leases"],
-        "verbs": ["get", "update"],
-        "resourceNames": [LEASE_MANAGER_CONTACT],
+        "verbs": ["get", "list", "create", "update", "delete"],
     },
-    {"apiGroups": [COORDINATION_GROUP], "resources": ["leases"], "verbs": ["create"]},
 )
 """The manager agent's rights in the worker agent's Lease namespace only (a Role there, in the chart)."""
 
@@ -109,7 +118,10 @@ class WorkerClients:
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         *,
         lease_namespace: str = LEASE_NAMESPACE,
+        origin: str = DEFAULT_ORIGIN,
     ):
+        self.origin = origin
+        """This manager's MultiKueue origin: the label of its contact Lease and claims on the workers."""
         self._files = {name: Path(path) for name, path in kubeconfigs.items()}
         self.lease_namespace = lease_namespace
         """Where the workers' agents read the contact Lease (their ``leaseNamespace``)."""
@@ -136,20 +148,70 @@ class WorkerClients:
         self._clients[worker] = (content, api)
         return api
 
-    async def look(self, worker: str, namespace: str, jobset_name: str) -> WorkerLook:
-        """The pods labelled with the JobSet's name in ``namespace`` on ``worker`` (a consistent LIST), the Jobs
-        they name and the Nodes they are bound to (GETs; one not found is left out: gone)."""
+    async def look(self, worker: str, namespace: str, jobset_name: str, claim: str | None = None) -> WorkerLook:
+        """What of the job ``worker`` shows, beyond its pods: MultiKueue's copy of the TrainJob and its JobSet (by
+        the job's name), every Job labelled with the JobSet's name, the pods so labelled (consistent LISTs), the
+        Jobs they name and the Nodes they are bound to (GETs; one not found is left out: gone), and the claim
+        ``claim`` (a Lease name) in the worker agents' Lease namespace."""
         core = client.CoreV1Api(api := await self._client(worker))
-        batch = client.BatchV1Api(api)
+        batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
-        listed = await read_json(
-            core.list_namespaced_pod(namespace, label_selector=f"{LABEL_JOBSET_NAME}={jobset_name}", **opts)
-        )
+        selector = f"{LABEL_JOBSET_NAME}={jobset_name}"
+        listed = await read_json(core.list_namespaced_pod(namespace, label_selector=selector, **opts))
         pods = list(listed.get("items", []))
         jobs = await _found(podowners.job_names(pods), lambda j: batch.read_namespaced_job(j, namespace, **opts))
         names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
         nodes = await _found(names, lambda n: core.read_node(n, **opts))
-        return WorkerLook(pods, jobs, nodes)
+        all_jobs = await read_json(batch.list_namespaced_job(namespace, label_selector=selector, **opts))
+        copy = await or_none(
+            custom.get_namespaced_custom_object(
+                TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINJOBS, jobset_name, **opts
+            )
+        )
+        jobset = await or_none(
+            custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, jobset_name, **opts)
+        )
+        lease = None
+        if claim is not None:
+            coordination = client.CoordinationV1Api(api)
+            lease = await or_none(coordination.read_namespaced_lease(claim, self.lease_namespace, **opts))
+        return WorkerLook(pods, jobs, nodes, copy=copy, jobset=jobset, all_jobs=list(all_jobs.get("items", [])),
+                          claim=lease)  # fmt: skip
+
+    async def claims(self, worker: str, origin: str) -> list[Obj]:
+        """The claims of this manager (``origin``) on ``worker`` (one LIST by their label)."""
+        coordination = client.CoordinationV1Api(await self._client(worker))
+        listed = await read_json(
+            coordination.list_namespaced_lease(
+                self.lease_namespace, label_selector=f"{LABEL_CLAIM}={origin}",
+                _preload_content=False, _request_timeout=self.timeout,
+            )
+        )  # fmt: skip
+        return [c for c in listed.get("items", []) if str(dig(c, "metadata", "name")).startswith(CLAIM_PREFIX)]
+
+    async def renew_claim(
+        self, worker: str, have: Mapping[str, Any] | None, want: Want, origin: str, now: dt.datetime, duration: int
+    ) -> None:
+        """Create or renew (a PUT preconditioned on the resourceVersion read) the claim ``want`` on ``worker``."""
+        coordination = client.CoordinationV1Api(await self._client(worker))
+        create, body = claim_lease(have, want, namespace=self.lease_namespace, origin=origin, now=now,
+                                   duration=duration)  # fmt: skip
+        made = {"field_manager": FIELD_MANAGER, "_preload_content": False, "_request_timeout": self.timeout}
+        if create:
+            await read_json(coordination.create_namespaced_lease(self.lease_namespace, body, **made))
+        else:
+            await read_json(coordination.replace_namespaced_lease(want.name, self.lease_namespace, body, **made))
+
+    async def delete_claim(self, worker: str, lease: Mapping[str, Any]) -> None:
+        """Delete the claim ``lease`` on ``worker``, preconditioned on its uid (one not found is gone already)."""
+        coordination = client.CoordinationV1Api(await self._client(worker))
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=dig(lease, "metadata", "uid")))
+        await or_none(
+            coordination.delete_namespaced_lease(
+                dig(lease, "metadata", "name"), self.lease_namespace, body=body,
+                _preload_content=False, _request_timeout=self.timeout,
+            )
+        )  # fmt: skip
 
     async def prepare(self, worker: str, want: Mapping[str, Any]) -> list[Blocker]:
         """``worker`` ready for the job: the replica ``want`` of its runtime copy and the prologue's ConfigMap in
@@ -253,7 +315,11 @@ class WorkerClients:
         coordination = client.CoordinationV1Api(await self._client(worker))
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
         lease = await or_none(coordination.read_namespaced_lease(LEASE_MANAGER_CONTACT, namespace, **opts))
-        create, body = contact_lease(lease, namespace=namespace, now=dt.datetime.now(dt.UTC), duration=duration)
+        other = contact_origin(lease)
+        if other is not None and other != self.origin:
+            raise RuntimeError(f"the contact Lease there is renewed by another manager (MultiKueue origin {other})")
+        create, body = contact_lease(lease, namespace=namespace, now=dt.datetime.now(dt.UTC), duration=duration,
+                                     origin=self.origin)  # fmt: skip
         made = {"field_manager": FIELD_MANAGER, **opts}
         if create:
             written = await read_json(coordination.create_namespaced_lease(namespace, body, **made))
@@ -331,7 +397,9 @@ async def release_kept_quota(
     assert workload is not None  # kept_active counts only for both
     assert trainjob is not None
     job = str(dig(trainjob, "metadata", "name"))
-    blockers = await look_at_workers(kube, workers, workload, await kube.multikueue_checks(), job, taints)
+    blockers = await look_at_workers(
+        kube, workers, workload, await kube.multikueue_checks(), job, taints, trainjob=trainjob
+    )
     if blockers:
         await kube.events.quota_kept(trainjob, kept_message(active, hold_message(blockers)))
         return False
@@ -353,30 +421,50 @@ async def look_at_workers(
     jobset_name: str,
     taints: Sequence[str],
     want: Mapping[str, Any] | None = None,
+    trainjob: Mapping[str, Any] | None = None,
 ) -> list[Blocker]:
     """What on the workers holds a dispatch of ``workload`` (in MultiKueue mode; ``multikueue``: the MultiKueue
-    checks' names): the pods that may still run there, the workers that cannot be read or have no credential,
-    MultiKueue checks whose workers cannot be known, and workers not ready for the job (``want``: the replica of
-    its runtime copy each worker read must hold, made there where missing; None: the copy could not be read, and
-    the gate holds for that). Empty: nothing of an earlier execution may run on any worker, and each can run the
-    job."""
+    checks' names): what of the job may still run there (agent/workers.py ``worker_blockers``), the workers that
+    cannot be read or have no credential, MultiKueue checks whose workers cannot be known, and workers not ready
+    for the job (``want``: the replica of its runtime copy each worker read must hold, made there where missing;
+    None: the copy could not be read, and the gate holds for that). Empty: nothing of an earlier execution may
+    run on any worker, and each can run the job.
+
+    ``trainjob``: the job's TrainJob on the manager, whose record (``ANNOTATION_DISPATCHED_TO``) names workers to
+    read whatever the configs say now; a worker whose look found nothing of the job at all is taken off it (a
+    preconditioned patch). A claim of the job's found on a worker while its Workload is dispatched nowhere is
+    deleted there first: the manager no longer wants that copy, and its worker then stops it."""
     listed = listed_multikueue_checks(workload, multikueue)
     checks = dict(zip(listed, await asyncio.gather(*(kube.get_admission_check(n) for n in listed)), strict=True))
     config_names = sorted({c for ac in checks.values() if (c := multikueue_config_of(ac)) is not None})
     found = await asyncio.gather(*(kube.get_multikueue_config(n) for n in config_names))
     configs = dict(zip(config_names, found, strict=True))
-    plan = plan_workers(checks, configs, await kube.list_multikueue_clusters(), workers.names if workers else ())
+    record = dispatched_to(trainjob)
+    clusters = await kube.list_multikueue_clusters()
+    plan = plan_workers(checks, configs, clusters, workers.names if workers else (), record)
     namespace = dig(workload, "metadata", "namespace")
+    claim = claim_name(str(dig(workload, "metadata", "uid")))
+    unwanted = dispatched_worker(workload) is None
+    empty: list[str] = []
 
     async def read(worker: str) -> list[Blocker]:
         assert workers is not None  # plan_workers reads only workers with a credential
         try:
-            seen = await workers.look(worker, namespace, jobset_name)
+            seen = await workers.look(worker, namespace, jobset_name, claim)
+            if seen.claim is not None and unwanted:
+                await workers.delete_claim(worker, seen.claim)
+                seen = replace(seen, claim=None)
         except Exception as exc:  # any failure to read a worker is a hold, never an approval
-            return [unreadable(worker, describe_error(exc))]
+            if worker in plan.trusted:
+                log.info("fenced worker %s not read (%s): trusted", worker, describe_error(exc))
+                return []
+            why = describe_error(exc)
+            return [unreadable(worker, f"{why}; {FENCE_NOT_TRUSTED}" if worker in plan.untrusted else why)]
+        if seen.empty:
+            empty.append(worker)
         blockers = worker_blockers(worker, jobset_name, seen, taints)
-        if want is None:
-            return blockers
+        if want is None or worker in plan.trusted:
+            return blockers  # a fenced worker is not prepared: the job is not to run there
         try:
             return [*blockers, *await workers.prepare(worker, want)]
         except Exception as exc:
@@ -384,5 +472,16 @@ async def look_at_workers(
 
     held = await asyncio.gather(*(read(w) for w in plan.read))
     if plan.fenced:
-        log.debug("fenced worker(s) not read: %s", ", ".join(plan.fenced))
+        log.debug("worker(s) declared powered off, not read: %s", ", ".join(plan.fenced))
+    if trainjob is not None and set(empty) & set(record):
+        await _forget(kube, trainjob, [w for w in record if w not in empty])
     return [*plan.blockers, *(b for found in held for b in found)]
+
+
+async def _forget(kube: Kube, trainjob: Mapping[str, Any], keep: list[str]) -> None:
+    """Take the workers a look found empty off the TrainJob's record; a conflict leaves them for the next look."""
+    namespace, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
+    try:
+        kube.reads.wrote_trainjob(await kube.patch_trainjob(namespace, name, record_ops(trainjob, keep)))
+    except Exception as exc:
+        log.info("TrainJob %s/%s: its record of workers not updated: %s", namespace, name, describe_error(exc))

@@ -19,14 +19,17 @@ classification on that worker's nodes.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from agent import podowners
 from agent.gate import Blocker
 from agent.nodeloss import assess
-from contract.multicluster import config_clusters, is_fenced, multikueue_config_of
+from contract.claims import fresh_by_manager
+from contract.keys import ANNOTATION_DISPATCHED_TO, ANNOTATION_FENCED, FENCED_POWERED_OFF, FENCED_TRUE
+from contract.multicluster import config_clusters, is_fenced, is_powered_off, multikueue_config_of
 from contract.objects import dig
 
 
@@ -35,10 +38,15 @@ class WorkerPlan:
     read: tuple[str, ...]
     """The workers to read, with the agent's credential for each."""
     fenced: tuple[str, ...]
-    """The workers an administrator fenced: not read, nothing of them waited on."""
+    """The workers declared powered off (``FENCED_POWERED_OFF``): not read, nothing of them waited on."""
     blockers: tuple[Blocker, ...]
     """What holds before any worker is read: a MultiKueueConfig that cannot be read, a worker with no
     credential."""
+    untrusted: frozenset[str] = frozenset()
+    """Fenced workers (``FENCED_TRUE``) the record lists: read, and held on as any other."""
+    trusted: frozenset[str] = frozenset()
+    """Fenced workers (``FENCED_TRUE``) read, whose failure to be read does not hold: the job was never dispatched
+    there, or the last look there found nothing of it (the record on the TrainJob does not list them)."""
 
 
 def plan_workers(
@@ -46,12 +54,18 @@ def plan_workers(
     configs: Mapping[str, Mapping[str, Any] | None],
     clusters: Sequence[Mapping[str, Any]],
     credentials: Collection[str],
+    record: Collection[str] = (),
 ) -> WorkerPlan:
     """Which workers to read for a Workload in MultiKueue mode. ``checks``: the MultiKueue checks it lists, each
     as read (None: gone); ``configs``: the MultiKueueConfigs they name, as read (None: gone); ``clusters``: every
-    MultiKueueCluster (their fences); ``credentials``: the workers the agent has a credential for."""
+    MultiKueueCluster (their fences); ``credentials``: the workers the agent has a credential for; ``record``:
+    the workers the TrainJob's record lists (``ANNOTATION_DISPATCHED_TO``), read whatever the configs say now.
+
+    A fence is trusted only as far as it is evidence: a worker declared powered off is not read; a worker fenced
+    otherwise is still read (what it shows holds as anywhere), and only where the record does not list it may it
+    fail to be read, or lack a credential, without holding."""
     blockers: list[Blocker] = []
-    workers: set[str] = set()
+    workers: set[str] = set(record)
     for name, check in sorted(checks.items()):
         config_name = multikueue_config_of(check)
         config = configs.get(config_name) if config_name is not None else None
@@ -60,14 +74,26 @@ def plan_workers(
             blockers.append(Blocker("", f"the MultiKueue check {name} names {what}: its workers are unknown", ""))
             continue
         workers.update(config_clusters(config))
-    fenced = {dig(c, "metadata", "name") for c in clusters if is_fenced(c)}
+    off = {dig(c, "metadata", "name") for c in clusters if is_powered_off(c)}
+    fenced = {dig(c, "metadata", "name") for c in clusters if is_fenced(c)} - off
+    trusted = frozenset(w for w in fenced if w not in set(record))
     read = []
-    for worker in sorted(workers - fenced):
+    for worker in sorted(workers - off):
         if worker in credentials:
             read.append(worker)
-        else:
-            blockers.append(Blocker("", "the agent has no credential to read it (workerKubeconfigs)", worker))
-    return WorkerPlan(tuple(read), tuple(sorted(workers & fenced)), tuple(blockers))
+        elif worker not in trusted:
+            why = "the agent has no credential to read it (workerKubeconfigs)"
+            if worker in fenced:
+                why += f"; {FENCE_NOT_TRUSTED}"
+            blockers.append(Blocker("", why, worker))
+    return WorkerPlan(tuple(read), tuple(sorted(workers & off)), tuple(blockers), fenced - trusted, trusted)
+
+
+FENCE_NOT_TRUSTED: Final = (
+    f"it is fenced ({ANNOTATION_FENCED}: {FENCED_TRUE}), but the job was dispatched there and no look has found it "
+    f"gone since ({ANNOTATION_DISPATCHED_TO}): only a worker declared shut down ({ANNOTATION_FENCED}: "
+    f"{FENCED_POWERED_OFF}) is trusted unread"
+)
 
 
 def unreadable(worker: str, why: str) -> Blocker:
@@ -78,23 +104,60 @@ def unreadable(worker: str, why: str) -> Blocker:
 @dataclass(frozen=True)
 class WorkerLook:
     """What one worker showed: the pods labelled with the job's JobSet name in its namespace, the Jobs they name
-    and the Nodes they are bound to, by name (one absent: not found, gone)."""
+    and the Nodes they are bound to, by name (one absent: not found, gone); and beyond the pods, MultiKueue's
+    copy of the TrainJob and its JobSet (by the job's name), every Job labelled with the JobSet's name, and the
+    job's claim there (None: not found)."""
 
     pods: Sequence[Mapping[str, Any]]
     jobs: Mapping[str, Mapping[str, Any]]
     nodes: Mapping[str, Mapping[str, Any]]
+    copy: Mapping[str, Any] | None = None
+    jobset: Mapping[str, Any] | None = None
+    all_jobs: Sequence[Mapping[str, Any]] = ()
+    claim: Mapping[str, Any] | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing of the job is there at all: no pod, Job, JobSet, copy or claim."""
+        return not (self.pods or self.all_jobs or self.jobset or self.copy or self.claim)
 
 
-def worker_blockers(worker: str, jobset_name: str, look: WorkerLook, taints: Sequence[str]) -> list[Blocker]:
-    """The pods on ``worker`` that may still run, each named with the worker. Sorted by the ownership chain as
-    on one cluster (agent/podowners.py), with no JobSet UID known: every JobSet of the job's name there is one of
-    its copies' (MultiKueue reuses the name), so a pod of any of them counts, and so does a pod whose Job is
-    gone; a pod the chain proves someone else's does not. Judged on that worker's nodes (agent/nodeloss.py)."""
+def worker_blockers(
+    worker: str, jobset_name: str, look: WorkerLook, taints: Sequence[str], now: dt.datetime | None = None
+) -> list[Blocker]:
+    """What on ``worker`` may still run, each named with the worker. The pods, sorted by the ownership chain as on
+    one cluster (agent/podowners.py), with no JobSet UID known: every JobSet of the job's name there is one of its
+    copies' (MultiKueue reuses the name), so a pod of any of them counts, and so does a pod whose Job is gone; a
+    pod the chain proves someone else's does not. Judged on that worker's nodes (agent/nodeloss.py). Beyond the
+    pods, what may still make one: a copy, a JobSet or a Job of the job's name not finished (a look between a
+    restart's old pods going and new ones coming, or while pods cannot be created, finds no pod), and a claim
+    still fresh by this manager's clock (a copy may start under it)."""
     owned = podowners.sort_pods({"metadata": {"name": jobset_name}}, None, look.pods, look.jobs)
-    return [
+    found = [
         Blocker(pod, f"{c.verdict.value}: {c.reason}", worker)
         for pod, c in assess(owned.ours, look.nodes, taints).may_still_run
     ]
+    if look.copy is not None and not _finished(look.copy, ("Complete", "Failed")):
+        found.append(Blocker("", f"MultiKueue's copy TrainJob {jobset_name} there is not finished", worker))
+    if look.jobset is not None and not (
+        dig(look.jobset, "status", "terminalState") or _finished(look.jobset, ("Completed", "Failed"))
+    ):
+        found.append(Blocker("", f"JobSet {jobset_name} there is not finished", worker))
+    running = sorted(str(dig(j, "metadata", "name")) for j in look.all_jobs if not _finished(j, ("Complete", "Failed")))
+    if running:
+        found.append(
+            Blocker("", f"Job(s) {', '.join(running)} there are not finished: they may still make pods", worker)
+        )
+    if fresh_by_manager(look.claim, now or dt.datetime.now(dt.UTC)):
+        found.append(Blocker("", f"the claim {dig(look.claim, 'metadata', 'name')} there is still fresh", worker))
+    return found
+
+
+def _finished(obj: Mapping[str, Any], types: Sequence[str]) -> bool:
+    return any(
+        isinstance(c, Mapping) and c.get("type") in types and c.get("status") == "True"
+        for c in dig(obj, "status", "conditions") or []
+    )
 
 
 def is_remote(blocker: Blocker) -> bool:

@@ -66,7 +66,13 @@ ANNOTATION_DISPATCHED: Final = "dispatch.phpboyscout.uk/dispatched-admission"
 """On a MultiKueue manager's Workload of a dispatch job: the A its readmission gate raised for the dispatch it is
 about to approve, written before its Ready (the stamp). MultiKueue clones the Workload's annotations into the
 remote Workload it creates on a worker, from the cache entry that shows the Ready, so the remote Workload carries
-the A of its own dispatch, whatever A the copy of the TrainJob carries (docs/multicluster.md, "The stale copy")."""
+the A of its own dispatch, whatever A the copy of the TrainJob carries (docs/multicluster.md, "The stale copy").
+The gate removes it from a Workload it holds, so a stale stamp never outlives its dispatch."""
+ANNOTATION_DISPATCHED_SPENT: Final = "dispatch.phpboyscout.uk/dispatched-spent"
+"""On a MultiKueue manager's Workload of a dispatch job: the highest A its readmission gate ever stamped on it
+(``ANNOTATION_DISPATCHED``), written with each stamp and kept when the stamp is removed. The gate reuses a raise
+whose stamp never landed, and never an A this record shows stamped (docs/multicluster.md, "Numbering each
+dispatch")."""
 ANNOTATION_UNVERIFIED: Final = "dispatch.phpboyscout.uk/unverified"
 """On a MultiKueue worker, on MultiKueue's copy of a dispatch TrainJob: set at its creation (dispatch's mutating
 policy or webhook), removed only by dispatch's agent there once the copy's A equals its remote Workload's stamp
@@ -90,6 +96,26 @@ nothing of a previous execution still runs there, and the manager's readmission 
 cross-cluster analogue of the ``out-of-service`` taint; docs/multicluster.md, guarantee 4). Any other value is
 no fence."""
 FENCED_TRUE: Final = "true"
+FENCED_POWERED_OFF: Final = "powered-off"
+"""The fence that states more: the worker is shut down. Trusted even when the worker cannot be read; a fence
+``FENCED_TRUE`` is trusted only where the job was never dispatched or the last look found nothing of it there
+(``ANNOTATION_DISPATCHED_TO``)."""
+ANNOTATION_DISPATCHED_TO: Final = "dispatch.phpboyscout.uk/dispatched-to"
+"""On a MultiKueue manager's dispatch TrainJob: the workers (MultiKueueCluster names, comma-separated, sorted)
+the job was dispatched to and that no look has since proven empty of it. The manager's agent adds a worker before
+it first claims a copy there (a copy starts only under a claim), and the gate removes it once its look there
+found nothing of the job. The gate reads every worker listed, whatever the MultiKueueConfig says now."""
+CLAIM_PREFIX: Final = "dispatch-claim-"
+"""On a MultiKueue worker, in the agent's Lease namespace: the claim Lease ``dispatch-claim-<manager Workload
+uid>`` by which the manager's agent says it wants the copy its ``holderIdentity`` names (the gate's approval
+``<A>/<Workload uid>``, which the copy carries) to run there now. Renewed only while the Workload is admitted
+with ``status.clusterName`` naming that worker and its MultiKueueCluster is Active and not fenced; a copy starts,
+and keeps running, only under a claim seen renewed within its duration (docs/multicluster.md, "The claim")."""
+LABEL_CLAIM: Final = "dispatch.phpboyscout.uk/claim"
+"""On a claim Lease: the MultiKueue origin of the manager that wrote it (Kueue's ``multiKueue.origin``), so two
+managers sharing a worker each keep to their own claims."""
+ANNOTATION_CLAIM_JOB: Final = "dispatch.phpboyscout.uk/claim-job"
+"""On a claim Lease: ``<namespace>/<name>`` of the job, for people and Status."""
 
 # -- Labels on a runtime copy's replica (on a MultiKueue worker) -------------------------------------
 LABEL_REPLICA_OF: Final = "dispatch.phpboyscout.uk/replica-of"

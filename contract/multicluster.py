@@ -16,16 +16,20 @@ from enum import Enum
 from typing import Any, Final, Literal
 
 from contract.admission import Raise, admission_count, admission_floor, parse_count, preconditions, raise_to
+from contract.claims import DEFAULT_ORIGIN, copy_claim
 from contract.errors import ContractError, Problem
 from contract.identity import R_BOUND
 from contract.keys import (
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_DISPATCHED,
     ANNOTATION_FENCED,
     ANNOTATION_UNVERIFIED,
     ANNOTATION_VERIFIED_CONTACT,
     ANNOTATION_VERIFIED_COPY,
     CONTACT_HOLDER,
+    FENCED_POWERED_OFF,
     FENCED_TRUE,
+    LABEL_CLAIM,
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
@@ -124,9 +128,15 @@ def config_clusters(config: Mapping[str, Any] | None) -> list[str]:
 
 
 def is_fenced(cluster: Mapping[str, Any] | None) -> bool:
-    """An administrator declared the MultiKueueCluster's worker shut down (``ANNOTATION_FENCED``: exactly
-    ``FENCED_TRUE``), so none of its pods still runs."""
-    return dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) == FENCED_TRUE
+    """An administrator fenced the MultiKueueCluster's worker (``ANNOTATION_FENCED``: exactly ``FENCED_TRUE`` or
+    ``FENCED_POWERED_OFF``): the manager claims nothing there and renews no contact, so its agent stops the copies
+    there; the gate trusts the fence as far as ``plan_workers`` says."""
+    return dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) in (FENCED_TRUE, FENCED_POWERED_OFF)
+
+
+def is_powered_off(cluster: Mapping[str, Any] | None) -> bool:
+    """The fence declares the worker shut down (``FENCED_POWERED_OFF``): nothing of it runs, read or not."""
+    return dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) == FENCED_POWERED_OFF
 
 
 def listed_multikueue_checks(workload: Mapping[str, Any] | None, checks: Collection[str]) -> list[str]:
@@ -253,10 +263,13 @@ class CopyVerdict:
     there): not looked at again but on a change of the copy."""
 
 
-def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, contact: int | None) -> CopyVerdict:
+def verify_copy(
+    copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, contact: int | None, claim: str | None
+) -> CopyVerdict:
     """On a worker, what dispatch's agent does with MultiKueue's copy ``copy`` of a dispatch TrainJob, given the
-    remote Workload it names (None: not found) and the contact epoch with the manager (``contact_epoch``; None:
-    no renewal of the contact Lease seen within its duration, so no copy starts).
+    remote Workload it names (None: not found), the contact epoch with the manager (``contact_epoch``; None:
+    no renewal of the contact Lease seen within its duration, so no copy starts) and the approval its claim names
+    (contract/claims.py; None: no claim for it seen renewed within the claim's duration, so it does not start).
 
     The copy was made from MultiKueue's cache of the manager's TrainJob, which may show an earlier dispatch's A;
     the remote Workload was cloned from the cache entry showing the manager gate's Ready, so its stamp
@@ -294,6 +307,15 @@ def verify_copy(copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, 
             f"the copy carries A {a}, its dispatch was stamped {stamped} ({ANNOTATION_DISPATCHED} on Workload {name}): "
             "made from a stale view of the manager's TrainJob; deleted, the job goes back through the manager",
         )
+    needs = copy_claim(copy)
+    if needs is None:
+        return CopyVerdict(
+            CopyAction.WAIT,
+            f"the copy carries no gate's approval ({ANNOTATION_APPROVED_ADMISSION}) to claim",
+            final=True,
+        )
+    if claim != needs[1]:
+        return CopyVerdict(CopyAction.WAIT, unclaimed_message(needs, claim))
     uid = dig(copy, "metadata", "uid")
     verified = annotations(workload).get(ANNOTATION_VERIFIED_COPY)
     if verified is not None and verified != uid:
@@ -342,8 +364,14 @@ def contact_epoch(lease: Mapping[str, Any] | None) -> int | None:
     return transitions if isinstance(transitions, int) and transitions >= 0 else 0
 
 
+def contact_origin(lease: Mapping[str, Any] | None) -> str | None:
+    """The MultiKueue origin of the manager that renews the contact Lease (its ``LABEL_CLAIM``); None: unlabelled."""
+    value = labels(lease).get(LABEL_CLAIM)
+    return value if isinstance(value, str) else None
+
+
 def contact_lease(
-    lease: Mapping[str, Any] | None, *, namespace: str, now: dt.datetime, duration: int
+    lease: Mapping[str, Any] | None, *, namespace: str, now: dt.datetime, duration: int, origin: str = DEFAULT_ORIGIN
 ) -> tuple[bool, dict[str, Any]]:
     """The manager's renewal of its contact Lease on a worker: ``(create, body)``. A body to update carries the
     Lease's resourceVersion as read (a PUT that fails if anyone wrote it since). When the Lease was last renewed
@@ -357,7 +385,7 @@ def contact_lease(
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": LEASE_MANAGER_CONTACT, "namespace": namespace},
+            "metadata": {"name": LEASE_MANAGER_CONTACT, "namespace": namespace, "labels": {LABEL_CLAIM: origin}},
             "spec": {**spec, "acquireTime": stamp, "leaseTransitions": 0},
         }
         return True, body
@@ -371,7 +399,9 @@ def contact_lease(
             "acquireTime": stamp,
             "leaseTransitions": (transitions if isinstance(transitions, int) and transitions >= 0 else 0) + 1,
         }
-    return False, {**lease, "spec": {**(lease.get("spec") or {}), **spec}}
+    meta = lease.get("metadata") or {}
+    metadata = {**meta, "labels": {**(meta.get("labels") or {}), LABEL_CLAIM: origin}}
+    return False, {**lease, "metadata": metadata, "spec": {**(lease.get("spec") or {}), **spec}}
 
 
 def outlived_contact(
@@ -411,6 +441,59 @@ def outlived_contact(
             "elsewhere; deleted, so it does not run on",
         )
     return CopyVerdict(CopyAction.NOTHING, "in contact since it started")
+
+
+def unclaimed_message(needs: tuple[str, str], claim: str | None) -> str:
+    name, approval = needs
+    seen = f"it names {claim}" if claim else "none seen renewed within its duration"
+    return (
+        f"the manager's dispatch agent does not claim this copy here now (claim {name} for {approval}: {seen}): "
+        "the manager does not want it to run on this worker (not dispatched here, evicted, stopped, fenced, or "
+        "Kueue cannot reach this worker)"
+    )
+
+
+def unclaimed(copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, claim: str | None) -> CopyVerdict:
+    """On a worker, whether dispatch's agent deletes the copy ``copy`` it let start, given its remote Workload and
+    the approval its claim names, live (None: no claim for it seen renewed within the claim's duration). A copy
+    runs on only under a live claim for exactly it; a finished copy is kept (the manager copies its final
+    status from it)."""
+    if not is_copy(copy) or unverified(copy) or dig(copy, "metadata", "deletionTimestamp"):
+        return CopyVerdict(CopyAction.NOTHING, "not a running copy")
+    if workload is not None and annotations(workload).get(ANNOTATION_VERIFIED_COPY) != dig(copy, "metadata", "uid"):
+        return CopyVerdict(CopyAction.NOTHING, "not the copy let start under its remote Workload")
+    if _finished(copy) or _finished(workload):
+        return CopyVerdict(CopyAction.NOTHING, "finished")
+    needs = copy_claim(copy)
+    if needs is not None and claim == needs[1]:
+        return CopyVerdict(CopyAction.NOTHING, "claimed")
+    return CopyVerdict(
+        CopyAction.DELETE, f"{unclaimed_message(needs or ('?', '?'), claim)}; deleted, so it does not run on"
+    )
+
+
+def unclaimed_marked(copy: Mapping[str, Any], *, claim: str | None, waited: float, duration: float) -> CopyVerdict:
+    """On a worker, whether a copy still marked, which has waited ``waited`` seconds (by the agent's clock) for a
+    claim, is deleted: after ``duration`` without one, the manager does not want it here (a fenced worker, one
+    Kueue reached but the manager's agent cannot); deleted, its remote Workload goes with it and the job goes
+    back through the manager."""
+    if not is_copy(copy) or not unverified(copy) or dig(copy, "metadata", "deletionTimestamp"):
+        return CopyVerdict(CopyAction.NOTHING, "not a marked copy")
+    needs = copy_claim(copy)
+    if (needs is not None and claim == needs[1]) or waited < duration:
+        return CopyVerdict(CopyAction.NOTHING, "claimed, or not waited long enough")
+    return CopyVerdict(
+        CopyAction.DELETE,
+        f"{unclaimed_message(needs or ('?', '?'), claim)} for {waited:.0f} s; deleted, the job goes back through the "
+        "manager",
+    )
+
+
+def _finished(obj: Mapping[str, Any] | None) -> bool:
+    return any(
+        isinstance(c, Mapping) and c.get("type") in ("Finished", "Complete", "Failed") and c.get("status") == "True"
+        for c in dig(obj, "status", "conditions") or []
+    )
 
 
 def mark_copy_ops(trainjob: Mapping[str, Any]) -> list[dict[str, Any]]:

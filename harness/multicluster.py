@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import yaml
 
+from agent.api.settings import KueueConfigRef
 from agent.workerreads import CONTACT_RULES, WORKER_RULES
 from contract.multicluster import ROLE_WORKER
 from harness.binaries import TIER_B_BINARIES, Artifacts, locate
@@ -240,6 +241,16 @@ def manager_kueue_config(worker_lost_timeout: str, gc_interval: str) -> dict[str
     }
 
 
+def _store_kueue_config(manager: TierB) -> None:
+    """The Configuration the manager's Kueue runs with (the file tier B started it with), in the ConfigMap where an
+    install keeps it and the manager agent's Preflight reads its workerLostTimeout (agent/kueueconfig.py)."""
+    ref = KueueConfigRef()
+    assert ref.namespace == KUEUE_NAMESPACE, "the agent's default is where this Kueue runs"
+    text = (manager.control_plane.run_dir / "kueue" / "config.yaml").read_text()  # harness.tier_b's _start_kueue
+    metadata = {"namespace": ref.namespace, "name": ref.name}
+    manager.admin.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {ref.key: text}})
+
+
 def _grant_multikueue(worker: ControlPlane) -> None:
     worker.admin.apply(
         {
@@ -374,6 +385,7 @@ def start_multicluster(
             worker_tiers = [f.result() for f in worker_futures]
         timings["tier_b_ready"] = time.monotonic() - started
 
+        _store_kueue_config(manager)
         connected = [_connect(manager, name, tb) for name, tb in zip(names, worker_tiers, strict=True)]
         _install_multikueue(manager, names)
         for name in names:

@@ -55,6 +55,7 @@ from contract.keys import (
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     ANNOTATION_UNVERIFIED,
+    CLAIM_PREFIX,
     COORDINATION_GROUP,
     GATE,
     HOLD_ANNOTATIONS,
@@ -737,8 +738,9 @@ MANAGER_AGENT_POLICY: Final = f"{NAME}-manager-agent"
 MANAGER_AGENT_MESSAGE: Final = (
     "the manager's dispatch agent (multicluster.managerAgent) creates and deletes here only the replicas of "
     f"dispatch's runtime copies (TrainingRuntimes named dj-<JobID>-s<N>, labelled {LABEL_REPLICA_OF}), creates "
-    f"only the prologue's ConfigMap {PROLOGUE_CONFIGMAP}, and creates and renews only its contact Lease "
-    f"{LEASE_MANAGER_CONTACT}; it updates nothing else"
+    f"only the prologue's ConfigMap {PROLOGUE_CONFIGMAP}, creates and renews only its contact Lease "
+    f"{LEASE_MANAGER_CONTACT}, and creates, renews and deletes only its claims ({CLAIM_PREFIX}<Workload uid>); it "
+    "updates nothing else"
 )
 
 
@@ -757,8 +759,9 @@ def manager_agent_policy(config: Config) -> dict[str, Any]:
         f"object.metadata.?name.orValue('') == {_q(PROLOGUE_CONFIGMAP)}"
     )
     contact = (
-        "request.resource.resource == 'leases' && request.operation in ['CREATE', 'UPDATE'] && "
-        f"object.metadata.?name.orValue('') == {_q(LEASE_MANAGER_CONTACT)}"
+        "request.resource.resource == 'leases' && (request.operation in ['CREATE', 'UPDATE'] && "
+        f"object.metadata.?name.orValue('') == {_q(LEASE_MANAGER_CONTACT)} || "
+        f"{target}.metadata.?name.orValue('').startsWith({_q(CLAIM_PREFIX)}))"
     )
     return _policy(
         MANAGER_AGENT_POLICY,
@@ -780,10 +783,10 @@ def manager_agent_policy(config: Config) -> dict[str, Any]:
 
 MANAGER_CONTACT_POLICY: Final = f"{NAME}-manager-contact"
 MANAGER_CONTACT_MESSAGE: Final = (
-    f"the Lease {LEASE_MANAGER_CONTACT} is created and renewed only by the manager's dispatch agent "
-    "(multicluster.managerAgent): while it is renewed, this worker's dispatch agent keeps the copies it let start "
-    "running, so a renewal by anyone else could keep a copy running after the manager lost this worker "
-    "(deleting it is anyone's whom RBAC lets: the worker's copies then stop)"
+    f"the Lease {LEASE_MANAGER_CONTACT} and the claims {CLAIM_PREFIX}<Workload uid> are created and renewed only by "
+    "the manager's dispatch agent (multicluster.managerAgent): while they are renewed, this worker's dispatch agent "
+    "lets the copies they name start and keeps them running, so a renewal by anyone else could keep a copy running "
+    "after the manager stopped wanting it here (deleting them is anyone's whom RBAC lets: the copies then stop)"
 )
 
 
@@ -797,7 +800,12 @@ def manager_contact_policy(config: Config) -> dict[str, Any]:
         ["CREATE", "UPDATE"],
         {
             "matchConditions": [
-                {"name": "contact-lease", "expression": f"request.name == {_q(LEASE_MANAGER_CONTACT)}"}
+                {
+                    "name": "contact-lease-or-claim",
+                    "expression": f"request.name == {_q(LEASE_MANAGER_CONTACT)} || "
+                    f"request.name.startsWith({_q(CLAIM_PREFIX)}) || "
+                    f"object.?metadata.?name.orValue('').startsWith({_q(CLAIM_PREFIX)})",
+                }
             ],
             "validations": [
                 {"expression": "variables.managerAgent", "message": MANAGER_CONTACT_MESSAGE, "reason": "Forbidden"}

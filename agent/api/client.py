@@ -37,6 +37,7 @@ from agent.api.models import (
     StartRequest,
     StartResponse,
     StatusResponse,
+    WorkerRemainsModel,
 )
 from agent.api.routes import OPENAPI_PATH, PREFIX
 
@@ -54,6 +55,9 @@ class AgentError(Exception):
         status: int = 0,
         field: str | None = None,
         orphans: list[str] | None = None,
+        workers: list[WorkerRemainsModel] | None = None,
+        ceased: bool | None = None,
+        ceased_reason: str | None = None,
     ) -> None:
         super().__init__(f"{kind.value}: {message}" + (f" (field {field})" if field else ""))
         self.kind = kind
@@ -61,11 +65,17 @@ class AgentError(Exception):
         self.status = status
         self.field = field
         self.orphans = orphans
+        self.workers = workers
+        """On a MultiKueue manager (not_found from Status, Start's refusals): what is left on each worker."""
+        self.ceased = ceased
+        self.ceased_reason = ceased_reason
+        """On a MultiKueue manager, not_found from Status: Ceased across the workers, and why."""
 
     def body(self) -> dict[str, Any]:
         return ErrorResponse(
-            error=self.kind.value, message=self.message, field=self.field, orphans=self.orphans
-        ).model_dump(by_alias=True, exclude_none=True)
+            error=self.kind.value, message=self.message, field=self.field, orphans=self.orphans,
+            workers=self.workers, ceased=self.ceased, ceased_reason=self.ceased_reason,
+        ).model_dump(by_alias=True, exclude_none=True)  # fmt: skip
 
 
 def token_from_file(path: str | Path) -> Callable[[], str]:
@@ -84,7 +94,8 @@ def _error(status: int, raw: bytes) -> AgentError:
     except (ValidationError, ValueError):
         text = raw.decode("utf-8", "replace")[:500]
         return AgentError(ErrorKind.UNAVAILABLE if status >= 500 else ErrorKind.INVALID, text, status=status)
-    return AgentError(kind, body.message, status=status, field=body.field, orphans=body.orphans)
+    return AgentError(kind, body.message, status=status, field=body.field, orphans=body.orphans,
+                      workers=body.workers, ceased=body.ceased, ceased_reason=body.ceased_reason)  # fmt: skip
 
 
 class _Resolve(AbstractResolver):

@@ -49,6 +49,9 @@ class ApiError(Exception):
         *,
         orphans: list[str] | None = None,
         retry_after: int | None = None,
+        workers: list[dict[str, Any]] | None = None,
+        ceased: bool | None = None,
+        ceased_reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
@@ -58,6 +61,12 @@ class ApiError(Exception):
         self.retry_after = retry_after
         """Seconds, sent as Retry-After (rate_limited)."""
         """Status of a TrainJob that is gone (or replaced): what it left behind, as the spec names orphans."""
+        self.workers = workers
+        """On a MultiKueue manager (Status of a TrainJob that is gone, Start): what of the job is left on each
+        worker, as ``WorkerRemainsModel`` bodies (agent/workerremains.py)."""
+        self.ceased = ceased
+        self.ceased_reason = ceased_reason
+        """On a MultiKueue manager, Status of a TrainJob that is gone: Ceased across the workers, and why."""
 
     @property
     def status(self) -> int:
@@ -69,4 +78,9 @@ class ApiError(Exception):
             body["field"] = self.field
         if self.orphans is not None:
             body["orphans"] = self.orphans
+        if self.workers is not None:
+            body["workers"] = self.workers
+        if self.ceased is not None:
+            body["ceased"] = self.ceased
+            body["ceasedReason"] = self.ceased_reason or ""
         return body

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent.status import Status
+from agent.workerremains import Remains
 from contract.runtime_patch import Credential, Publish
 from contract.trainjob import Submission
 
@@ -111,9 +112,40 @@ class HoldRequest(ObjectRef):
     until: str | None = Field(None, description="RFC 3339; a hold until released when absent")
 
 
+class WorkerRemainsModel(_Model):
+    """On a MultiKueue manager: what of a job is left on one worker (agent/workerremains.py)."""
+
+    cluster: str = Field(description="the worker (its MultiKueueCluster's name)")
+    read: bool = Field(description="the worker was read with the agent's credential for it")
+    fenced: bool = Field(
+        False,
+        description="not read, and an administrator fenced it: taken at the fence's word that nothing of the job runs "
+        "there (a fenced worker that is read is reported as read)",
+    )
+    orphans: list[str] = Field(
+        description="what of the job is there, as orphan references: MultiKueue's copy "
+        "(`<namespace>/trainjob/<name>`), its JobSet, its Jobs (`…/job/…`), and its pods that may still run"
+    )
+    may_still_run: bool = Field(
+        alias="mayStillRun",
+        description="something of the job may still run or start there; true for a worker that cannot be read",
+    )
+    reason: str = Field(description="why, or why the worker was not read")
+
+    @classmethod
+    def of(cls, r: Remains) -> WorkerRemainsModel:
+        return cls(cluster=r.cluster, read=r.read, fenced=r.fenced, orphans=list(r.orphans),
+                   may_still_run=r.may_still_run, reason=r.reason)  # fmt: skip
+
+
 class OutcomeResponse(_Model):
     outcome: str
     a: int | None = None
+    workers: list[WorkerRemainsModel] = Field(
+        [],
+        description="Stop on a MultiKueue manager: what of the job is still on each worker the agent reads, once the "
+        "manager's TrainJob is deleted (MultiKueue deletes a worker's copy only while it can reach that worker)",
+    )
 
 
 class PodStatusModel(_Model):
@@ -185,6 +217,11 @@ class StatusResponse(_Model):
         description="why the pods on that worker are not reported (no credential for it, unreadable, or no copy "
         "of the job there); empty when they are",
     )
+    workers: list[WorkerRemainsModel] = Field(
+        [],
+        description="on a MultiKueue manager, while the TrainJob is being deleted (Stop): what of the job is left on "
+        "each worker the agent reads; ceased then holds only once every one was read and nothing may run on any",
+    )
 
     @classmethod
     def of(cls, ref: ObjectRef, s: Status) -> StatusResponse:
@@ -211,6 +248,7 @@ class StatusResponse(_Model):
             orphans=list(s.orphans),
             cluster=s.cluster,
             cluster_reason=s.cluster_reason,
+            workers=[WorkerRemainsModel.of(w) for w in s.workers],
         )
 
 
@@ -284,3 +322,14 @@ class ErrorResponse(_Model):
     orphans: list[str] | None = Field(
         None, description="with not_found from Status: objects the TrainJob left behind (`<namespace>/jobset/<name>`…)"
     )
+    workers: list[WorkerRemainsModel] | None = Field(
+        None,
+        description="on a MultiKueue manager, with not_found from Status and with Start's refusals: what of the job "
+        "(or of an earlier TrainJob of the name) is left on each worker",
+    )
+    ceased: bool | None = Field(
+        None,
+        description="on a MultiKueue manager, with not_found from Status: every worker not fenced was read and "
+        "nothing of the job may run or start on any",
+    )
+    ceased_reason: str | None = Field(None, alias="ceasedReason", description="why ceased is true or false")

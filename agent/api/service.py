@@ -18,7 +18,7 @@ from typing import Any, Final
 import aiohttp
 from ulid import ULID
 
-from agent import podowners
+from agent import kueueconfig, podowners
 from agent.api import decisions as d
 from agent.api import principals
 from agent.api.errors import ApiError, ErrorKind
@@ -55,6 +55,7 @@ from agent.api.models import (
     StartRequest,
     StartResponse,
     StatusResponse,
+    WorkerRemainsModel,
 )
 from agent.api.settings import ApiSettings
 from agent.gate import Blocker
@@ -71,8 +72,19 @@ from agent.start import (
     workload_problems,
 )
 from agent.status import Status, copy_of, on_worker, orphans, status
-from agent.workerproof import all_proven, proof_problems, worker_lines
-from agent.workers import plan_workers
+from agent.workerproof import all_proven, fenced_apart, proof_problems, worker_lines
+from agent.workerremains import (
+    Remains,
+    WorkerFind,
+    ceased_when_gone,
+    plan_remains,
+    planned,
+    remains,
+    start_refusal,
+    stopping_on_workers,
+    unread,
+)
+from agent.workers import WorkerLook, plan_workers
 from contract.admission import admission_started, approval_ops, preconditions, start_count
 from contract.foreign import trainer_job_name
 from contract.keys import (
@@ -131,6 +143,11 @@ class Seen:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def _worker_bodies(workers: list[Remains]) -> list[dict[str, Any]]:
+    """What is left on each worker, as an error body carries it."""
+    return [WorkerRemainsModel.of(w).model_dump(by_alias=True) for w in workers]
 
 
 @dataclass
@@ -293,6 +310,14 @@ class Service:
         left = earlier_incarnation(namespace, name, jobset=jobset, pods=pods, runtime_copy=runtime_copy)
         if left:
             raise ApiError(ErrorKind.CONFLICT, earlier_incarnation_message(namespace, name, left), orphans=list(left))
+        if self.kube.workers is not None:
+            # On a MultiKueue manager an earlier TrainJob of the name ran as MultiKueue's copy on a worker, and what
+            # it left there is not in this API (agent/workerremains.py).
+            workers = await self._remains(namespace, name)
+            refusal = start_refusal(namespace, name, workers)
+            if refusal is not None:
+                kind, message = refusal
+                raise ApiError(ErrorKind(kind), message, orphans=[], workers=_worker_bodies(workers))
 
     async def _verify(
         self, path: str, built: Mapping[str, Any], uid: str, runtime_spec: Mapping[str, Any]
@@ -549,7 +574,7 @@ class Service:
         path = TRAINJOBS.path(ref.namespace, ref.name)
         current = await self._read(path, f"TrainJob {ref.namespace}/{ref.name}")
         if current is None:
-            return OutcomeResponse(outcome="already gone")
+            return await self._stopped(ref, "already gone", None)
         d.own(current, ref)  # dispatch's, and the supervisor's (the uid); the delete pins that uid again
         try:
             deleted = await self.kube.delete(path, uid=ref.uid, propagation=STOP_PROPAGATION)
@@ -560,7 +585,16 @@ class Service:
                     f"TrainJob {ref.namespace}/{ref.name} is a different object of the same name ({exc.message})",
                 ) from None
             raise d.write_failed(exc, f"TrainJob {ref.namespace}/{ref.name}") from None
-        return OutcomeResponse(outcome="stopping" if deleted else "already gone")
+        return await self._stopped(ref, "stopping" if deleted else "already gone", current)
+
+    async def _stopped(self, ref: ObjectRef, outcome: str, trainjob: Mapping[str, Any] | None) -> OutcomeResponse:
+        """Stop's answer; on a MultiKueue manager, with what of the job is still on each worker: the manager's
+        TrainJob holds no pods and goes at once, while MultiKueue deletes a worker's copy only when it can reach
+        that worker, and without waiting for its pods (docs/multicluster.md, "Stop across clusters")."""
+        if self.kube.workers is None or (trainjob is not None and not managed_by_multikueue(trainjob)):
+            return OutcomeResponse(outcome=outcome)
+        workers = await self._remains(ref.namespace, ref.name)
+        return OutcomeResponse(outcome=outcome, workers=[WorkerRemainsModel.of(w) for w in workers])
 
     # -- Status --------------------------------------------------------------------------------------
 
@@ -577,7 +611,14 @@ class Service:
             try:
                 d.own(trainjob, ref)
             except ApiError as exc:
-                raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left)) from None
+                if trainjob is not None or self.kube.workers is None:
+                    raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left)) from None
+                # On a MultiKueue manager: gone here, and with it the Workload that said where it went, so every
+                # worker is read for what it left (agent/workerremains.py).
+                workers = await self._remains(ns, name)
+                is_ceased, why = ceased_when_gone(left, workers)
+                raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left), workers=_worker_bodies(workers),
+                               ceased=is_ceased, ceased_reason=why) from None  # fmt: skip
         assert trainjob is not None
         owned = await self._owned_pods(trainjob, jobset, {LABEL_JOBSET_NAME: name})
         pods = list(owned.ours)
@@ -598,9 +639,11 @@ class Service:
             now=self.now(),
         )
         s = replace(s, foreign=(*s.foreign, *(p.report() for p in owned.foreign)))
-        if kueue and managed_by_multikueue(trainjob):
-            s = await self._on_worker(s, ns, name, workload)
         deleting = dig(trainjob, "metadata", "deletionTimestamp")
+        if kueue and managed_by_multikueue(trainjob):
+            if deleting and self.kube.workers is not None:  # Stopped: read over every worker, not only its own
+                s = stopping_on_workers(s, await self._remains(ns, name))
+            s = await self._on_worker(s, ns, name, workload)
         return StatusResponse.of(ref, s).model_copy(update={"deletion_timestamp": deleting})
 
     async def _worker(self, workload: Mapping[str, Any] | None) -> tuple[str | None, Kube | None, str]:
@@ -640,6 +683,45 @@ class Service:
         foreign = [p.report() for p in owned.foreign]
         return on_worker(s, cluster, copy=copy, jobset=jobset, pods=pods, foreign=foreign, nodes=nodes,
                          node_loss_taints=self.settings.node_loss_taints)  # fmt: skip
+
+    async def _remains(self, ns: str, name: str) -> list[Remains]:
+        """On a MultiKueue manager: what of the job ``ns/name`` is on each worker (agent/workerremains.py decides):
+        every worker the agent has a credential for or a MultiKueueCluster names, read with the agent's own
+        credential. A worker that cannot be read is reported so, never as empty (unless fenced). The
+        MultiKueueClusters unreadable: every worker with a credential is read, none taken as fenced."""
+        workers = self.kube.workers
+        assert workers is not None
+        try:
+            clusters = await self._list(MULTIKUEUE_CLUSTERS.path(), None, "the MultiKueueClusters")
+        except ApiError as exc:
+            log.info("Stop/Status/Start of %s/%s: the fences are not known: %s", ns, name, exc.message)
+            clusters = []
+        plan = plan_remains(workers.names, clusters)
+
+        async def read(worker: str) -> Remains:
+            where = f"on worker {worker}"
+            try:
+                remote = Kube(await workers.client(worker), timeout=self.kube.timeout)
+                copy = await self._read(TRAINJOBS.path(ns, name), f"TrainJob {ns}/{name} {where}", remote)
+                jobset = await self._read(JOBSETS.path(ns, name), f"JobSet {ns}/{name} {where}", remote)
+                selector = {LABEL_JOBSET_NAME: name}
+                jobs = await self._list(JOBS.path(ns), selector, f"the Jobs of {ns}/{name} {where}", remote)
+                pods = await self._list(PODS.path(ns), selector, f"the pods of {ns}/{name} {where}", remote)
+                pod_jobs = {}
+                for job_name in podowners.job_names(pods):
+                    job = await self._read(JOBS.path(ns, job_name), f"Job {ns}/{job_name} {where}", remote)
+                    if job is not None:
+                        pod_jobs[job_name] = job
+                nodes = await self._nodes(pods, remote)
+            except ApiError as exc:
+                return unread(worker, f"cannot be read: {exc.message}", plan)
+            except Exception as exc:  # an unreadable credential: reported, the answer still comes
+                return unread(worker, f"cannot be read: {describe_error(exc)}", plan)
+            find = WorkerFind(copy, jobset, jobs, WorkerLook(pods, pod_jobs, nodes))
+            return remains(worker, ns, name, find, self.settings.node_loss_taints)
+
+        found = await asyncio.gather(*(read(w) for w in plan.read))
+        return sorted([*planned(plan), *found], key=lambda r: r.cluster)
 
     async def _record_jobset(self, trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Mapping[str, Any]:
         """Record the JobSet's UID the first time Status sees it (in plain mode no gate ever does), so that a
@@ -1032,11 +1114,24 @@ class Service:
                     unproven = multikueue_unproven(workload, multikueue, workers, proven=proven)
                 if unproven:
                     problems.append(unproven)
+                if sent_away and (too_late := await self._contact_problem()):
+                    problems.append(too_late)
                 # Through MultiKueue the job's JobSet is made on a worker, never here (a manager runs nothing), so
                 # the probe's JobSet proves nothing of Trainer's principal: the workers' owner policies police it.
                 owners = [] if sent_away else d.owner_problems(*await self._probe_children(namespace, name), seconds)
                 return d.ProbeResult(seconds, workload_problems=tuple(problems), owner_problems=tuple(owners))
             await asyncio.sleep(POLL_SECONDS)
+
+    async def _contact_problem(self) -> str | None:
+        """On a MultiKueue manager: why the contact Lease's duration is not proven below Kueue's workerLostTimeout,
+        read from Kueue's ConfigMap (agent/kueueconfig.py decides); None when it is."""
+        ref, contact = self.settings.kueue_config, self.settings.worker_contact_seconds
+        where = f"{ref.namespace}/{ref.name}"
+        try:
+            configmap = await self.kube.get(CONFIG_MAPS.path(ref.namespace, ref.name))
+        except KubeError as exc:
+            return kueueconfig.unreadable(where, ref.key, contact, exc.describe())
+        return kueueconfig.contact_problem(configmap, where=where, key=ref.key, contact_seconds=contact)
 
     async def _prove_workers(
         self, namespace: str, queue: str, workload: Mapping[str, Any], multikueue: Mapping[str, Mapping[str, Any]]
@@ -1050,13 +1145,13 @@ class Service:
         configs = {c: await self._read(MULTIKUEUE_CONFIGS.path(name=c), f"MultiKueueConfig {c}") for c in config_names}
         clusters = await self._list(MULTIKUEUE_CLUSTERS.path(), None, "the MultiKueueClusters")
         workers = self.kube.workers
-        plan = plan_workers(named, configs, clusters, workers.names if workers is not None else ())
+        plan = fenced_apart(plan_workers(named, configs, clusters, workers.names if workers is not None else ()))
         proven: dict[str, list[str]] = {}
         for worker in plan.read:
             assert workers is not None  # plan_workers reads only workers with a credential
             try:
                 proof = await workers.prove(worker, namespace, queue)
-                proven[worker] = proof_problems(namespace, queue, proof, dt.datetime.now(dt.UTC))
+                proven[worker] = proof_problems(namespace, queue, proof, dt.datetime.now(dt.UTC), workers.origin)
             except Exception as exc:  # a worker that cannot be read is not proven, and Preflight still answers
                 proven[worker] = [f"cannot be read: {describe_error(exc)}"]
         return worker_lines(plan, proven), all_proven(plan, proven)

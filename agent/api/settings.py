@@ -11,6 +11,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.api.principals import OwnerPrincipals
+from agent.constants import CONTACT_SECONDS
 from contract.errors import ContractError
 from contract.identity import R_BOUND
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
@@ -25,6 +26,17 @@ DEFAULT_TOKEN_CACHE_SECONDS: Final = 10.0
 DEFAULT_FAILED_TOKEN_LIMIT: Final = 10
 DEFAULT_FAILED_TOKEN_WINDOW: Final = 60.0
 DEFAULT_MAX_FOLLOW_STREAMS: Final = 4
+
+
+class KueueConfigRef(BaseModel):
+    """Where Kueue's Configuration is kept in an install: a key of a ConfigMap (Kueue's chart and manifests name
+    these by default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field("kueue-system", min_length=1)
+    name: str = Field("kueue-manager-config", min_length=1)
+    key: str = Field("controller_manager_config.yaml", min_length=1)
 
 
 class ApiSettings(BaseModel):
@@ -71,6 +83,11 @@ class ApiSettings(BaseModel):
     min_dispatches: int = Field(DEFAULT_MIN_DISPATCHES, alias="minDispatches", ge=1, le=R_BOUND)
     """MultiKueue: Start refuses a job whose runtime affords fewer dispatches than this (each dispatch spends
     K = maxRestarts + 1 of R's million; contract/multicluster.py)."""
+    worker_contact_seconds: int = Field(CONTACT_SECONDS, alias="workerContactSeconds", ge=8, le=3600)
+    """MultiKueue manager: the contact Lease's duration (the agent's own setting of the same name), which Preflight
+    proves below Kueue's ``workerLostTimeout``."""
+    kueue_config: KueueConfigRef = Field(default_factory=KueueConfigRef, alias="kueueConfig")
+    """MultiKueue manager: Kueue's Configuration, which Preflight reads ``multiKueue.workerLostTimeout`` from."""
     owners: OwnerPrincipals | None = None
     """The components' principals the owner policies name (the chart's webhook.kueue, webhook.controllers and
     webhook.owners): Preflight proves each is there and the component's (agent/api/principals.py). None (an agent

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from agent.operations import plan_open
-from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_FENCED, FENCED_TRUE, LABEL_JOBSET_NAME, LABEL_RESTART_ATTEMPT
+from contract.keys import (
+    ANNOTATION_ADMISSION,
+    ANNOTATION_FENCED,
+    FENCED_POWERED_OFF,
+    LABEL_JOBSET_NAME,
+    LABEL_RESTART_ATTEMPT,
+)
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.jobs import create_as_start, workload_of, write_as_the_api
@@ -154,7 +160,7 @@ def quota_kept(mc: MultiCluster, trainjob: dict[str, Any], worker: str, timeout:
 
 def fence(mc: MultiCluster, worker: str) -> None:
     """An administrator's statement that the worker is shut down (docs/multicluster.md, guarantee 4)."""
-    patch = {"metadata": {"annotations": {ANNOTATION_FENCED: FENCED_TRUE}}}
+    patch = {"metadata": {"annotations": {ANNOTATION_FENCED: FENCED_POWERED_OFF}}}
     mc.manager.admin.merge_patch(KUEUE_V, "MultiKueueCluster", worker, patch)
 
 
@@ -195,9 +201,8 @@ def run(out: Progress, mc: MultiCluster, work: Path, job_id: str, logs: list[Pat
         said = released(mc, trainjob)
         second = dispatched(mc, trainjob, 2 * K)
         story.executions.append(second)
-        done.detail = (
-            f"MultiKueueCluster {lost} annotated {ANNOTATION_FENCED}={FENCED_TRUE}; dispatched to {second.worker}"
-        )
+        fenced = f"{ANNOTATION_FENCED}={FENCED_POWERED_OFF}"
+        done.detail = f"MultiKueueCluster {lost} annotated {fenced}; dispatched to {second.worker}"
         done.more.append(f"QuotaReleased: {said}")
         done.more.append(f"the gate raised A by K again: pod {second.pod} Running, A = {second.a}")
     return story

@@ -11,7 +11,6 @@ import pytest
 
 from agent.config import load_config as load_agent_config
 from agent.workerreads import CONTACT_RULES, WORKER_RULES
-from contract.keys import LEASE_MANAGER_CONTACT
 from contract.multicluster import DEFAULT_MIN_DISPATCHES, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
@@ -135,6 +134,26 @@ def test_min_dispatches_reaches_the_agents_api_settings(tmp_path):
     assert _agent_config(template({"api": {"minDispatches": 5}}), tmp_path).api.min_dispatches == 5
 
 
+def test_a_manager_s_agent_reads_kueue_s_configuration_where_the_values_say_and_may_get_only_that_configmap(tmp_path):
+    """Preflight proves workerContactSeconds below Kueue's workerLostTimeout from Kueue's ConfigMap (agent/kueueconfig.py):
+    the agent's config names it, and a Role in Kueue's namespace grants get on exactly it, on a manager only."""
+    where = {"namespace": "kq", "name": "kueue-config", "key": "config.yaml"}
+    r = template({"multicluster": {"role": ROLE_MANAGER, "kueueConfig": where}})
+    assert _agent_config(r, tmp_path).api.kueue_config.model_dump() == where
+    (role,) = [d for d in r.of("Role") if d["metadata"]["name"] == f"{fullname(r)}-kueue-config"]
+    assert role["metadata"]["namespace"] == "kq"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kueue-config"],
+                              "verbs": ["get"]}]  # fmt: skip
+    (binding,) = [d for d in r.of("RoleBinding") if d["metadata"]["name"] == f"{fullname(r)}-kueue-config"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    default = _agent_config(template(MANAGER), tmp_path).api.kueue_config
+    assert (default.namespace, default.name, default.key) == (
+        "kueue-system", "kueue-manager-config", "controller_manager_config.yaml"
+    )  # fmt: skip
+    for values in ({}, WORKER):
+        assert not [d for d in template(values).of("Role") if d["metadata"]["name"].endswith("-kueue-config")]
+
+
 @pytest.mark.parametrize(
     ("values", "named"),
     [
@@ -190,8 +209,8 @@ def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy
     bound = r.one("RoleBinding", f"{fullname(r)}-manager-contact")
     assert [s["name"] for s in bound["subjects"]] == [MANAGER_AGENT_USER]
     lease_rules = r.one("Role", f"{fullname(r)}-lease")["rules"]
-    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE_MANAGER_CONTACT],
-            "verbs": ["get"]} in lease_rules  # fmt: skip
+    # The worker's agent reads the contact Lease and lists the claims, named per job (agent/claims.py).
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]} in lease_rules
     assert ("ValidatingAdmissionPolicy", f"{fullname(r)}{MANAGER_CONTACT_POLICY[len('dispatch-k8s') :]}") in (
         _policies(r)
     )

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
+from contract.claims import Want, claim_lease, claim_name
 from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
     ANNOTATION_ADMISSION_GATED_BY,
@@ -236,7 +237,9 @@ def _worker_objects(namespace: str) -> dict[str, dict[str, Any]]:
         "replica": _runtime_copy(namespace, replica=True),
         "own runtime copy": _runtime_copy(namespace, replica=False),
         "contact lease": contact_lease(None, namespace=namespace, now=dt.datetime.now(dt.UTC), duration=60)[1],
-    }
+        "claim": claim_lease(None, Want("w", claim_name(str(uuid.uuid4())), "4/u", f"{namespace}/j"),
+                             namespace=namespace, origin="manager", now=dt.datetime.now(dt.UTC), duration=60)[1],
+    }  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -434,3 +437,22 @@ def test_on_a_worker_only_the_manager_s_agent_creates_and_renews_the_contact_lea
     assert MANAGER_AGENT_MESSAGE in _enforced(_create(c[MANAGER_AGENT], other))  # no other Lease
     assert _refusal(_create(c[STRANGER], other)) is None  # another Lease is not dispatch's
     assert _refusal(_delete(c[STRANGER], lease)) is None  # a delete only stops the copies
+
+
+def test_on_a_worker_only_the_manager_s_agent_creates_and_renews_a_claim_and_deletes_it(worker):
+    """While a claim is renewed, the worker's agent lets the copy it names start and run: a renewal by anyone else
+    could keep a copy running that the manager no longer wants there. Its delete only stops the copy."""
+    c, claim = worker.clients, worker.stored["claim"]
+    renewal = {"spec": {"renewTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+    fresh = {**claim, "metadata": {**claim["metadata"], "name": claim_name(str(uuid.uuid4()))}}
+    fresh["metadata"].pop("resourceVersion", None)
+    fresh["metadata"].pop("uid", None)
+    for who in (DISPATCH, KUEUE, MULTIKUEUE, STRANGER):
+        assert MANAGER_CONTACT_MESSAGE in _enforced(_patch(c[who], claim, renewal)), who
+        assert MANAGER_CONTACT_MESSAGE in _enforced(_create(c[who], fresh)), who
+    assert _refusal(_patch(c[MANAGER_AGENT], claim, renewal)) is None
+    assert _refusal(_create(c[MANAGER_AGENT], fresh)) is None
+    assert _refusal(_delete(c[MANAGER_AGENT], claim)) is None
+    assert _refusal(_delete(c[STRANGER], claim)) is None  # a delete only stops the copy
+    contact = worker.stored["contact lease"]
+    assert MANAGER_AGENT_MESSAGE in _enforced(_delete(c[MANAGER_AGENT], contact))  # no other Lease's delete

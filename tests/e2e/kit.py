@@ -88,6 +88,8 @@ class Recorder:
         self._rv: str = listed["metadata"]["resourceVersion"]
         self._lock = threading.Lock()
         self._events: list[tuple[str, dict[str, Any]]] = [("ADDED", item) for item in listed["items"]]
+        self._received: list[float] = [time.monotonic()] * len(self._events)
+        """When this process received each event (its monotonic clock): an order across clusters."""
         self._stop = threading.Event()
         self.error: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"recorder {path}", daemon=True)
@@ -118,6 +120,7 @@ class Recorder:
                             self._rv = obj["metadata"]["resourceVersion"]
                             if event["type"] != "BOOKMARK":
                                 self._events.append((event["type"], obj))
+                                self._received.append(time.monotonic())
                         if self._stop.is_set():
                             return
             except (TimeoutError, OSError, urllib.error.URLError, ValueError):
@@ -143,6 +146,19 @@ class Recorder:
             assert self.error is None, f"the watch of {self._path} failed: {self.error}"
             assert time.monotonic() < deadline, f"the watch of {self._path} lags a LIST by {len(current - seen)}"
             time.sleep(0.05)
+
+    def lifetimes(self) -> dict[str, tuple[float, float | None, dict[str, Any]]]:
+        """Each object by uid: when its first event and its deletion were received (None: not deleted yet), by this
+        process's clock, and its last version."""
+        self.events()
+        with self._lock:
+            timed = list(zip(self._received, self._events, strict=True))
+        out: dict[str, tuple[float, float | None, dict[str, Any]]] = {}
+        for at, (kind, obj) in timed:
+            uid = obj["metadata"]["uid"]
+            first = out[uid][0] if uid in out else at
+            out[uid] = (first, at if kind == "DELETED" else None, obj)
+        return out
 
     def versions(self, name: str) -> list[dict[str, Any]]:
         """Every version of the object called ``name`` (of every object of that name), oldest first."""

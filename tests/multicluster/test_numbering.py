@@ -30,11 +30,14 @@ from ulid import ULID
 from agent.api.errors import ApiError as AgentApiError
 from agent.api.models import HoldRequest, KueueSpec, ObjectRef, OutputRequest, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
+from agent.constants import CONTACT_SECONDS
 from agent.operations import plan_open, plan_release
 from agent.workerreads import WorkerClients
+from agent.workers import FENCE_NOT_TRUSTED
 from contract.admission import admission_started
 from contract.keys import (
     ANNOTATION_FENCED,
+    FENCED_POWERED_OFF,
     FENCED_TRUE,
     LABEL_JOBSET_NAME,
     LABEL_REPLICA_OF,
@@ -48,7 +51,14 @@ from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.jobs import write_as_the_api
 from harness.kube_http import ApiError, KubeHttp
-from harness.multicluster import ADMISSION_CHECK, KUEUE_V, MANAGER_AGENT_USER, MULTIKUEUE_CONTROLLER, MultiCluster
+from harness.multicluster import (
+    ADMISSION_CHECK,
+    KUEUE_V,
+    MANAGER_AGENT_USER,
+    MULTIKUEUE_CONTROLLER,
+    WORKER_LOST_TIMEOUT,
+    MultiCluster,
+)
 from harness.sandbox import site
 from harness.tier_b import CLUSTER_QUEUE_QUOTA, KWOK_SLOW_KUBELET_ANNOTATION, RESOURCE_FLAVOR
 from tests.api.cluster import allowed, running_agent, supervisors
@@ -292,15 +302,20 @@ def test_the_manager_s_gate_raises_a_by_k_before_its_ready_and_r_only_rises(mana
 
 
 async def preflight_on_the_manager(
-    m: Manager, tmp_path: Path, credentials: dict[str, Path], lease_namespace: str = LEASE_NAMESPACE
+    m: Manager,
+    tmp_path: Path,
+    credentials: dict[str, Path],
+    lease_namespace: str = LEASE_NAMESPACE,
+    contact_seconds: int = CONTACT_SECONDS,
 ) -> Any:
     """Preflight through the test's MultiKueue queue, on the manager's API served with ``credentials`` (the agent's
     credential for each worker) as a supervisor of the test's namespace calls it; ``lease_namespace``: the agents'
-    (the readmission controller's Lease on the manager, the contact Lease on the workers)."""
+    (the readmission controller's Lease on the manager, the contact Lease on the workers); ``contact_seconds``: the
+    manager agent's workerContactSeconds, proven below the workerLostTimeout the manager's Kueue runs with."""
     cp = m.mc.manager.control_plane
     who = supervisors(cp, m.namespace, cp.create_namespace(f"mc-api-{secrets.token_hex(3)}"))
     workers = WorkerClients(credentials, lease_namespace=lease_namespace)
-    settings = ApiSettings(probeSeconds=5, leaseNamespace=lease_namespace)
+    settings = ApiSettings(probeSeconds=5, leaseNamespace=lease_namespace, workerContactSeconds=contact_seconds)
     try:
         async with running_agent(cp, tmp_path, settings, workers) as agent:
             await allowed(agent, who.tokens["supervisor"], m.namespace)
@@ -335,6 +350,10 @@ def test_preflight_on_the_manager_reports_a_multikueue_queue_observe_only_and_wh
     # No agent on the workers here: the manager's agent renews no contact Lease in their Lease namespace.
     assert f"contact Lease {LEASE_MANAGER_CONTACT} there is not there (yet)" in line, why
     assert f"{second}: the agent has no credential to read it (workerKubeconfigs)" in why, why
+    # The agent's default workerContactSeconds is not below the workerLostTimeout this harness's Kueue runs with,
+    # as Preflight read it from Kueue's ConfigMap on the manager.
+    too_long = f"workerContactSeconds ({CONTACT_SECONDS}s) is not below Kueue's multiKueue.workerLostTimeout"
+    assert f"{too_long} ({WORKER_LOST_TIMEOUT}, " in why, why
 
 
 def _trainer_pod(worker: Any, tj: dict[str, Any]) -> str:
@@ -571,10 +590,15 @@ def test_a_worker_lost_while_the_job_runs_keeps_it_until_fenced_then_it_moves_wi
         assert (kit.a_of(_get(m, tj)), _active(_get(m, tj))) == (K, 1)
         assert _events(m, tj, "QuotaReleased") == []
 
-        # An administrator fences the lost worker (it is shut down): the agent releases the quota, and the job
-        # moves to the other worker, numbered A = 2K.
+        # A fence alone is not trusted where the job ran and no look has found it gone since: the quota stays.
         _fence(m, lost, FENCED_TRUE)
         fenced = lost
+        eventually(lambda: _true([e for e in _events(m, tj, "QuotaKept") if FENCE_NOT_TRUSTED in e["message"]]), 120,
+                   "the fence not trusted, said")  # fmt: skip
+        assert _events(m, tj, "QuotaReleased") == []
+        # An administrator declares the lost worker shut down: the agent releases the quota, and the job moves to
+        # the other worker, numbered A = 2K.
+        _fence(m, lost, FENCED_POWERED_OFF)
         eventually(lambda: _true(_events(m, tj, "QuotaReleased")), 120, "the quota released by the agent")
         _, remote = _dispatched(m, tj, 2 * K)
         assert kit.workload_of(m.admin, ns, uid)["status"]["clusterName"] == other

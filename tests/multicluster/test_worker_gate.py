@@ -3,9 +3,9 @@ dispatch's agent on the manager, as in test_numbering, and on every worker an ag
 worker ClusterQueue of the test's own that receives the copies.
 
 The copy's first admission on the worker is approved, recorded as ``worker-admitted`` on the remote Workload
-first. Then the copy is evicted on that worker (its Workload deactivated and reactivated there, with the manager
-cut off so that only the worker's Kueue acts): the worker's Kueue admits it again locally, and the worker's gate
-holds it. Nothing starts under the dispatch's A again. Once the manager is back in touch (or gives the worker up),
+first. Then the copy is evicted on that worker (its Workload deactivated and reactivated there, with the manager's
+Kueue frozen so that only the worker's Kueue acts): the worker's Kueue admits it again locally, and the worker's
+gate holds it. Nothing starts under the dispatch's A again. Once the manager's Kueue runs again,
 its MultiKueue check goes to Retry, the manager evicts, and its gate dispatches again with A raised by K. Across
 both clusters no two executions share an identity, and R only rises."""
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import secrets
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.constants import REASON_OUT_OF_CONTACT
+from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
 from agent.gate import WORKER_FIRST_MESSAGE, worker_held_message
 from agent.operations import plan_open
 from contract.admission import admission_started
@@ -251,6 +252,7 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
                for w in mc.workers}  # fmt: skip
     sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=m.namespace,
                      image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"], queue=QUEUE)  # fmt: skip
+    frozen = False
     try:
         tj = kit.create_as_start(m.admin, sub, m.runtime)
         name = tj["metadata"]["name"]
@@ -279,10 +281,12 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
         # to the stamp, recorded it on the remote Workload and removed the mark.
         _verified(worker, m.namespace, name, remote["metadata"]["name"], K, copies[worker.name])
 
-        # Evicted on the worker, with the manager cut off: only the worker's Kueue acts on the copy.
-        mc.break_connection(worker)
-        eventually(lambda: _true((mc.cluster_active(worker) or {}).get("status") == "False"), 60,
-                   "the manager cut off from the worker")  # fmt: skip
+        # Evicted on the worker, with the manager's Kueue frozen: only the worker's Kueue acts on the copy. (Frozen,
+        # not cut off: cut off, the worker's MultiKueueCluster goes inactive, the manager claims the copy no more,
+        # and the worker's agent deletes it: "The claim" in docs/multicluster.md.)
+        manager_kueue = mc.manager.control_plane.supervisor
+        manager_kueue.send_signal("kueue", signal.SIGSTOP)
+        frozen = True
         worker.admin.request("PATCH", worker.admin.object_path(remote), {"spec": {"active": False}},
                              content_type=MERGE)  # fmt: skip
         eventually(lambda: _true(kit.condition_true(_remote_workload(worker, m.namespace, remote["metadata"]["name"]),
@@ -304,8 +308,9 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
         stored = worker.admin.get(TRAINER_V, "TrainJob", name, m.namespace)
         assert stored["spec"].get("suspend") is True, "the copy started again on the worker"
 
-        # Back in touch (or given up after workerLostTimeout): the manager dispatches again, A raised by K.
-        mc.restore_connection(worker)
+        # The manager's Kueue back: it sees its remote evicted, and the manager dispatches again, A raised by K.
+        manager_kueue.send_signal("kueue", signal.SIGCONT)
+        frozen = False
         _dispatched(m, tj, 2 * K, within=300)
         chosen = mc.worker(kit.workload_of(m.admin, m.namespace, tj["metadata"]["uid"])["status"]["clusterName"])
 
@@ -329,6 +334,8 @@ def test_a_copy_evicted_on_its_worker_is_held_there_and_the_manager_dispatches_i
 
         eventually(both_started, 30, "each copy's start in the workers' histories")
     finally:
+        if frozen:
+            mc.manager.control_plane.supervisor.send_signal("kueue", signal.SIGCONT)
         trainjobs.stop()
         for recorder in (*copies.values(), *remotes.values()):
             recorder.stop()
@@ -386,11 +393,16 @@ def test_a_worker_out_of_contact_stops_its_copy_and_brings_no_stale_copy_back_wh
 
         def stopped() -> list[dict[str, Any]]:
             assert lost.admin.get_or_none(TRAINER_V, "TrainJob", name, ns) is None, "the copy still there"
-            return _worker_events(lost, ns, stale["metadata"]["uid"], REASON_OUT_OF_CONTACT)
+            # Out of contact, or unclaimed: the contact Lease and the copy's claim stop together here.
+            uid = stale["metadata"]["uid"]
+            return [
+                *_worker_events(lost, ns, uid, REASON_OUT_OF_CONTACT),
+                *_worker_events(lost, ns, uid, REASON_UNCLAIMED),
+            ]
 
         said = eventually(stopped, CONTACT_SECONDS + 60, "the copy deleted by the worker's agent, out of contact")
         assert time.monotonic() - cut >= CONTACT_SECONDS - 4  # not before the Lease's duration (a renewal late)
-        assert "has not renewed its contact Lease" in said[0]["message"]
+        assert any(s in said[0]["message"] for s in ("has not renewed its contact Lease", "does not claim this copy"))
         selector = f"{LABEL_JOBSET_NAME}={name}"
         eventually(lambda: _true(not lost.admin.list("v1", "Pod", ns, label_selector=selector)), 120,
                    "the copy's pods gone from the lost worker")  # fmt: skip
@@ -455,18 +467,22 @@ def test_preflight_proves_each_worker_with_dispatch_s_check_there_and_names_one_
     """With dispatch's agent on every worker and its check on the worker ClusterQueue of the job's queue, the
     manager's Preflight proves each worker with the agent's own credential for it (the rights the gate uses, the
     queue, the check Active, the contact Lease renewed there), and so proves Kueue mode through the MultiKueue
-    queue; a worker whose credential points nowhere is named, not proven, and the agent is observe-only."""
+    queue, with its workerContactSeconds below the workerLostTimeout the manager's Kueue runs with; a worker whose
+    credential points nowhere is named, not proven, and the agent is observe-only."""
     m, mc = armed.manager, armed.manager.mc
     for run in ("proven", "broken"):
         (tmp_path / run).mkdir()
-    report = asyncio.run(preflight_on_the_manager(m, tmp_path / "proven", m.credentials, armed.system))
+    # Proven too: the agents' workerContactSeconds is below the workerLostTimeout in Kueue's ConfigMap there.
+    report = asyncio.run(preflight_on_the_manager(m, tmp_path / "proven", m.credentials, armed.system, CONTACT_SECONDS))
     assert not report.observe_only, report
     assert report.readmission_gate, report
 
     lost = sorted(m.credentials)[0]
     working = mc.break_agent_kubeconfig(m.credentials[lost])
     try:
-        report = asyncio.run(preflight_on_the_manager(m, tmp_path / "broken", m.credentials, armed.system))
+        report = asyncio.run(
+            preflight_on_the_manager(m, tmp_path / "broken", m.credentials, armed.system, CONTACT_SECONDS)
+        )
     finally:
         m.credentials[lost].write_bytes(working)
     assert report.observe_only, report

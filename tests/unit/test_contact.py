@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from agent.contact import ContactWatch
+from agent.workerproof import contact_problem
 from contract.keys import (
     ANNOTATION_UNVERIFIED,
     ANNOTATION_VERIFIED_CONTACT,
     ANNOTATION_VERIFIED_COPY,
     CONTACT_HOLDER,
+    LABEL_CLAIM,
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
@@ -36,7 +38,8 @@ def renewed(lease: dict[str, Any] | None, seconds: float, duration: int = 60) ->
 
 def test_the_first_renewal_creates_the_lease_at_epoch_zero():
     lease = renewed(None, 0)
-    assert lease["metadata"] == {"name": LEASE_MANAGER_CONTACT, "namespace": "dispatch-system", "resourceVersion": "1"}
+    assert lease["metadata"] == {"name": LEASE_MANAGER_CONTACT, "namespace": "dispatch-system", "resourceVersion": "1",
+                                 "labels": {LABEL_CLAIM: "multikueue"}}  # the manager's origin  # fmt: skip
     assert lease["spec"] == {
         "holderIdentity": CONTACT_HOLDER,
         "leaseDurationSeconds": 60,
@@ -138,6 +141,21 @@ def test_a_lease_seen_to_appear_proves_contact_as_a_renewal_does():
     assert (watch.verifiable(4.0), watch.lost(4.0)) == (None, True)
 
 
+def test_leading_again_starts_the_watch_afresh():
+    """A replica that leads again did not watch the Lease meanwhile: a change since its last look is no renewal
+    seen now, so no copy starts until one is seen while it leads, as after a restart."""
+    watch = ContactWatch(started=0.0)
+    watch.observe(lease_at("r1"), 0.0)
+    watch.observe(lease_at("r2"), 2.0)
+    assert watch.verifiable(2.0) == 0
+    watch.reset(5.0)  # leadership lost, and won again
+    assert (watch.verifiable(5.0), watch.epoch) == (None, None)
+    watch.observe(lease_at("r3"), 6.0)  # renewed while another replica led
+    assert (watch.verifiable(6.0), watch.epoch, watch.lost(15.9), watch.lost(16.0)) == (None, 0, False, True)
+    watch.observe(lease_at("r4"), 8.0)  # a renewal seen while leading
+    assert watch.verifiable(8.0) == 0
+
+
 # -- which copies go ----------------------------------------------------------------------------------------------
 
 
@@ -196,3 +214,12 @@ def test_what_is_not_a_running_copy_let_start_here_is_kept(change, why):
 def test_a_copy_whose_workload_is_gone_is_left_to_go():
     copy, _ = started("1")
     assert outlived_contact(copy, None, epoch=2, lost=True).action is CopyAction.NOTHING
+
+
+def test_a_contact_lease_another_manager_renews_refuses_the_worker_in_preflight():
+    lease = renewed(None, 0)
+    assert contact_problem(lease, dt.datetime(2026, 12, 5, 9, 0, 1, tzinfo=dt.UTC), "multikueue") is None
+    other = contact_problem(lease, dt.datetime(2026, 12, 5, 9, 0, 1, tzinfo=dt.UTC), "manager-b")
+    assert other is not None
+    assert "renewed by another manager (MultiKueue origin multikueue, this one's is manager-b)" in other
+    assert "a worker shared by two managers is not supported" in other

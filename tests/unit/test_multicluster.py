@@ -241,11 +241,13 @@ def test_outside_multikueue_mode_the_gate_stamps_nothing():
 
 def test_then_the_unsuspend_only_records_and_nothing_raises_twice():
     tj = managed(opened())
-    raised = apply_json_patch(tj, decide_mk(tj, spec(2)).trainjob_patch)
+    first = decide_mk(tj, spec(2))
+    raised = apply_json_patch(tj, first.trainjob_patch)
     raised["metadata"]["resourceVersion"] = "101"
-    # A pass whose Ready was refused, or that crashed after the raise, raises again: a Ready that landed may have
-    # sent a copy a worker started before the manager's unsuspend recorded its A, so every Ready gets a new A.
-    again = decide_mk(raised, spec(2))
+    # A pass whose Ready was refused after its stamp landed, or that crashed after the stamp, raises again: a Ready
+    # that landed may have sent a copy a worker started before the manager's unsuspend recorded its A, so every
+    # stamped A is used once. (A raise whose stamp never landed is reused: tests/unit/test_multicluster_mode.py.)
+    again = decide_mk(raised, spec(2), wl=apply_json_patch(mk_workload(), first.workload_patch))
     assert (again.action, again.new_a) == (Action.ADMIT, 6)
     # The manager's unsuspend (Kueue's, through record-start or the webhook) records A 3 and raises nothing.
     assert start_count(raised, admission_started(raised)) == (3, False)
@@ -304,10 +306,11 @@ def test_a_dispatch_whose_a_was_never_recorded_as_started_still_gets_a_new_a():
     # The gate raised to 3 and set Ready; MultiKueue's copy started on a worker; the manager was evicted before
     # its own unsuspend, so admission-started was never written. The next dispatch must not reuse A 3.
     tj = managed(opened())
-    raised = apply_json_patch(tj, decide_mk(tj, spec(2)).trainjob_patch)
+    first = decide_mk(tj, spec(2))
+    raised = apply_json_patch(tj, first.trainjob_patch)
     assert admission_started(raised) is None
     assert start_count(raised, None) == (3, False)  # the unsuspend's condition alone would not raise
-    assert decide_mk(raised, spec(2)).new_a == 6
+    assert decide_mk(raised, spec(2), wl=apply_json_patch(mk_workload(), first.workload_patch)).new_a == 6
 
 
 def test_outside_multikueue_mode_the_gate_leaves_the_raise_to_the_unsuspend():

@@ -11,6 +11,7 @@ import pytest
 
 from contract.admission import admission_count, raise_to
 from contract.keys import (
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_DISPATCHED,
     ANNOTATION_UNVERIFIED,
     ANNOTATION_VERIFIED_CONTACT,
@@ -24,6 +25,8 @@ from contract.multicluster import (
     CopyAction,
     mark_copy_ops,
     prebuilt_workload,
+    unclaimed,
+    unclaimed_marked,
     verify_copy,
 )
 from tests.unit.fixtures import trainjob
@@ -31,6 +34,8 @@ from tests.unit.kubelet import apply_json_patch
 
 WORKLOAD = "trainjob-dj-01arz3ndektsv4rrffq69g5fav-s1-abcde"
 EPOCH = 3
+CLAIM = "4/manager-wl-uid"
+"""The gate's approval the copy carries, which the manager's live claim names (contract/claims.py)."""
 """The contact epoch with the manager the worker's agent sees (contract/multicluster.py ``contact_epoch``)."""
 
 
@@ -39,6 +44,7 @@ def a_copy(a: int = 4, *, marked: bool = True, as_annotation: bool = False) -> d
     tj = trainjob()
     tj = apply_json_patch(tj, [op for op in raise_to(tj, a).patch if op["path"] != "/metadata/resourceVersion"])
     tj["metadata"]["uid"], tj["metadata"]["resourceVersion"] = "copy-uid", "7"
+    tj["metadata"]["annotations"][ANNOTATION_APPROVED_ADMISSION] = f"{a}/manager-wl-uid"
     tj["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL] = "manager"
     (tj["metadata"]["annotations"] if as_annotation else tj["metadata"]["labels"])[PREBUILT_WORKLOAD] = WORKLOAD
     if marked:
@@ -64,7 +70,7 @@ def remote_workload(stamp: str | None = "4", verified: str | None = None) -> dic
 def test_a_copy_whose_a_is_its_stamp_is_recorded_then_unmarked(as_annotation):
     c, wl = a_copy(as_annotation=as_annotation), remote_workload()
     assert prebuilt_workload(c) == WORKLOAD
-    v = verify_copy(c, wl, contact=EPOCH)
+    v = verify_copy(c, wl, contact=EPOCH, claim=CLAIM)
     assert v.action is CopyAction.VERIFY
     assert v.workload_patch is not None
     assert v.copy_patch is not None
@@ -83,12 +89,12 @@ def test_a_copy_whose_a_is_its_stamp_is_recorded_then_unmarked(as_annotation):
     assert ANNOTATION_UNVERIFIED not in unmarked["metadata"]["annotations"]
     assert admission_count(unmarked) == 4
     # After a crash between the two writes: the record names this copy, so only the mark goes.
-    again = verify_copy(c, recorded, contact=EPOCH)
+    again = verify_copy(c, recorded, contact=EPOCH, claim=CLAIM)
     assert (again.action, again.workload_patch, again.copy_patch) == (CopyAction.VERIFY, None, v.copy_patch)
 
 
 def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted():
-    v = verify_copy(a_copy(a=1), remote_workload(stamp="4"), contact=EPOCH)
+    v = verify_copy(a_copy(a=1), remote_workload(stamp="4"), contact=EPOCH, claim=CLAIM)
     assert v.action is CopyAction.DELETE
     assert "carries A 1, its dispatch was stamped 4" in v.reason
 
@@ -96,7 +102,7 @@ def test_a_copy_made_from_a_stale_view_of_the_manager_s_trainjob_is_deleted():
 def test_a_second_copy_under_one_remote_workload_never_starts():
     # MultiKueue made the copy again under the admitted remote Workload: with the same A it would start a second
     # execution with the A the first one ran, J at 0 in a new JobSet.
-    v = verify_copy(a_copy(), remote_workload(verified="an-earlier-copy"), contact=EPOCH)
+    v = verify_copy(a_copy(), remote_workload(verified="an-earlier-copy"), contact=EPOCH, claim=CLAIM)
     assert (v.action, v.copy_patch, v.final) == (CopyAction.WAIT, None, True)
     assert "another copy (uid an-earlier-copy)" in v.reason
 
@@ -112,7 +118,7 @@ def test_a_second_copy_under_one_remote_workload_never_starts():
     ],
 )
 def test_a_copy_that_cannot_be_verified_stays_marked(workload, says, final):
-    v = verify_copy(a_copy(), workload, contact=EPOCH)
+    v = verify_copy(a_copy(), workload, contact=EPOCH, claim=CLAIM)
     assert (v.action, v.workload_patch, v.copy_patch, v.final) == (CopyAction.WAIT, None, None, final)
     assert says in v.reason
 
@@ -120,22 +126,22 @@ def test_a_copy_that_cannot_be_verified_stays_marked(workload, says, final):
 def test_a_copy_naming_no_workload_stays_marked():
     c = a_copy()
     del c["metadata"]["labels"][PREBUILT_WORKLOAD]
-    assert verify_copy(c, remote_workload(), contact=EPOCH).action is CopyAction.WAIT
+    assert verify_copy(c, remote_workload(), contact=EPOCH, claim=CLAIM).action is CopyAction.WAIT
 
 
 def test_no_copy_starts_out_of_contact_with_the_manager():
     # Its A is its stamp, but no renewal of the contact Lease was seen: the manager may not reach this worker, and
     # could not stop the copy. Not final: it starts once contact is seen.
-    v = verify_copy(a_copy(), remote_workload(), contact=None)
+    v = verify_copy(a_copy(), remote_workload(), contact=None, claim=CLAIM)
     assert (v.action, v.workload_patch, v.copy_patch, v.final) == (CopyAction.WAIT, None, None, False)
     assert v.reason == NO_CONTACT
 
 
 def test_what_is_not_an_unverified_copy_is_left_alone():
-    assert verify_copy(a_copy(marked=False), remote_workload(), contact=EPOCH).action is CopyAction.NOTHING
+    assert verify_copy(a_copy(marked=False), remote_workload(), contact=EPOCH, claim=CLAIM).action is CopyAction.NOTHING
     not_a_copy = a_copy()
     del not_a_copy["metadata"]["labels"][MULTIKUEUE_ORIGIN_LABEL]
-    assert verify_copy(not_a_copy, remote_workload(), contact=EPOCH).action is CopyAction.NOTHING
+    assert verify_copy(not_a_copy, remote_workload(), contact=EPOCH, claim=CLAIM).action is CopyAction.NOTHING
 
 
 def test_the_mutation_marks_and_suspends_and_is_idempotent():
@@ -150,3 +156,50 @@ def test_the_mutation_marks_and_suspends_and_is_idempotent():
     assert apply_json_patch(bare, mark_copy_ops(bare))["metadata"]["annotations"] == {
         ANNOTATION_UNVERIFIED: UNVERIFIED_TRUE
     }
+
+
+@pytest.mark.parametrize("claim", [None, "2/manager-wl-uid", "4/another-wl-uid"])
+def test_a_copy_starts_only_under_a_live_claim_for_exactly_it(claim):
+    # Its A is its stamp and the manager is in contact, but the manager's agent does not claim this copy here
+    # now (no live claim, or one for another dispatch): it waits, and starts once claimed.
+    v = verify_copy(a_copy(), remote_workload(), contact=EPOCH, claim=claim)
+    assert (v.action, v.workload_patch, v.copy_patch, v.final) == (CopyAction.WAIT, None, None, False)
+    assert "does not claim this copy here now (claim dispatch-claim-manager-wl-uid for 4/manager-wl-uid" in v.reason
+
+
+def test_a_copy_without_the_gate_s_approval_never_starts():
+    c = a_copy()
+    del c["metadata"]["annotations"][ANNOTATION_APPROVED_ADMISSION]
+    v = verify_copy(c, remote_workload(), contact=EPOCH, claim=CLAIM)
+    assert (v.action, v.final) == (CopyAction.WAIT, True)
+
+
+def _started() -> tuple[dict[str, Any], dict[str, Any]]:
+    return a_copy(marked=False), remote_workload(verified="copy-uid")
+
+
+def test_a_running_copy_runs_on_only_under_its_live_claim():
+    c, wl = _started()
+    assert unclaimed(c, wl, claim=CLAIM).action is CopyAction.NOTHING
+    for claim in (None, "8/manager-wl-uid"):
+        v = unclaimed(c, wl, claim=claim)
+        assert v.action is CopyAction.DELETE
+        assert v.reason.endswith("deleted, so it does not run on")
+
+
+def test_a_finished_or_other_copy_is_kept_without_a_claim():
+    c, wl = _started()
+    done = copy.deepcopy(c)
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    assert unclaimed(done, wl, claim=None).action is CopyAction.NOTHING
+    assert unclaimed(c, remote_workload(verified="another"), claim=None).action is CopyAction.NOTHING
+    assert unclaimed(a_copy(), wl, claim=None).action is CopyAction.NOTHING  # marked: never started
+
+
+def test_a_marked_copy_is_deleted_once_it_waited_the_claim_s_duration_for_one():
+    c = a_copy()
+    assert unclaimed_marked(c, claim=None, waited=7.9, duration=8).action is CopyAction.NOTHING
+    assert unclaimed_marked(c, claim=CLAIM, waited=100, duration=8).action is CopyAction.NOTHING
+    v = unclaimed_marked(c, claim=None, waited=8, duration=8)
+    assert v.action is CopyAction.DELETE
+    assert "the job goes back through the manager" in v.reason

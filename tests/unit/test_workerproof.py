@@ -124,9 +124,9 @@ def test_every_right_of_the_worker_rules_is_asked_scoped_as_the_gate_uses_it() -
     every = sum(len(r.get("apiGroups") or [""]) * len(r["resources"]) * len(r["verbs"]) for r in WORKER_RULES)
     assert len(asked) == every
     contact = {(a.resource, a.verb, a.namespace, a.name) for a in accesses(CONTACT_RULES, "dispatch-system")}
-    assert contact == {("leases", "get", "dispatch-system", LEASE_MANAGER_CONTACT),
-                       ("leases", "update", "dispatch-system", LEASE_MANAGER_CONTACT),
-                       ("leases", "create", "dispatch-system", None)}  # fmt: skip
+    assert contact == {
+        ("leases", verb, "dispatch-system", None) for verb in ("get", "list", "create", "update", "delete")
+    }
     assert Access("", "configmaps", "get", NS, "x").attributes() == {
         "group": "", "resource": "configmaps", "verb": "get", "namespace": NS, "name": "x"}  # fmt: skip
     assert Access("", "pods/log", "get", NS).attributes() == {

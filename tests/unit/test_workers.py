@@ -54,12 +54,31 @@ def test_a_worker_with_no_credential_holds_and_is_named():
     assert "worker w-2: the agent has no credential" in hold_message(plan.blockers)
 
 
-@pytest.mark.parametrize("value", ["true"])
-def test_a_fenced_worker_is_not_read_and_holds_nothing(value: str):
-    plan = plan_workers({"multikueue": check()}, {"mk": config("w-1", "w-2")}, [cluster("w-2", value)], {"w-1"})
+def test_a_worker_declared_powered_off_is_not_read_and_holds_nothing():
+    plan = plan_workers({"multikueue": check()}, {"mk": config("w-1", "w-2")}, [cluster("w-2", "powered-off")],
+                        {"w-1", "w-2"}, record=["w-2"])  # fmt: skip
     assert plan.read == ("w-1",)
     assert plan.fenced == ("w-2",)
     assert plan.blockers == ()
+
+
+def test_a_fenced_worker_is_still_read_and_trusted_unread_only_where_the_record_does_not_list_it():
+    clusters = [cluster("w-2", "true")]
+    plan = plan_workers({"multikueue": check()}, {"mk": config("w-1", "w-2")}, clusters, {"w-1", "w-2"})
+    assert (plan.read, plan.fenced, plan.trusted) == (("w-1", "w-2"), (), frozenset({"w-2"}))
+    listed = plan_workers({"multikueue": check()}, {"mk": config("w-1", "w-2")}, clusters, {"w-1", "w-2"},
+                          record=["w-2"])  # fmt: skip
+    assert (listed.read, listed.trusted) == (("w-1", "w-2"), frozenset())
+    # Without a credential for it: trusted where not listed, else it holds, saying what would be trusted.
+    bare = plan_workers({"multikueue": check()}, {"mk": config("w-1", "w-2")}, clusters, {"w-1"}, record=["w-2"])
+    assert [b.worker for b in bare.blockers] == ["w-2"]
+    assert "fenced: powered-off" in bare.blockers[0].why
+    assert plan_workers({"multikueue": check()}, {"mk": config("w-1", "w-2")}, clusters, {"w-1"}).blockers == ()
+
+
+def test_a_worker_the_record_lists_is_read_though_no_config_lists_it_now():
+    plan = plan_workers({"multikueue": check()}, {"mk": config("w-1")}, [], {"w-1", "w-3"}, record=["w-3"])
+    assert plan.read == ("w-1", "w-3")
 
 
 @pytest.mark.parametrize("value", ["", "false", "True", "yes"])
@@ -71,7 +90,7 @@ def test_only_the_exact_fence_value_fences(value: str):
 
 
 def test_a_fence_on_a_worker_outside_the_config_changes_nothing():
-    plan = plan_workers({"multikueue": check()}, {"mk": config("w-1")}, [cluster("w-9", "true")], {"w-1"})
+    plan = plan_workers({"multikueue": check()}, {"mk": config("w-1")}, [cluster("w-9", "powered-off")], {"w-1"})
     assert (plan.read, plan.fenced) == (("w-1",), ())
 
 

@@ -75,6 +75,14 @@ type Error struct {
 	Orphans    []string      // with not_found from Status, conflict from Start: what an earlier TrainJob left
 	RetryAfter time.Duration // the agent's Retry-After (rate_limited)
 
+	// On a MultiKueue manager, with not_found from Status and Start's refusals: what of the job (or of an earlier
+	// TrainJob of its name) is left on each worker, by worker.
+	Workers []WorkerRemainsModel
+	// On a MultiKueue manager, with not_found from Status: nil elsewhere; else whether every worker was read and
+	// nothing of the job may run or start on any (CeasedReason says why).
+	Ceased       *bool
+	CeasedReason string
+
 	sentinel error
 	cause    error
 }
@@ -113,10 +121,13 @@ func (e *CutOffError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err
 
 // wireError is the API's error body.
 type wireError struct {
-	Error   string    `json:"error"`
-	Message string    `json:"message"`
-	Field   *string   `json:"field"`
-	Orphans *[]string `json:"orphans"`
+	Error        string                `json:"error"`
+	Message      string                `json:"message"`
+	Field        *string               `json:"field"`
+	Orphans      *[]string             `json:"orphans"`
+	Workers      *[]WorkerRemainsModel `json:"workers"`
+	Ceased       *bool                 `json:"ceased"`
+	CeasedReason *string               `json:"ceasedReason"`
 }
 
 // noSuchEndpoint starts the agent's answer to a path it does not serve.
@@ -134,6 +145,13 @@ func answerError(op string, status int, header http.Header, body []byte) (e *Err
 		}
 		if w.Orphans != nil {
 			e.Orphans = *w.Orphans
+		}
+		if w.Workers != nil {
+			e.Workers = *w.Workers
+		}
+		e.Ceased = w.Ceased
+		if w.CeasedReason != nil {
+			e.CeasedReason = *w.CeasedReason
 		}
 		if status == http.StatusNotFound && strings.HasPrefix(w.Message, noSuchEndpoint) {
 			e.sentinel = ErrUnsupported

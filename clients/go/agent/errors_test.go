@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,6 +52,12 @@ func TestEveryErrorCodeOfTheDocsMatchesItsSentinelOnly(t *testing.T) {
 			}
 			if kind == "not_found" {
 				body["orphans"] = []string{"team-a/jobset/" + ref.Name}
+				// On a MultiKueue manager: what is left on each worker, and Ceased across them.
+				body["workers"] = []map[string]any{{"cluster": "worker-1", "read": true, "fenced": false,
+					"orphans": []string{"team-a/trainjob/" + ref.Name}, "mayStillRun": true,
+					"reason": "MultiKueue's copy of the TrainJob is there and has not finished: it may start there"}}
+				body["ceased"] = false
+				body["ceasedReason"] = "the TrainJob is gone, but something of it may still run on a worker: worker-1"
 			}
 			f.handle("/v1/status", func(w http.ResponseWriter, r *http.Request) {
 				if kind == "rate_limited" {
@@ -77,6 +84,17 @@ func TestEveryErrorCodeOfTheDocsMatchesItsSentinelOnly(t *testing.T) {
 			}
 			if kind == "not_found" && !slices.Equal(e.Orphans, []string{"team-a/jobset/" + ref.Name}) {
 				t.Errorf("orphans %q", e.Orphans)
+			}
+			if kind == "not_found" {
+				if len(e.Workers) != 1 || e.Workers[0].Cluster != "worker-1" || !e.Workers[0].Read ||
+					!e.Workers[0].MayStillRun || !slices.Equal(e.Workers[0].Orphans, []string{"team-a/trainjob/" + ref.Name}) {
+					t.Errorf("workers %+v", e.Workers)
+				}
+				if e.Ceased == nil || *e.Ceased || !strings.HasPrefix(e.CeasedReason, "the TrainJob is gone, but") {
+					t.Errorf("ceased %v %q", e.Ceased, e.CeasedReason)
+				}
+			} else if e.Workers != nil || e.Ceased != nil {
+				t.Errorf("workers %+v, ceased %v without them in the body", e.Workers, e.Ceased)
 			}
 			if kind == "rate_limited" && e.RetryAfter != 7*time.Second {
 				t.Errorf("retry after %s", e.RetryAfter)

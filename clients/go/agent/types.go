@@ -32,6 +32,7 @@ type (
 	Capabilities       = wire.Capabilities
 	CapabilitiesMode   = wire.CapabilitiesMode
 	ErrorResponse      = wire.ErrorResponse
+	WorkerRemainsModel = wire.WorkerRemainsModel
 )
 
 // The values of the document's enums.

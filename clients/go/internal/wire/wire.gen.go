@@ -143,6 +143,12 @@ type CredentialSpec struct {
 
 // ErrorResponse defines model for ErrorResponse.
 type ErrorResponse struct {
+	// Ceased on a MultiKueue manager, with not_found from Status: every worker not fenced was read and nothing of the job may run or start on any
+	Ceased *bool `json:"ceased,omitempty"`
+
+	// CeasedReason why ceased is true or false
+	CeasedReason *string `json:"ceasedReason,omitempty"`
+
 	// Error the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, observe_only, unavailable, internal
 	Error string `json:"error"`
 
@@ -152,6 +158,9 @@ type ErrorResponse struct {
 
 	// Orphans with not_found from Status: objects the TrainJob left behind (`<namespace>/jobset/<name>`…)
 	Orphans []string `json:"orphans,omitempty"`
+
+	// Workers on a MultiKueue manager, with not_found from Status and with Start's refusals: what of the job (or of an earlier TrainJob of the name) is left on each worker
+	Workers []WorkerRemainsModel `json:"workers,omitempty"`
 }
 
 // ExecutionModel defines model for ExecutionModel.
@@ -265,6 +274,9 @@ type OpenResponse struct {
 type OutcomeResponse struct {
 	A       *int   `json:"a,omitempty"`
 	Outcome string `json:"outcome"`
+
+	// Workers Stop on a MultiKueue manager: what of the job is still on each worker the agent reads, once the manager's TrainJob is deleted (MultiKueue deletes a worker's copy only while it can reach that worker)
+	Workers []WorkerRemainsModel `json:"workers,omitempty"`
 }
 
 // OutputRequest defines model for OutputRequest.
@@ -401,6 +413,9 @@ type StatusResponse struct {
 	Pods      []PodStatusModel   `json:"pods"`
 	R         *int               `json:"r"`
 	UID       string             `json:"uid"`
+
+	// Workers on a MultiKueue manager, while the TrainJob is being deleted (Stop): what of the job is left on each worker the agent reads; ceased then holds only once every one was read and nothing may run on any
+	Workers []WorkerRemainsModel `json:"workers,omitempty"`
 }
 
 // StatusResponseGate defines model for StatusResponse.Gate.
@@ -408,6 +423,27 @@ type StatusResponseGate string
 
 // StatusResponseMode defines model for StatusResponse.Mode.
 type StatusResponseMode string
+
+// WorkerRemainsModel On a MultiKueue manager: what of a job is left on one worker (agent/workerremains.py).
+type WorkerRemainsModel struct {
+	// Cluster the worker (its MultiKueueCluster's name)
+	Cluster string `json:"cluster"`
+
+	// Fenced not read, and an administrator fenced it: taken at the fence's word that nothing of the job runs there (a fenced worker that is read is reported as read)
+	Fenced *bool `json:"fenced,omitempty"`
+
+	// MayStillRun something of the job may still run or start there; true for a worker that cannot be read
+	MayStillRun bool `json:"mayStillRun"`
+
+	// Orphans what of the job is there, as orphan references: MultiKueue's copy (`<namespace>/trainjob/<name>`), its JobSet, its Jobs (`…/job/…`), and its pods that may still run
+	Orphans []string `json:"orphans"`
+
+	// Read the worker was read with the agent's credential for it
+	Read bool `json:"read"`
+
+	// Reason why, or why the worker was not read
+	Reason string `json:"reason"`
+}
 
 // HoldJSONRequestBody defines body for Hold for application/json ContentType.
 type HoldJSONRequestBody = HoldRequest

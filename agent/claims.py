@@ -1,0 +1,159 @@
+"""The claims (contract/claims.py decides): the manager's agent renews, on each worker, a claim for the copy it
+wants running there now (``ClaimRenewer``); the worker's agent judges them by its own clock (``ClaimWatch``), lets
+a copy start only under a live claim for it (agent/copies.py) and deletes the copies that run, or wait to start,
+without one (agent/contact.py).
+
+As with the contact Lease, the worker never compares the manager's renewTime with its own clock: a claim is live
+while the worker saw it change (created or renewed) within its duration, by its monotonic clock. The first LIST
+after the agent starts (or leads again) only sets the baseline, so no claim is live before a renewal is seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agent.constants import CONTACT_SECONDS, WORKLOADS
+from agent.kube import Kube
+from agent.workerreads import WorkerClients
+from agent.workload import owner_trainjob
+from contract.claims import Want, claimed, dispatched_to, dispatched_worker, record_ops, wanted_claim
+from contract.multicluster import is_fenced, managed_by_multikueue
+from contract.objects import dig
+from contract.ownership import is_dispatch
+from serving.kube import describe_error
+
+log = logging.getLogger(__name__)
+
+
+class ClaimWatch:
+    """The worker's view of the claims, by its own monotonic clock: when it saw each change last."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every claim seen (a new leadership): no claim is live before a change is seen again."""
+        self._seen: dict[str, tuple[Any, ...]] = {}
+        self._changed: dict[str, float] = {}
+        self._listed = False
+        self.duration: int = CONTACT_SECONDS
+        """The duration of the claims seen last (how long a marked copy may wait for its claim)."""
+
+    def observe(self, leases: Iterable[Mapping[str, Any]], now: float) -> None:
+        seen: dict[str, tuple[Any, ...]] = {}
+        for lease in leases:
+            spec = lease.get("spec") or {}
+            name = str(dig(lease, "metadata", "name"))
+            seen[name] = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+            if isinstance(duration := spec.get("leaseDurationSeconds"), int) and duration > 0:
+                self.duration = duration
+            if self._listed and self._seen.get(name) != seen[name]:
+                self._changed[name] = now  # created or renewed since the last LIST
+        self._changed = {n: t for n, t in self._changed.items() if n in seen}
+        self._seen, self._listed = seen, True
+
+    def live(self, name: str, now: float) -> str | None:
+        """The approval claim ``name`` names, while a change of it was seen within its duration; else None."""
+        record, changed = self._seen.get(name), self._changed.get(name)
+        if record is None or changed is None:
+            return None
+        holder, _, duration = record
+        if not isinstance(holder, str) or not isinstance(duration, int) or now >= changed + duration:
+            return None
+        return holder
+
+
+class ClaimRenewer:
+    """Role manager: every quarter of the claims' duration, renews on each worker the claims of the copies it wants
+    running there (``wanted_claim``) and deletes its other claims there. Before it first claims a copy on a worker,
+    it records the worker on the TrainJob (``ANNOTATION_DISPATCHED_TO``): a copy starts only under a claim, so no
+    copy starts on a worker the record does not list."""
+
+    def __init__(self, kube: Kube, workers: WorkerClients, duration: int) -> None:
+        self.kube, self.workers, self.duration, self.origin = kube, workers, duration, workers.origin
+        self.renewed = 0
+        self.deleted = 0
+        """Claims renewed and deleted (for the tests and the log)."""
+        self._workers: dict[tuple[str, str], str | None] = {}
+        self._poked = asyncio.Event()
+
+    def saw(self, key: tuple[str, str], worker: str | None) -> None:
+        """The Workload watch saw ``key`` dispatched to ``worker`` (None: to none, or gone): a change starts the next
+        round now, so the worker is recorded and the copy claimed (or no longer) as soon as MultiKueue says where
+        the job went, not a quarter of the duration later."""
+        if self._workers.get(key) != worker:
+            self._workers[key] = worker
+            if worker is None:
+                del self._workers[key]
+            self._poked.set()
+
+    async def run(self) -> None:
+        while True:
+            self._poked.clear()
+            try:
+                await self.round()
+            except Exception as exc:  # the next round tries again; unrenewed claims only lapse (the safe side)
+                log.warning("the claims were not renewed: %s", describe_error(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), self.duration / 4)
+
+    async def round(self) -> None:
+        wants = await self.wanted()
+        await asyncio.gather(
+            *(self._worker(w, [x for x in wants if x.worker == w]) for w in sorted(self.workers.names))
+        )
+
+    async def wanted(self) -> list[Want]:
+        """The claims wanted now, from fresh reads: the MultiKueueClusters, every Workload, each dispatched one's
+        TrainJob. The worker of each is recorded on its TrainJob first; one whose record cannot be written is not
+        claimed this round."""
+        clusters = {str(dig(c, "metadata", "name")): c for c in await self.kube.list_multikueue_clusters()}
+        fenced = [n for n, c in clusters.items() if is_fenced(c)]
+        listed = await self.kube.list_page(self.kube.list_functions()[WORKLOADS])
+        wants = []
+        for workload in listed.get("items", []):
+            owner = owner_trainjob(workload)
+            if dispatched_worker(workload) is None or owner is None:
+                continue
+            namespace = str(dig(workload, "metadata", "namespace"))
+            trainjob = await self.kube.get_trainjob(namespace, owner[0])
+            if trainjob is None or dig(trainjob, "metadata", "uid") != owner[1]:
+                continue
+            if not (is_dispatch(trainjob) and managed_by_multikueue(trainjob)):
+                continue
+            want = wanted_claim(workload, trainjob, clusters, fenced=fenced)
+            if want is not None and await self._recorded(trainjob, want.worker):
+                wants.append(want)
+        return wants
+
+    async def _recorded(self, trainjob: Mapping[str, Any], worker: str) -> bool:
+        listed = dispatched_to(trainjob)
+        if worker in listed:
+            return True
+        namespace, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
+        try:
+            await self.kube.patch_trainjob(namespace, name, record_ops(trainjob, [*listed, worker]))
+        except Exception as exc:  # a conflict: the next round reads it again
+            log.info("TrainJob %s/%s: worker %s not recorded yet: %s", namespace, name, worker, describe_error(exc))
+            return False
+        return True
+
+    async def _worker(self, worker: str, wants: list[Want]) -> None:
+        try:
+            have = {str(dig(c, "metadata", "name")): c for c in await self.workers.claims(worker, self.origin)}
+            now = dt.datetime.now(dt.UTC)
+            for want in wants:
+                await self.workers.renew_claim(worker, have.get(want.name), want, self.origin, now, self.duration)
+                self.renewed += 1
+            for name, stale in sorted(have.items()):
+                if name not in {w.name for w in wants}:
+                    await self.workers.delete_claim(worker, stale)
+                    self.deleted += 1
+                    log.info("worker %s: claim %s (%s) deleted: not wanted there now", worker, name, claimed(stale))
+        except Exception as exc:  # one worker's failure never stops the others'; its claims lapse there
+            log.warning("worker %s: claims not renewed: %s", worker, describe_error(exc))

@@ -1,0 +1,299 @@
+"""The claim (docs/multicluster.md, "The claim") against the real MultiKueue of harness.multicluster, with dispatch's
+agent on the manager and on both workers (test_worker_gate's ``armed``): a worker runs a copy only while the
+manager wants it there now, so whatever makes the manager stop wanting it (Kueue cut off from the worker while the
+agent still reaches it, a fence, the worker dropped from the MultiKueueConfig) ends with the copy stopped by the
+worker's agent, which can see it, before the job runs elsewhere. Each test asserts, from the copies' and pods' own
+identities on the workers, that no two executions overlapped and R only rose."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from ulid import ULID
+
+from agent.constants import REASON_UNCLAIMED
+from agent.operations import plan_open
+from contract.admission import admission_started
+from contract.keys import ANNOTATION_DISPATCHED_TO, ANNOTATION_FENCED, FENCED_TRUE, LABEL_JOBSET_NAME
+from contract.objects import annotations
+from contract.trainjob import Submission
+from harness.jobs import write_as_the_api
+from harness.multicluster import KUEUE_V, Worker
+from tests.e2e import kit
+from tests.e2e.kit import TRAINER_V, eventually
+from tests.multicluster.test_numbering import QUEUE, K, _dispatched, _events, _fence, _get, _linger, _trainer_pod, _true
+from tests.multicluster.test_worker_gate import (
+    CONTACT_SECONDS,
+    Armed,
+    _admissions,
+    _worker_events,
+)
+from tests.multicluster.test_worker_gate import armed as armed_clusters
+
+pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
+armed = armed_clusters  # test_worker_gate's fixture: the agents on the manager and both workers
+
+
+class Story:
+    """One job on the armed clusters, with the histories of its TrainJob on the manager and its copies."""
+
+    def __init__(self, a: Armed) -> None:
+        self.m, self.mc = a.manager, a.manager.mc
+        self.ns = self.m.namespace
+        self.trainjobs = kit.Recorder(self.m.admin, self.m.admin.collection_path(TRAINER_V, "TrainJob", self.ns))
+        self.copies = {w.name: kit.Recorder(w.admin, w.admin.collection_path(TRAINER_V, "TrainJob", self.ns))
+                       for w in self.mc.workers}  # fmt: skip
+        self.pods = {w.name: kit.Recorder(w.admin, w.admin.collection_path("v1", "Pod", self.ns))
+                     for w in self.mc.workers}  # fmt: skip
+
+    def start(self) -> tuple[dict[str, Any], Worker, str]:
+        """Started, opened, dispatched with A = K, its trainer pod Running: the TrainJob, its worker, the pod."""
+        sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=self.ns, queue=QUEUE,
+                         image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"])  # fmt: skip
+        tj = kit.create_as_start(self.m.admin, sub, self.m.runtime)
+        eventually(lambda: kit.workload_of(self.m.admin, self.ns, tj["metadata"]["uid"]), 30, "the Workload created")
+        write_as_the_api(self.m.admin, tj, lambda t, w: plan_open(t).writes)
+        _dispatched(self.m, tj, K)
+        there = self.mc.worker(kit.workload_of(self.m.admin, self.ns, tj["metadata"]["uid"])["status"]["clusterName"])
+        pod = eventually(lambda: _trainer_pod(there, tj), 120, f"the trainer pod Running on {there.name}")
+        return tj, there, pod
+
+    def other(self, worker: Worker) -> Worker:
+        return next(w for w in self.mc.workers if w is not worker)
+
+    def nothing_left(self, worker: Worker, name: str) -> None:
+        """Nothing of the job on ``worker``: no copy, JobSet, Job or pod."""
+        selector = f"{LABEL_JOBSET_NAME}={name}"
+        assert worker.admin.get_or_none(TRAINER_V, "TrainJob", name, self.ns) is None, "the copy"
+        assert worker.admin.get_or_none("jobset.x-k8s.io/v1alpha2", "JobSet", name, self.ns) is None, "its JobSet"
+        assert not worker.admin.list("batch/v1", "Job", self.ns, label_selector=selector), "its Jobs"
+        assert not worker.admin.list("v1", "Pod", self.ns, label_selector=selector), "its pods"
+
+    def assert_one_at_a_time(self, name: str, expected: list[int], dispatched: list[int] | None = None) -> None:
+        """Across both workers: the copies that started, each once, started with ``expected`` (the A of their
+        dispatches), and R only rose; the manager admitted ``dispatched`` (default: ``expected``), A raised by K each
+        time; no pod of one dispatch ran while a pod of another existed (the pods' own A, from their histories)."""
+        admitted = kit.assert_a_rises_before_each_admission(self.trainjobs.versions(name))
+        assert admitted == (dispatched or expected)
+        assert all(b - a >= K for a, b in itertools.pairwise(admitted)), admitted
+
+        def started() -> None:
+            assert sorted(a for w in self.mc.workers for a in _admissions(self.copies[w.name], name)) == expected
+
+        eventually(started, 30, "each copy's start in the workers' histories")
+        spans = []  # each trainer pod's life on either worker, by this process's clock, and its A
+        now = time.monotonic()
+        for w in self.mc.workers:
+            for first, gone, pod in self.pods[w.name].lifetimes().values():
+                if "dispatch.phpboyscout.uk/admission" in (pod["metadata"].get("annotations") or {}):
+                    spans.append((first, gone if gone is not None else now, kit.pod_a_j(pod)[0], w.name))
+        assert sorted({a for *_, a, _ in spans}) == expected, spans
+        for first, gone, a, w in spans:
+            for first2, gone2, a2, w2 in spans:
+                if a != a2:
+                    assert gone <= first2 or gone2 <= first, (
+                        f"a pod with A {a} on {w} overlapped one with A {a2} on {w2}"
+                    )
+
+    def stop(self) -> None:
+        self.trainjobs.stop()
+        for r in (*self.copies.values(), *self.pods.values()):
+            r.stop()
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
+def test_kueue_cut_off_from_a_worker_the_agent_still_reaches_ends_with_the_copy_stopped_there_before_the_job_moves(
+    armed: Armed,
+) -> None:
+    """Kueue's connection to the worker that runs the job breaks while the manager agent's credential still works,
+    so the contact Lease is still renewed there. Its MultiKueueCluster is no longer Active, so the manager claims
+    the copy no more, and the worker's agent deletes it within the claim's duration and says so. After
+    workerLostTimeout Kueue evicts the job on the manager; the gate, reading the worker with the agent's credential,
+    finds nothing of the job there, and dispatches it to the other worker with A raised by K. When Kueue's
+    connection comes back, nothing of the first dispatch starts again."""
+    s = Story(armed)
+    cut_off: Worker | None = None
+    try:
+        tj, there, pod = s.start()
+        name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
+        copy_uid = there.admin.get(TRAINER_V, "TrainJob", name, s.ns)["metadata"]["uid"]
+        assert annotations(_get(s.m, tj)).get(ANNOTATION_DISPATCHED_TO) == there.name, "recorded before its claim"
+
+        s.mc.break_connection(there)
+        cut_off, cut = there, time.monotonic()
+
+        def deleted() -> list[dict[str, Any]]:
+            assert there.admin.get_or_none(TRAINER_V, "TrainJob", name, s.ns) is None, "the copy still there"
+            return _worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)
+
+        # The manager deletes the claim it no longer wants (or it lapses): the worker's agent sees it at its next
+        # look, within the claim's duration after the cut at the latest.
+        said = eventually(deleted, CONTACT_SECONDS + 60, "the copy deleted by the worker's agent, unclaimed")
+        assert time.monotonic() - cut <= CONTACT_SECONDS + 30
+        assert "does not claim this copy here now" in said[0]["message"]
+        # Contact with the manager's agent never stopped: the claim, not the Lease, stopped the copy.
+        eventually(lambda: s.nothing_left(there, name), 120, "nothing of the job left on the cut-off worker")
+
+        _, again = _dispatched(s.m, tj, 2 * K, within=300)
+        moved = s.mc.worker(kit.workload_of(s.m.admin, s.ns, uid)["status"]["clusterName"])
+        assert moved is s.other(there), "dispatched again to the worker Kueue cannot reach"
+        eventually(lambda: _trainer_pod(moved, tj), 120, f"the trainer pod Running on {moved.name}")
+
+        s.mc.restore_connection(there)
+        cut_off = None
+        time.sleep(CONTACT_SECONDS)  # Kueue reaches the first worker again: nothing of the first dispatch returns
+        s.nothing_left(there, name)
+        running = moved.admin.get(TRAINER_V, "TrainJob", name, s.ns)
+        assert (kit.a_of(running), admission_started(running), kit.a_of(again)) == (2 * K, 2 * K, 2 * K)
+        assert there.admin.get_or_none("v1", "Pod", pod, s.ns) is None
+        s.assert_one_at_a_time(name, [K, 2 * K])
+    finally:
+        if cut_off is not None:
+            s.mc.restore_connection(cut_off)
+        s.stop()
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches and a rejoin
+def test_a_fenced_worker_that_rejoins_stops_its_copy_and_the_next_dispatch_waits_for_it(armed: Armed) -> None:
+    """A worker fenced ``true`` while the job runs there: the manager claims nothing there and renews no contact, so
+    its agent deletes the copy; the gate still reads the fenced worker (it can), and the quota and the next dispatch
+    wait until nothing of the job is left there. The fence lifted, the worker rejoins; the job, dispatched again
+    elsewhere, keeps running, and nothing of the first dispatch comes back."""
+    s = Story(armed)
+    fenced: Worker | None = None
+    try:
+        tj, there, _ = s.start()
+        name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
+        copy_uid = there.admin.get(TRAINER_V, "TrainJob", name, s.ns)["metadata"]["uid"]
+        s.m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", there.name,
+                              {"metadata": {"annotations": {ANNOTATION_FENCED: FENCED_TRUE}}})  # fmt: skip
+        fenced = there
+        eventually(lambda: _true(_worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)), CONTACT_SECONDS + 60,
+                   "the fenced worker's copy deleted, unclaimed")  # fmt: skip
+        # MultiKueue sees its remote gone and evicts; the gate dispatches again. MultiKueue may still send a copy to
+        # the fenced worker (a fence is dispatch's, not Kueue's): there it is never claimed, never starts, and goes
+        # back after the claim's duration, until the job lands on the other worker.
+        moved = s.other(there)
+
+        def runs_elsewhere() -> int:
+            wl = kit.workload_of(s.m.admin, s.ns, uid)
+            assert wl["status"].get("clusterName") == moved.name, wl["status"].get("clusterName")
+            copy = moved.admin.get(TRAINER_V, "TrainJob", name, s.ns)
+            assert copy["spec"].get("suspend") is False, "not started yet"
+            a = kit.a_of(copy)
+            assert a is not None
+            assert a >= 2 * K
+            assert admission_started(copy) == a
+            return a
+
+        a_final = eventually(runs_elsewhere, 420, f"the job running on {moved.name}")
+        eventually(lambda: _trainer_pod(moved, tj), 120, f"the trainer pod Running on {moved.name}")
+        eventually(lambda: s.nothing_left(there, name), 120, "nothing of the job left on the fenced worker")
+        eventually(lambda: _true(there.name not in annotations(_get(s.m, tj)).get(ANNOTATION_DISPATCHED_TO, "")), 60,
+                   "the fenced worker taken off the record once a look found it empty")  # fmt: skip
+
+        s.m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", there.name,
+                              {"metadata": {"annotations": {ANNOTATION_FENCED: None}}})  # fmt: skip
+        fenced = None
+        time.sleep(CONTACT_SECONDS)  # rejoined: the job runs on where it is, nothing returns to the first worker
+        s.nothing_left(there, name)
+        running = moved.admin.get(TRAINER_V, "TrainJob", name, s.ns)
+        assert (kit.a_of(running), running["spec"].get("suspend")) == (a_final, False)
+        dispatched = kit.assert_a_rises_before_each_admission(s.trainjobs.versions(name))
+        s.assert_one_at_a_time(name, [K, a_final], dispatched)
+    finally:
+        if fenced is not None:
+            s.m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", fenced.name,
+                                  {"metadata": {"annotations": {ANNOTATION_FENCED: None}}})  # fmt: skip
+        s.stop()
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches
+def test_a_worker_dropped_from_the_config_is_still_waited_for_where_the_job_ran(armed: Armed) -> None:
+    """The worker that runs the job is dropped from the MultiKueueConfig: MultiKueue no longer sees the copy there
+    and evicts the job on the manager. The record on the TrainJob still lists that worker, so the gate reads it
+    (the agent's credential for it still works), and the manager claims the copy no more, so the worker's agent
+    deletes it; only once nothing of the job is left there is the job dispatched to the other worker, with A raised
+    by K."""
+    s = Story(armed)
+    config = s.m.admin.get(KUEUE_V, "MultiKueueConfig", s.mc.multikueue_config)
+    clusters = list(config["spec"]["clusters"])
+    dropped = False
+    try:
+        tj, there, _ = s.start()
+        name = tj["metadata"]["name"]
+        copy_uid = there.admin.get(TRAINER_V, "TrainJob", name, s.ns)["metadata"]["uid"]
+        s.m.admin.merge_patch(KUEUE_V, "MultiKueueConfig", s.mc.multikueue_config,
+                              {"spec": {"clusters": [c for c in clusters if c != there.name]}})  # fmt: skip
+        dropped = True
+        eventually(lambda: _true(_worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)), CONTACT_SECONDS + 120,
+                   "the dropped worker's copy deleted, unclaimed")  # fmt: skip
+        _, again = _dispatched(s.m, tj, 2 * K, within=300)
+        s.nothing_left(there, name)
+        moved = s.mc.worker(kit.workload_of(s.m.admin, s.ns, tj["metadata"]["uid"])["status"]["clusterName"])
+        assert moved is s.other(there)
+        eventually(lambda: _trainer_pod(moved, tj), 120, f"the trainer pod Running on {moved.name}")
+        assert kit.a_of(again) == 2 * K
+        s.assert_one_at_a_time(name, [K, 2 * K])
+    finally:
+        if dropped:
+            s.m.admin.merge_patch(KUEUE_V, "MultiKueueConfig", s.mc.multikueue_config, {"spec": {"clusters": clusters}})
+        s.stop()
+
+
+@pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, two dispatches and a lost worker
+def test_a_fence_set_on_the_copy_s_deletion_event_waits_for_a_trainer_still_stopping(armed: Armed) -> None:
+    """Kueue is cut off from the worker that runs the job; the worker's agent deletes the copy and says so, but its
+    trainer takes long to stop (its pod stays Running once deleted, as under a slow kubelet). An administrator
+    fences the worker on that Event. The fence does not lift what the gate sees: the job's next dispatch waits for
+    the trainer, naming it on that worker.
+    Once the trainer has stopped, the job is dispatched to the other worker with A raised by K."""
+    s = Story(armed)
+    cut_off: Worker | None = None
+    fenced: Worker | None = None
+    lingering: tuple[Worker, str] | None = None
+    try:
+        tj, there, pod = s.start()
+        name = tj["metadata"]["name"]
+        copy_uid = there.admin.get(TRAINER_V, "TrainJob", name, s.ns)["metadata"]["uid"]
+        _linger(there, s.ns, pod, True)
+        lingering = (there, pod)
+        s.mc.break_connection(there)
+        cut_off = there
+        eventually(lambda: _true(_worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)), CONTACT_SECONDS + 60,
+                   "the copy's deletion said on the worker")  # fmt: skip
+        _fence(s.m, there.name, FENCED_TRUE)
+        fenced = there
+
+        def waiting() -> None:
+            # The gate's hold on its check (the job evicted and queued again), or the quota kept (still reserved).
+            wl = kit.workload_of(s.m.admin, s.ns, tj["metadata"]["uid"])
+            said = [e["message"] for e in _events(s.m, tj, "QuotaKept")]
+            said += [e.get("message", "") for e in kit.check_entries(wl, s.m.check)]
+            assert any(f"{pod} on worker {there.name}" in m for m in said), said
+
+        eventually(waiting, 240, "the next dispatch waiting for the trainer still stopping on the fenced worker")
+        time.sleep(CONTACT_SECONDS)
+        assert there.admin.get("v1", "Pod", pod, s.ns)["status"]["phase"] == "Running"
+        assert s.other(there).admin.get_or_none(TRAINER_V, "TrainJob", name, s.ns) is None, "dispatched meanwhile"
+        assert kit.a_of(_get(s.m, tj)) == K
+
+        _linger(there, s.ns, pod, False)  # the trainer stops at last
+        lingering = None
+        _, again = _dispatched(s.m, tj, 2 * K, within=300)
+        moved = s.mc.worker(kit.workload_of(s.m.admin, s.ns, tj["metadata"]["uid"])["status"]["clusterName"])
+        assert moved is s.other(there)
+        eventually(lambda: _trainer_pod(moved, tj), 120, f"the trainer pod Running on {moved.name}")
+        assert kit.a_of(again) == 2 * K
+        s.assert_one_at_a_time(name, [K, 2 * K])
+    finally:
+        if lingering is not None:
+            _linger(lingering[0], s.ns, lingering[1], False)
+        if fenced is not None:
+            _fence(s.m, fenced.name, None)
+        if cut_off is not None:
+            s.mc.restore_connection(cut_off)
+        s.stop()
