@@ -59,6 +59,7 @@ class ManagerPlay:
         self.contact = True
         """Whether it renews the contact Lease (False: only its claims, as a manager whose contact loop stalled)."""
         self._claims: dict[str, str] = {}
+        self._lock = threading.Lock()
         """The claims it renews with the contact Lease (contract/claims.py): name -> the approval it names."""
 
     def unclaim(self, copy: dict[str, Any]) -> None:
@@ -75,6 +76,10 @@ class ManagerPlay:
         self.renew_claims()
 
     def renew_claims(self) -> None:
+        with self._lock:  # the test's own claim() and the renewal thread: one writer at a time, as one agent
+            self._renew_claims()
+
+    def _renew_claims(self) -> None:
         admin = self.cp.admin
         for name, approval in list(self._claims.items()):
             lease = admin.get_or_none("coordination.k8s.io/v1", "Lease", name, self.namespace)
