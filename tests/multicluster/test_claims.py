@@ -7,8 +7,12 @@ identities on the workers, that no two executions overlapped and R only rose."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import itertools
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +21,27 @@ from ulid import ULID
 from agent.constants import REASON_UNCLAIMED
 from agent.operations import plan_open
 from contract.admission import admission_started
+from contract.claims import Want, claim_lease, claim_name
 from contract.keys import ANNOTATION_DISPATCHED_TO, ANNOTATION_FENCED, FENCED_TRUE, LABEL_JOBSET_NAME
 from contract.objects import annotations
 from contract.trainjob import Submission
 from harness.jobs import write_as_the_api
-from harness.multicluster import KUEUE_V, Worker
+from harness.kube_http import KubeHttp
+from harness.multicluster import KUEUE_V, MANAGER_AGENT_USER, Worker
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
-from tests.multicluster.test_numbering import QUEUE, K, _dispatched, _events, _fence, _get, _linger, _trainer_pod, _true
+from tests.multicluster.test_numbering import (
+    QUEUE,
+    K,
+    _dispatched,
+    _events,
+    _fence,
+    _get,
+    _linger,
+    _trainer_pod,
+    _true,
+    preflight_on_the_manager,
+)
 from tests.multicluster.test_worker_gate import (
     CONTACT_SECONDS,
     Armed,
@@ -36,6 +53,8 @@ from tests.multicluster.test_worker_gate import armed as armed_clusters
 pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
 armed = armed_clusters  # test_worker_gate's fixture: the agents on the manager and both workers
 NO_PODS = "dispatch-test-no-pods"
+SECOND = "manager-b"
+"""A second manager's MultiKueue origin."""
 KWOK_FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 """kwok's failure stage: the pod's container exits 1 (as in tests/e2e/test_readmission_gate.py)."""
 
@@ -308,3 +327,35 @@ def test_a_fence_set_on_the_copy_s_deletion_event_waits_for_a_trainer_still_stop
         if cut_off is not None:
             s.mc.restore_connection(cut_off)
         s.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_second_manager_sharing_the_workers_keeps_to_its_claims_and_is_refused_by_its_preflight(
+    armed: Armed, tmp_path: Path
+) -> None:
+    """A second manager (another MultiKueue origin) whose agent has credentials for the same workers: a claim it
+    wrote on a worker is left alone by the first manager's agent, which deletes only its own; its Preflight finds
+    each worker's contact Lease renewed by the first manager and proves none of them, naming why: a worker serves
+    one manager."""
+    m, mc = armed.manager, armed.manager.mc
+    worker = mc.workers[0]
+    theirs = claim_lease(None, Want(worker.name, claim_name(str(uuid.uuid4())), "4/u", f"{m.namespace}/j"),
+                         namespace=armed.system, origin=SECOND, now=dt.datetime.now(dt.UTC), duration=60)[1]  # fmt: skip
+    # Written as a manager's agent (the only principal the worker's policies let write a claim).
+    as_agent = KubeHttp(worker.admin.credentials, impersonate=(MANAGER_AGENT_USER, None))
+    written = as_agent.create(theirs)
+    time.sleep(CONTACT_SECONDS)  # several rounds of the first manager's claims
+    kept = worker.admin.get_or_none("coordination.k8s.io/v1", "Lease", theirs["metadata"]["name"], armed.system)
+    assert kept is not None, "the other manager's claim deleted"
+    assert kept["metadata"]["uid"] == written["metadata"]["uid"]
+    as_agent.delete("coordination.k8s.io/v1", "Lease", theirs["metadata"]["name"], armed.system)
+
+    report = asyncio.run(
+        preflight_on_the_manager(m, tmp_path, m.credentials, armed.system, CONTACT_SECONDS, origin=SECOND)
+    )
+    assert report.observe_only, report
+    why = report.readmission_gate_reason
+    for w in mc.cluster_names:
+        assert f"{w}: the manager agent's contact Lease" in why, why
+    assert f"renewed by another manager (MultiKueue origin multikueue, this one's is {SECOND})" in why, why
+    assert "a worker shared by two managers is not supported" in why, why

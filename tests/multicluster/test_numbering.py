@@ -35,6 +35,7 @@ from agent.operations import plan_open, plan_release
 from agent.workerreads import WorkerClients
 from agent.workers import FENCE_NOT_TRUSTED
 from contract.admission import admission_started
+from contract.claims import DEFAULT_ORIGIN
 from contract.keys import (
     ANNOTATION_FENCED,
     FENCED_POWERED_OFF,
@@ -307,6 +308,7 @@ async def preflight_on_the_manager(
     credentials: dict[str, Path],
     lease_namespace: str = LEASE_NAMESPACE,
     contact_seconds: int = CONTACT_SECONDS,
+    origin: str = DEFAULT_ORIGIN,
 ) -> Any:
     """Preflight through the test's MultiKueue queue, on the manager's API served with ``credentials`` (the agent's
     credential for each worker) as a supervisor of the test's namespace calls it; ``lease_namespace``: the agents'
@@ -314,7 +316,7 @@ async def preflight_on_the_manager(
     manager agent's workerContactSeconds, proven below the workerLostTimeout the manager's Kueue runs with."""
     cp = m.mc.manager.control_plane
     who = supervisors(cp, m.namespace, cp.create_namespace(f"mc-api-{secrets.token_hex(3)}"))
-    workers = WorkerClients(credentials, lease_namespace=lease_namespace)
+    workers = WorkerClients(credentials, lease_namespace=lease_namespace, origin=origin)
     settings = ApiSettings(probeSeconds=5, leaseNamespace=lease_namespace, workerContactSeconds=contact_seconds)
     try:
         async with running_agent(cp, tmp_path, settings, workers) as agent:
