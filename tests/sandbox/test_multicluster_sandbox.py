@@ -46,6 +46,7 @@ def test_the_multicluster_sandbox_shows_a_worker_lost_and_the_job_moving(tmp_pat
     # While the lost worker could not be read, dispatch said why the job kept its quota; once fenced, released it.
     assert re.search(rf"QuotaKept: .*keeps its quota.*worker {lost}: cannot be read", output), shown
     assert re.search(r"QuotaReleased: no execution of the job may still run on any worker", output), shown
-    assert f"MultiKueueCluster {lost} annotated dispatch.phpboyscout.uk/fenced=powered-off; dispatched to {moved}" in output, (
-        shown
-    )
+    assert (
+        f"MultiKueueCluster {lost} annotated dispatch.phpboyscout.uk/fenced=powered-off; dispatched to {moved}"
+        in output
+    ), shown
