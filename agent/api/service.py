@@ -84,7 +84,7 @@ from agent.workerremains import (
     stopping_on_workers,
     unread,
 )
-from agent.workers import WorkerLook, plan_workers
+from agent.workers import plan_workers
 from contract.admission import admission_started, approval_ops, preconditions, start_count
 from contract.foreign import trainer_job_name
 from contract.keys import (
@@ -699,25 +699,11 @@ class Service:
         plan = plan_remains(workers.names, clusters)
 
         async def read(worker: str) -> Remains:
-            where = f"on worker {worker}"
-            try:
-                remote = Kube(await workers.client(worker), timeout=self.kube.timeout)
-                copy = await self._read(TRAINJOBS.path(ns, name), f"TrainJob {ns}/{name} {where}", remote)
-                jobset = await self._read(JOBSETS.path(ns, name), f"JobSet {ns}/{name} {where}", remote)
-                selector = {LABEL_JOBSET_NAME: name}
-                jobs = await self._list(JOBS.path(ns), selector, f"the Jobs of {ns}/{name} {where}", remote)
-                pods = await self._list(PODS.path(ns), selector, f"the pods of {ns}/{name} {where}", remote)
-                pod_jobs = {}
-                for job_name in podowners.job_names(pods):
-                    job = await self._read(JOBS.path(ns, job_name), f"Job {ns}/{job_name} {where}", remote)
-                    if job is not None:
-                        pod_jobs[job_name] = job
-                nodes = await self._nodes(pods, remote)
-            except ApiError as exc:
-                return unread(worker, f"cannot be read: {exc.message}", plan)
-            except Exception as exc:  # an unreadable credential: reported, the answer still comes
+            try:  # the gate's own look at a worker: the copy, its JobSet, the Jobs, the pods, their Jobs and Nodes
+                look = await workers.look(worker, ns, name)
+            except Exception as exc:  # an unreadable worker or credential: reported, the answer still comes
                 return unread(worker, f"cannot be read: {describe_error(exc)}", plan)
-            find = WorkerFind(copy, jobset, jobs, WorkerLook(pods, pod_jobs, nodes))
+            find = WorkerFind(look.copy, look.jobset, look.all_jobs, look)
             return remains(worker, ns, name, find, self.settings.node_loss_taints)
 
         found = await asyncio.gather(*(read(w) for w in plan.read))

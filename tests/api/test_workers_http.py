@@ -18,6 +18,7 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.kube import JOBS, MULTIKUEUE_CLUSTERS, PODS, TRAINING_RUNTIMES, TRAINJOBS, Kube
 from agent.api.models import ObjectRef, StartResponse
+from agent.workerreads import WorkerClients
 from certs.reload import ReloadingServerContext
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF, LABEL_JOBSET_NAME
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
@@ -30,11 +31,12 @@ pytestmark = pytest.mark.asyncio
 WORKERS = ("worker-1", "worker-2")
 
 
-class FakeWorkers:
-    """The agent's credential for each worker (agent/workerreads.py ``WorkerClients``'s ``names`` and ``client``):
-    a client of that worker's fake API server, or a failure for a worker ``down``."""
+class FakeWorkers(WorkerClients):
+    """The agent's credential for each worker (agent/workerreads.py ``WorkerClients``, its reads as they are): a
+    client of that worker's fake API server, or a failure for a worker ``down``."""
 
     def __init__(self, clients: dict[str, client.ApiClient]) -> None:
+        super().__init__({})
         self.clients = clients
         self.down: set[str] = set()
 
@@ -42,7 +44,7 @@ class FakeWorkers:
     def names(self) -> frozenset[str]:
         return frozenset(self.clients)
 
-    async def client(self, worker: str) -> client.ApiClient:
+    async def _client(self, worker: str) -> client.ApiClient:
         if worker in self.down:
             raise OSError(f"connect to {worker}: connection refused")
         return self.clients[worker]
