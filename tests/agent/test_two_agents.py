@@ -71,7 +71,8 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         wl = kueue.reserve(cp, kueue.create_workload(cp, tj, [check]))
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready")
         assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)  # the gate leaves A to the start
-        assert admitted(leader, wl, 1)
+        # The decision line follows the write the API server shows: read the log once it is there.
+        wait_for(lambda: admitted(leader, wl, 1), 10, "the leader's decision line")
         assert not admitted(standby, wl, 1)
         assert not [line for line in json_lines(standby) if line.get("outcome")]  # the standby decided nothing
         (decision,) = [line for line in json_lines(leader) if line.get("outcome") == "admit"]
@@ -100,7 +101,7 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         print(f"handover after SIGKILL: {handover:.1f}s")
 
         wait_for(lambda: kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready", 30, "Ready again")
-        assert admitted(standby, wl, 2)
+        wait_for(lambda: admitted(standby, wl, 2), 10, "the new leader's decision line")
         assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)
         # The standby's watches were warm: it read the TrainJob from memory, not by a GET.
         assert standby.metric("dispatch_agent_reads_total", 'resource="trainjobs",source="cache"') >= 1
