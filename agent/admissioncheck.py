@@ -12,7 +12,6 @@ from typing import Any
 
 from agent.constants import ACTIVE_MESSAGE, ACTIVE_REASON, CONDITION_ACTIVE
 from contract.keys import ADMISSION_CHECK_CONTROLLER
-from contract.multicluster import multikueue_checks
 from contract.objects import dig
 
 
@@ -84,15 +83,10 @@ class AdmissionCheckCache:
 
     def __init__(self) -> None:
         self._ours: dict[str, Mapping[str, Any]] = {}
-        self._multikueue: set[str] = set()
         self.synced = False
 
     def ours(self) -> frozenset[str]:
         return frozenset(self._ours)
-
-    def multikueue(self) -> frozenset[str]:
-        """The names of the MultiKueue checks: a Workload listing one is in MultiKueue mode."""
-        return frozenset(self._multikueue)
 
     def objects(self) -> list[Mapping[str, Any]]:
         return list(self._ours.values())
@@ -100,7 +94,6 @@ class AdmissionCheckCache:
     def replace(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
         """Replaces the cache with a full list; returns the names that are new or changed."""
         items = list(items)
-        self._multikueue = set(multikueue_checks(items))
         fresh = {dig(ac, "metadata", "name"): ac for ac in items if is_ours(ac)}
         changed = {n for n, ac in fresh.items() if self._ours.get(n) != ac}
         self._ours = fresh
@@ -111,10 +104,6 @@ class AdmissionCheckCache:
         """Applies one watch event; True when one of ours is new or changed (a controllerName never changes:
         it is immutable)."""
         name = dig(ac, "metadata", "name")
-        if kind != "DELETED" and multikueue_checks([ac]):
-            self._multikueue.add(name)
-        else:
-            self._multikueue.discard(name)
         if kind == "DELETED" or not is_ours(ac):
             self._ours.pop(name, None)
             return False

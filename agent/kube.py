@@ -33,7 +33,7 @@ from agent.constants import (
 from agent.events import EventRecorder
 from agent.podlists import SharedPodLists
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
-from contract.multicluster import is_fenced, multikueue_checks
+from contract.multicluster import is_fenced
 from contract.objects import dig
 from serving.kube import read_json
 
@@ -53,8 +53,6 @@ class CheckNames(Protocol):
     def synced(self) -> bool: ...
 
     def ours(self) -> frozenset[str]: ...
-
-    def multikueue(self) -> frozenset[str]: ...
 
 
 async def or_none(call: Awaitable[Any]) -> Any:
@@ -115,15 +113,6 @@ class Kube:
             for ac in listed.get("items", [])
             if dig(ac, "spec", "controllerName") == ADMISSION_CHECK_CONTROLLER
         )
-
-    async def multikueue_checks(self) -> frozenset[str]:
-        """Names of the AdmissionChecks whose controllerName is Kueue's MultiKueue."""
-        if self.checks is not None and self.checks.synced:
-            return self.checks.multikueue()
-        listed = await read_json(
-            self.custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, ADMISSION_CHECKS, **self._opts())
-        )
-        return multikueue_checks(listed.get("items", []))
 
     async def get_admission_check(self, name: str) -> Obj | None:
         """One AdmissionCheck, fresh (MultiKueue mode: its parameters name the MultiKueueConfig)."""

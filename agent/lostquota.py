@@ -10,6 +10,12 @@ own look at every worker (guarantee 4) finds nothing of the job that may still r
 
 The release is liveness only: it lets Kueue requeue the job; the next dispatch is still the gate's, which looks at
 every worker again before its Ready, and raises A by K.
+
+MultiKueue-ness is the TrainJob's own ``spec.managedBy`` (immutable, set by Kueue), and the checks whose workers the
+look covers are identified by fresh reads of every check the Workload lists, as the gate identifies them
+(agent/gate.py ``dispatch_mode``), never by the AdmissionCheck watch cache: a cache that misses a MultiKueue check
+(just made, or deleted and made again) would leave its workers unread, and the release would find nothing to wait
+for. A check that cannot be identified keeps the quota.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent.gate import dispatch_mode
 from agent.workload import EVICTED, FINISHED, QUOTA_RESERVED, condition_true, owner_trainjob
 from contract.admission import preconditions
 from contract.multicluster import managed_by_multikueue
@@ -38,6 +45,16 @@ def kept_active(workload: Mapping[str, Any] | None, trainjob: Mapping[str, Any] 
     if condition_true(workload, FINISHED) or dig(trainjob, "spec", "suspend") is not True:
         return 0  # Kueue has not stopped the job yet: its own eviction comes first
     return sum(_active(entry) for entry in _jobs_status(trainjob))
+
+
+def checks_to_look_at(
+    trainjob: Mapping[str, Any], found: Mapping[str, Mapping[str, Any] | str | None]
+) -> tuple[tuple[str, ...], str | None]:
+    """The MultiKueue checks whose workers the release must look at, and why the quota stays whatever the workers
+    show (None: nothing in the mode keeps it). ``found``: every check the Workload lists, as read fresh (the
+    AdmissionCheck, None when it is not there, or why it could not be read), as ``dispatch_mode`` takes them."""
+    mode = dispatch_mode(trainjob, found)
+    return mode.checks, mode.problem
 
 
 def release_patch(trainjob: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -62,14 +62,14 @@ from agent.gate import Action, Blocker, Decision, Mode, blockers_of, decide, dis
 from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.replicas import replica
-from agent.workerreads import look_at_workers
+from agent.workerreads import look_at_workers, read_checks
 from agent.workers import is_remote
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
 from contract.admission import admission_count
 from contract.multicluster import Role
 from contract.objects import dig
 from contract.ownership import is_dispatch
-from serving.kube import describe_api_error, describe_error
+from serving.kube import describe_api_error
 from serving.logs import fields
 
 log = logging.getLogger(__name__)
@@ -314,17 +314,7 @@ async def _mode(
     it at once, or holds until its TrainJob is read)."""
     if trainjob is None or not _owned(workload, trainjob) or not is_dispatch(trainjob):
         return Mode(False)
-    names = other_checks(workload, ours)
-    read = await asyncio.gather(*(kube.get_admission_check(n) for n in names), return_exceptions=True)
-    found: dict[str, Mapping[str, Any] | str | None] = {}
-    for name, got in zip(names, read, strict=True):
-        if isinstance(got, BaseException):
-            if not isinstance(got, Exception):
-                raise got  # a cancellation is not a read that failed
-            found[name] = describe_error(got)
-        else:
-            found[name] = got
-    return dispatch_mode(trainjob, found)
+    return dispatch_mode(trainjob, await read_checks(kube, other_checks(workload, ours)))
 
 
 async def _runtime_copy(kube: Kube, trainjob: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -28,9 +28,9 @@ from contract.keys import GATE, TRAINER_GROUP
 from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
     budget_problem,
-    is_multikueue,
     listed_multikueue_checks,
     managed_by_multikueue,
+    multikueue_checks,
     multikueue_problems,
 )
 from contract.objects import annotations, dig, labels
@@ -88,23 +88,43 @@ def readback_changes(written: Mapping[str, Any], read: Mapping[str, Any]) -> lis
 
 def multikueue_start_problems(
     read: Mapping[str, Any],
-    workload: Mapping[str, Any] | None,
-    checks: Collection[str],
+    found: Mapping[str, Mapping[str, Any] | str | None],
     runtime_spec: Mapping[str, Any],
     *,
     min_dispatches: int,
 ) -> list[str]:
     """Start's MultiKueue checks of the TrainJob as read back, once its Workload is there: ``managedBy``
-    MultiKueue's only where the queue's ClusterQueue lists a MultiKueue check (``checks``: their names; Kueue
-    copies the ClusterQueue's checks into the Workload); and, in a MultiKueue queue, the runtime copy
-    (``runtime_spec``) free of what lets J pass maxRestarts and affording ``min_dispatches`` dispatches."""
+    MultiKueue's exactly where the queue's ClusterQueue lists a MultiKueue check (Kueue copies the ClusterQueue's
+    checks into the Workload); and, in a MultiKueue queue, the runtime copy (``runtime_spec``) free of what lets J
+    pass maxRestarts and affording ``min_dispatches`` dispatches.
+
+    ``found``: every check the Workload lists but dispatch's own, as read fresh (the AdmissionCheck, None when it
+    is not there, or why it could not be read), never a list taken earlier: a check that cannot be identified
+    could be a MultiKueue check, so Start refuses (fail closed, as the gate holds: agent/gate.py
+    ``dispatch_mode``)."""
     managed = managed_by_multikueue(read)
-    if not is_multikueue(workload, checks):
+    unknown = [
+        f"AdmissionCheck {n}: {'not found' if ac is None else f'cannot be read: {ac}'}"
+        for n, ac in sorted(found.items())
+        if not isinstance(ac, Mapping)
+    ]
+    if unknown:
+        return [
+            f"cannot identify every check of the Workload ({'; '.join(unknown)}), so not whether MultiKueue copies "
+            "this TrainJob"
+        ]
+    listed = sorted(multikueue_checks([ac for ac in found.values() if isinstance(ac, Mapping)]))
+    if not listed:
         if managed:
             return [
                 f"spec.managedBy is {MULTIKUEUE_MANAGED_BY!r}, but the queue's ClusterQueue lists no MultiKueue check"
             ]
         return []
+    if not managed:
+        return [
+            f"the queue's ClusterQueue lists the MultiKueue check {', '.join(listed)}, but spec.managedBy is not "
+            f"{MULTIKUEUE_MANAGED_BY!r}: the gate would never dispatch it"
+        ]
     problems = [str(p) for p in multikueue_problems(runtime_spec)]
     if problems:
         return problems

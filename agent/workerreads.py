@@ -35,9 +35,9 @@ from agent.constants import (
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
-from agent.gate import Blocker, hold_message
+from agent.gate import Blocker, hold_message, other_checks
 from agent.kube import Kube, or_none
-from agent.lostquota import kept_active, kept_message, release_patch, released_message
+from agent.lostquota import checks_to_look_at, kept_active, kept_message, release_patch, released_message
 from agent.replicas import replica_blocker, stale_replicas, unprepared
 from agent.start import prologue_configmap_refusal
 from agent.workerproof import WorkerProof, accesses, listed_checks
@@ -149,20 +149,21 @@ class WorkerClients:
         return api
 
     async def look(self, worker: str, namespace: str, jobset_name: str, claim: str | None = None) -> WorkerLook:
-        """What of the job ``worker`` shows, beyond its pods: MultiKueue's copy of the TrainJob and its JobSet (by
-        the job's name), every Job labelled with the JobSet's name, the pods so labelled (consistent LISTs), the
-        Jobs they name and the Nodes they are bound to (GETs; one not found is left out: gone), and the claim
-        ``claim`` (a Lease name) in the worker agents' Lease namespace."""
+        """What of the job ``worker`` shows: the claim ``claim`` (a Lease name) in the worker agents' Lease
+        namespace, MultiKueue's copy of the TrainJob and its JobSet (by the job's name), every Job labelled with the
+        JobSet's name, then the pods so labelled (consistent LISTs), the Jobs they name and the Nodes they are bound
+        to (GETs; one not found is left out: gone). Each maker is read before what it makes (claim, copy, JobSet,
+        Jobs, pods): one seen finished or absent made, before that read, every pod it will make, so the pods LIST
+        after it lists them; read the other way, a pod made between the pods LIST and its Job's end would be
+        missed."""
         core = client.CoreV1Api(api := await self._client(worker))
         batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
         selector = f"{LABEL_JOBSET_NAME}={jobset_name}"
-        listed = await read_json(core.list_namespaced_pod(namespace, label_selector=selector, **opts))
-        pods = list(listed.get("items", []))
-        jobs = await _found(podowners.job_names(pods), lambda j: batch.read_namespaced_job(j, namespace, **opts))
-        names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
-        nodes = await _found(names, lambda n: core.read_node(n, **opts))
-        all_jobs = await read_json(batch.list_namespaced_job(namespace, label_selector=selector, **opts))
+        lease = None
+        if claim is not None:
+            coordination = client.CoordinationV1Api(api)
+            lease = await or_none(coordination.read_namespaced_lease(claim, self.lease_namespace, **opts))
         copy = await or_none(
             custom.get_namespaced_custom_object(
                 TRAINER_GROUP, TRAINER_VERSION, namespace, TRAINJOBS, jobset_name, **opts
@@ -171,23 +172,49 @@ class WorkerClients:
         jobset = await or_none(
             custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, jobset_name, **opts)
         )
-        lease = None
-        if claim is not None:
-            coordination = client.CoordinationV1Api(api)
-            lease = await or_none(coordination.read_namespaced_lease(claim, self.lease_namespace, **opts))
+        all_jobs = await read_json(batch.list_namespaced_job(namespace, label_selector=selector, **opts))
+        listed = await read_json(core.list_namespaced_pod(namespace, label_selector=selector, **opts))
+        pods = list(listed.get("items", []))
+        jobs = await _found(podowners.job_names(pods), lambda j: batch.read_namespaced_job(j, namespace, **opts))
+        names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
+        nodes = await _found(names, lambda n: core.read_node(n, **opts))
         return WorkerLook(pods, jobs, nodes, copy=copy, jobset=jobset, all_jobs=list(all_jobs.get("items", [])),
                           claim=lease)  # fmt: skip
 
     async def claims(self, worker: str, origin: str) -> list[Obj]:
-        """The claims of this manager (``origin``) on ``worker`` (one LIST by their label)."""
+        """The claims of this manager (``origin``) on ``worker`` (one LIST by their label, which the contact Lease
+        carries too). A worker whose contact Lease another manager renews is refused (``_refuse_shared``): no claim
+        of this manager's is renewed or deleted there."""
         coordination = client.CoordinationV1Api(await self._client(worker))
         listed = await read_json(
             coordination.list_namespaced_lease(
-                self.lease_namespace, label_selector=f"{LABEL_CLAIM}={origin}",
+                self.lease_namespace, label_selector=LABEL_CLAIM,
                 _preload_content=False, _request_timeout=self.timeout,
             )
         )  # fmt: skip
-        return [c for c in listed.get("items", []) if str(dig(c, "metadata", "name")).startswith(CLAIM_PREFIX)]
+        items = list(listed.get("items", []))
+        self._refuse_shared(next((i for i in items if dig(i, "metadata", "name") == LEASE_MANAGER_CONTACT), None))
+        mine = [c for c in items if labels(c).get(LABEL_CLAIM) == origin]
+        return [c for c in mine if str(dig(c, "metadata", "name")).startswith(CLAIM_PREFIX)]
+
+    def _refuse_shared(self, contact: Mapping[str, Any] | None) -> None:
+        """Raises when ``contact``, the worker's contact Lease, is another manager's (another MultiKueue origin): a
+        worker serves one manager, so this one writes nothing there (no claim, no replica, no contact renewal) and
+        deletes nothing of the other's; its dispatches there are held, its Preflight says why."""
+        other = contact_origin(contact)
+        if other is not None and other != self.origin:
+            raise RuntimeError(f"the contact Lease there is renewed by another manager (MultiKueue origin {other})")
+
+    async def _refuse_shared_worker(self, api: client.ApiClient) -> None:
+        """``_refuse_shared`` on the contact Lease as read now (one GET)."""
+        coordination = client.CoordinationV1Api(api)
+        self._refuse_shared(
+            await or_none(
+                coordination.read_namespaced_lease(
+                    LEASE_MANAGER_CONTACT, self.lease_namespace, _preload_content=False, _request_timeout=self.timeout
+                )
+            )
+        )
 
     async def renew_claim(
         self, worker: str, have: Mapping[str, Any] | None, want: Want, origin: str, now: dt.datetime, duration: int
@@ -216,8 +243,10 @@ class WorkerClients:
     async def prepare(self, worker: str, want: Mapping[str, Any]) -> list[Blocker]:
         """``worker`` ready for the job: the replica ``want`` of its runtime copy and the prologue's ConfigMap in
         its namespace, each read and created where missing (a 409 is read again: a concurrent pass made it). What
-        is there and is not as needed holds, named."""
+        is there and is not as needed holds, named. A worker another manager renews the contact Lease of is refused
+        before any write (``_refuse_shared``)."""
         api = await self._client(worker)
+        await self._refuse_shared_worker(api)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
         namespace, name = dig(want, "metadata", "namespace"), dig(want, "metadata", "name")
@@ -243,8 +272,12 @@ class WorkerClients:
         return [b for b in (blocker, unprepared(worker, refusal) if refusal else None) if b is not None]
 
     async def replicas(self, worker: str) -> list[Obj]:
-        """Every replica on ``worker`` (one LIST, all namespaces, by ``LABEL_REPLICA_OF``)."""
-        custom = client.CustomObjectsApi(await self._client(worker))
+        """Every replica on ``worker`` (one LIST, all namespaces, by ``LABEL_REPLICA_OF``), for the sweep. A worker
+        another manager renews the contact Lease of is refused (``_refuse_shared``): its replicas of that manager's
+        jobs have no TrainJob here, and are not this manager's to delete."""
+        api = await self._client(worker)
+        await self._refuse_shared_worker(api)
+        custom = client.CustomObjectsApi(api)
         listed = await read_json(
             custom.list_cluster_custom_object(
                 TRAINER_GROUP, TRAINER_VERSION, TRAINING_RUNTIMES, label_selector=LABEL_REPLICA_OF,
@@ -315,9 +348,7 @@ class WorkerClients:
         coordination = client.CoordinationV1Api(await self._client(worker))
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
         lease = await or_none(coordination.read_namespaced_lease(LEASE_MANAGER_CONTACT, namespace, **opts))
-        other = contact_origin(lease)
-        if other is not None and other != self.origin:
-            raise RuntimeError(f"the contact Lease there is renewed by another manager (MultiKueue origin {other})")
+        self._refuse_shared(lease)
         create, body = contact_lease(lease, namespace=namespace, now=dt.datetime.now(dt.UTC), duration=duration,
                                      origin=self.origin)  # fmt: skip
         made = {"field_manager": FIELD_MANAGER, **opts}
@@ -397,9 +428,13 @@ async def release_kept_quota(
     assert workload is not None  # kept_active counts only for both
     assert trainjob is not None
     job = str(dig(trainjob, "metadata", "name"))
-    blockers = await look_at_workers(
-        kube, workers, workload, await kube.multikueue_checks(), job, taints, trainjob=trainjob
-    )
+    # Every check the Workload lists, read fresh (never the AdmissionCheck cache, which may miss a MultiKueue check
+    # and so its workers): dispatch's own too, so that no cached name can hide one.
+    checks, unidentified = checks_to_look_at(trainjob, await read_checks(kube, other_checks(workload, ())))
+    if unidentified is not None:
+        await kube.events.quota_kept(trainjob, kept_message(active, unidentified))
+        return False
+    blockers = await look_at_workers(kube, workers, workload, checks, job, taints, trainjob=trainjob)
     if blockers:
         await kube.events.quota_kept(trainjob, kept_message(active, hold_message(blockers)))
         return False
@@ -411,6 +446,21 @@ async def release_kept_quota(
     log.info("TrainJob %s/%s: released its quota (%d active Job(s) cleared)", namespace, job, active)
     await kube.events.quota_released(trainjob, released_message(active))
     return True
+
+
+async def read_checks(kube: Kube, names: Sequence[str]) -> dict[str, Mapping[str, Any] | str | None]:
+    """Each AdmissionCheck named, read fresh: the object, None when it is not there, or why it could not be read
+    (agent/gate.py ``dispatch_mode`` takes them so)."""
+    read = await asyncio.gather(*(kube.get_admission_check(n) for n in names), return_exceptions=True)
+    found: dict[str, Mapping[str, Any] | str | None] = {}
+    for name, got in zip(names, read, strict=True):
+        if isinstance(got, BaseException):
+            if not isinstance(got, Exception):
+                raise got  # a cancellation is not a read that failed
+            found[name] = describe_error(got)
+        else:
+            found[name] = got
+    return found
 
 
 async def look_at_workers(

@@ -13,12 +13,11 @@ not fenced, and report, each with its worker:
 - its JobSet (the same name; MultiKueue reuses the name on every worker) and the Jobs labelled with that name
   whose controller is a JobSet of that name;
 - the pods labelled with that name that may still run, sorted by the ownership chain and judged by the node-loss
-  classification on that worker's nodes exactly as the manager's gate does before a dispatch
-  (agent/workers.py ``worker_blockers``).
+  classification on that worker's nodes exactly as the manager's gate does before a dispatch.
 
-Nothing of the job may run on a worker when none of those pods may run and nothing there may create one: no copy
-that has not finished (a copy not finished may be started there again; one being deleted creates no pods once its
-JobSet is gone or at rest), no JobSet not at rest, no Job that has not finished and is not suspended. A worker
+Whether any of it may still run or start there is the gate's own rule (contract/workerlook.py ``on_worker``,
+through agent/workers.py ``look_at``): a pod that may still run, or a copy, JobSet or Job of the job not finished
+(a suspension is undone when the parent resumes, a deletion counts once the object is gone). A worker
 that cannot be read, or that the agent has no credential for, is never taken as empty, unless an administrator
 declared it shut down (its MultiKueueCluster carries ``dispatch.phpboyscout.uk/fenced: powered-off``): such a worker
 is still read where the agent has a credential for it, and what it shows counts; only one that cannot be read is
@@ -28,16 +27,16 @@ job ever ran there.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.operations import finished
-from agent.podowners import JOBSET_API_GROUP, controller
-from agent.status import JOBSET_AT_REST, Status, pods_may_appear
-from agent.workers import WorkerLook, worker_blockers
-from contract.multicluster import is_copy, is_powered_off
+from agent.status import Status
+from agent.workers import look_at
+from contract.multicluster import is_powered_off
 from contract.objects import dig
+from contract.workerlook import WorkerLook
 
 
 @dataclass(frozen=True)
@@ -67,18 +66,6 @@ def plan_remains(credentials: Collection[str], clusters: Sequence[Mapping[str, A
 
 
 @dataclass(frozen=True)
-class WorkerFind:
-    """What one worker showed under the job's name, in the job's namespace: the TrainJob of the name (None: not
-    found), the JobSet of the name, the Jobs labelled with it, and the gate's look (the pods labelled with it, the
-    Jobs they name, the Nodes they are bound to)."""
-
-    trainjob: Mapping[str, Any] | None
-    jobset: Mapping[str, Any] | None
-    jobs: Sequence[Mapping[str, Any]]
-    look: WorkerLook
-
-
-@dataclass(frozen=True)
 class Remains:
     """What of the job is left on one worker."""
 
@@ -96,67 +83,45 @@ class Remains:
     fenced: bool = False
 
 
-def _job_of_name(job: Mapping[str, Any], name: str) -> bool:
-    ref = controller(job)
-    api_version = ref.get("apiVersion") if ref is not None else None
-    return (
-        ref is not None
-        and ref.get("kind") == "JobSet"
-        and ref.get("name") == name
-        and isinstance(api_version, str)
-        and api_version.split("/")[0] == JOBSET_API_GROUP
-    )
-
-
-def _jobset_at_rest(jobset: Mapping[str, Any]) -> bool:
-    if dig(jobset, "metadata", "deletionTimestamp"):
-        return True
-    conditions = dig(jobset, "status", "conditions")
-    return any(
-        isinstance(c, Mapping) and c.get("type") in JOBSET_AT_REST and c.get("status") == "True"
-        for c in (conditions if isinstance(conditions, list) else [])
-    )
-
-
-def _job_creates_pods(job: Mapping[str, Any]) -> bool:
-    """A Job may create pods while it has not finished and is not suspended (a Job being deleted included: nothing
-    here proves its controller stopped)."""
-    return finished(job) is None and dig(job, "spec", "suspend") is not True
-
-
-def remains(cluster: str, namespace: str, name: str, find: WorkerFind, taints: Sequence[str] = ()) -> Remains:
-    """What of the job ``namespace/name`` is on the worker ``cluster``, as it showed ``find``; judged on its nodes
-    with the node-loss ``taints``."""
-    found: list[str] = []
-    why: list[str] = []
-    copy = find.trainjob if is_copy(find.trainjob) else None
-    if copy is not None:
-        found.append(f"{namespace}/trainjob/{name}")
-        end = finished(copy)
-        if end is None:
-            appearing = pods_may_appear(copy, find.jobset) if dig(copy, "metadata", "deletionTimestamp") else None
-            if not dig(copy, "metadata", "deletionTimestamp"):
-                why.append("MultiKueue's copy of the TrainJob is there and has not finished: it may start there")
-            elif appearing is not None:
-                why.append(f"MultiKueue's copy of the TrainJob is being deleted, and {appearing}")
-    if find.jobset is not None:
-        found.append(f"{namespace}/jobset/{dig(find.jobset, 'metadata', 'name')}")
-        if copy is None and not _jobset_at_rest(find.jobset):
-            why.append("its JobSet is not at rest: a Job of it may still create pods")
-    jobs = sorted((j for j in find.jobs if _job_of_name(j, name)), key=lambda j: str(dig(j, "metadata", "name") or ""))
-    found += [f"{namespace}/job/{dig(j, 'metadata', 'name')}" for j in jobs]
-    creating = [str(dig(j, "metadata", "name")) for j in jobs if _job_creates_pods(j)]
-    if creating:
-        why.append(f"{len(creating)} Job(s) not finished nor suspended may still create pods: {', '.join(creating)}")
-    running = [b for b in worker_blockers(cluster, name, find.look, taints) if b.pod]
-    found += [f"{namespace}/pod/{b.pod}" for b in running]
-    if running:
-        pods = ", ".join(f"{b.pod} ({b.why})" for b in running)
-        why.insert(0, f"{len(running)} pod(s) may still run: {pods}")
+def remains(
+    cluster: str,
+    namespace: str,
+    name: str,
+    look: WorkerLook,
+    taints: Sequence[str] = (),
+    now: dt.datetime | None = None,
+) -> Remains:
+    """What of the job ``namespace/name`` is on the worker ``cluster``, as its ``look`` showed, and whether any of it
+    may still run or start there: the gate's own rule (agent/workers.py ``look_at``), judged on its nodes with the
+    node-loss ``taints``."""
+    found = look_at(name, look, taints, now or dt.datetime.now(dt.UTC))
+    named = [
+        *([f"{namespace}/trainjob/{name}"] if found.copy is not None else []),
+        *([f"{namespace}/jobset/{dig(found.jobset, 'metadata', 'name')}"] if found.jobset is not None else []),
+        *(f"{namespace}/job/{job}" for job in found.jobs),
+        *(f"{namespace}/pod/{pod}" for pod, _ in found.pods),
+    ]
+    why = []
+    if found.pods:
+        why.append(f"{len(found.pods)} pod(s) may still run: {', '.join(f'{p} ({w})' for p, w in found.pods)}")
+    if found.copy_runs:
+        deleting = dig(found.copy, "metadata", "deletionTimestamp")
+        why.append(
+            "MultiKueue's copy of the TrainJob is being deleted and has not finished: it may run until it is gone"
+            if deleting
+            else "MultiKueue's copy of the TrainJob is there and has not finished: it may start there"
+        )
+    if found.jobset_runs:
+        why.append("its JobSet has not finished: a Job of it may still create pods")
+    if found.jobs_running:
+        jobs = ", ".join(found.jobs_running)
+        why.append(f"{len(found.jobs_running)} Job(s) not finished may still create pods: {jobs}")
+    if found.claim is not None:
+        why.append(f"its claim {found.claim} there is still fresh: a copy may start under it")
     if why:
-        return Remains(cluster, True, tuple(found), True, "; ".join(why))
-    what = "nothing of the job is there" if not found else "nothing of the job there may run or start"
-    return Remains(cluster, True, tuple(found), False, what)
+        return Remains(cluster, True, tuple(named), True, "; ".join(why))
+    what = "nothing of the job is there" if not named else "nothing of the job there may run or start"
+    return Remains(cluster, True, tuple(named), False, what)
 
 
 def unread(cluster: str, why: str, plan: WorkerPlan | None = None) -> Remains:

@@ -12,9 +12,9 @@ looks at every one of them, fail-closed:
   read: nothing of it still runs, as a node with the ``out-of-service`` taint;
 - a MultiKueue check whose MultiKueueConfig cannot be read holds too: the workers cannot be known.
 
-On a worker that is read, the pods labelled with the job's JobSet name in the job's namespace are sorted by the
-ownership chain as on one cluster (``worker_blockers``), and those that count are judged by the node-loss
-classification on that worker's nodes.
+On a worker that is read, what may still run there is decided by one rule, shared with Stop and Status
+(agent/workerremains.py): contract/workerlook.py ``on_worker``, given the pods that count (``look_at``: sorted by
+the ownership chain as on one cluster and judged by the node-loss classification on that worker's nodes).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any, Final
 from agent import podowners
 from agent.gate import Blocker
 from agent.nodeloss import assess
-from contract.claims import fresh_by_manager
 from contract.keys import ANNOTATION_DISPATCHED_TO, ANNOTATION_FENCED, FENCED_POWERED_OFF, FENCED_TRUE
 from contract.multicluster import config_clusters, is_fenced, is_powered_off, multikueue_config_of
 from contract.objects import dig
+from contract.workerlook import OnWorker, WorkerLook, on_worker
 
 
 @dataclass(frozen=True)
@@ -101,63 +101,37 @@ def unreadable(worker: str, why: str) -> Blocker:
     return Blocker("", f"cannot be read: {why}", worker)
 
 
-@dataclass(frozen=True)
-class WorkerLook:
-    """What one worker showed: the pods labelled with the job's JobSet name in its namespace, the Jobs they name
-    and the Nodes they are bound to, by name (one absent: not found, gone); and beyond the pods, MultiKueue's
-    copy of the TrainJob and its JobSet (by the job's name), every Job labelled with the JobSet's name, and the
-    job's claim there (None: not found)."""
-
-    pods: Sequence[Mapping[str, Any]]
-    jobs: Mapping[str, Mapping[str, Any]]
-    nodes: Mapping[str, Mapping[str, Any]]
-    copy: Mapping[str, Any] | None = None
-    jobset: Mapping[str, Any] | None = None
-    all_jobs: Sequence[Mapping[str, Any]] = ()
-    claim: Mapping[str, Any] | None = None
-
-    @property
-    def empty(self) -> bool:
-        """Nothing of the job is there at all: no pod, Job, JobSet, copy or claim."""
-        return not (self.pods or self.all_jobs or self.jobset or self.copy or self.claim)
+def look_at(jobset_name: str, look: WorkerLook, taints: Sequence[str], now: dt.datetime) -> OnWorker:
+    """What of the job on a worker may still run or start (contract/workerlook.py ``on_worker``), its pods
+    sorted by the ownership chain as on one cluster (agent/podowners.py), with no JobSet UID known: every JobSet of
+    the job's name there is one of its copies' (MultiKueue reuses the name), so a pod of any of them counts, and so
+    does a pod whose Job is gone; a pod the chain proves someone else's does not. Judged on that worker's nodes
+    (agent/nodeloss.py)."""
+    owned = podowners.sort_pods({"metadata": {"name": jobset_name}}, None, look.pods, look.jobs)
+    judged = assess(owned.ours, look.nodes, taints)
+    running = [(pod, f"{c.verdict.value}: {c.reason}") for pod, c in judged.may_still_run]
+    return on_worker(jobset_name, look, running, now)
 
 
 def worker_blockers(
     worker: str, jobset_name: str, look: WorkerLook, taints: Sequence[str], now: dt.datetime | None = None
 ) -> list[Blocker]:
-    """What on ``worker`` may still run, each named with the worker. The pods, sorted by the ownership chain as on
-    one cluster (agent/podowners.py), with no JobSet UID known: every JobSet of the job's name there is one of its
-    copies' (MultiKueue reuses the name), so a pod of any of them counts, and so does a pod whose Job is gone; a
-    pod the chain proves someone else's does not. Judged on that worker's nodes (agent/nodeloss.py). Beyond the
-    pods, what may still make one: a copy, a JobSet or a Job of the job's name not finished (a look between a
-    restart's old pods going and new ones coming, or while pods cannot be created, finds no pod), and a claim
-    still fresh by this manager's clock (a copy may start under it)."""
-    owned = podowners.sort_pods({"metadata": {"name": jobset_name}}, None, look.pods, look.jobs)
-    found = [
-        Blocker(pod, f"{c.verdict.value}: {c.reason}", worker)
-        for pod, c in assess(owned.ours, look.nodes, taints).may_still_run
-    ]
-    if look.copy is not None and not _finished(look.copy, ("Complete", "Failed")):
-        found.append(Blocker("", f"MultiKueue's copy TrainJob {jobset_name} there is not finished", worker))
-    if look.jobset is not None and not (
-        dig(look.jobset, "status", "terminalState") or _finished(look.jobset, ("Completed", "Failed"))
-    ):
-        found.append(Blocker("", f"JobSet {jobset_name} there is not finished", worker))
-    running = sorted(str(dig(j, "metadata", "name")) for j in look.all_jobs if not _finished(j, ("Complete", "Failed")))
-    if running:
-        found.append(
-            Blocker("", f"Job(s) {', '.join(running)} there are not finished: they may still make pods", worker)
-        )
-    if fresh_by_manager(look.claim, now or dt.datetime.now(dt.UTC)):
-        found.append(Blocker("", f"the claim {dig(look.claim, 'metadata', 'name')} there is still fresh", worker))
-    return found
-
-
-def _finished(obj: Mapping[str, Any], types: Sequence[str]) -> bool:
-    return any(
-        isinstance(c, Mapping) and c.get("type") in types and c.get("status") == "True"
-        for c in dig(obj, "status", "conditions") or []
-    )
+    """What on ``worker`` holds the gate, each named with the worker (``look_at`` decides): a pod that may still
+    run; and beyond the pods, what may still make one (a look between a restart's old pods going and new ones
+    coming, or while pods cannot be created, finds no pod): the copy, the JobSet or a Job not finished, and a
+    claim still fresh by this manager's clock (a copy may start under it)."""
+    found = look_at(jobset_name, look, taints, now or dt.datetime.now(dt.UTC))
+    held = [Blocker(pod, why, worker) for pod, why in found.pods]
+    if found.copy_runs:
+        held.append(Blocker("", f"MultiKueue's copy TrainJob {jobset_name} there is not finished", worker))
+    if found.jobset_runs:
+        held.append(Blocker("", f"JobSet {jobset_name} there is not finished", worker))
+    if found.jobs_running:
+        jobs = ", ".join(found.jobs_running)
+        held.append(Blocker("", f"Job(s) {jobs} there are not finished: they may still make pods", worker))
+    if found.claim is not None:
+        held.append(Blocker("", f"the claim {found.claim} there is still fresh", worker))
+    return held
 
 
 def is_remote(blocker: Blocker) -> bool:

@@ -54,6 +54,8 @@ SECRET_KEY: Final = "kubeconfig"
 WORKER_LOST_TIMEOUT: Final = "15s"
 """The manager's workerLostTimeout (15 min by default; Kueue takes any duration that is not negative): above the
 tests' contact Lease of 8 s, as docs/multicluster.md's proof needs."""
+DEFAULT_SECOND_ORIGIN: Final = "manager-b"
+"""The MultiKueue origin of ``start_second_manager``'s Kueue (the first manager's is Kueue's default)."""
 UNREACHABLE_SERVER: Final = "https://127.0.0.1:1"
 """Where `break_connection` points a worker's kubeconfig, as Kueue's own tests do (test/util BreakConnection)."""
 
@@ -171,11 +173,12 @@ class MultiCluster:
 
     # --- the manager agent's own credentials to the workers (guarantee 4, the replicas) -----------
 
-    def agent_kubeconfigs(self, directory: Path) -> dict[str, Path]:
+    def agent_kubeconfigs(self, directory: Path, component: str = "manager-agent") -> dict[str, Path]:
         """For each worker, a kubeconfig file in ``directory`` for MANAGER_AGENT_USER, bound on the worker to
         exactly WORKER_RULES and CONTACT_RULES (the chart grants the latter in the worker agents' Lease namespace
         only; here in every namespace, as each test's agents have a Lease namespace of their own): the agent
-        config's ``workerKubeconfigs``."""
+        config's ``workerKubeconfigs``. ``component``: the name of the certificate files on the worker (another
+        manager's agent gets its own, so issuing it leaves the first one's files as they are)."""
         files = {}
         for w in self.workers:
             cp = w.control_plane
@@ -187,7 +190,7 @@ class MultiCluster:
                                         "name": MANAGER_AGENT_ROLE},
                             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                           "name": MANAGER_AGENT_USER}]})  # fmt: skip
-            source = cp.client_kubeconfig("manager-agent", MANAGER_AGENT_USER)
+            source = cp.client_kubeconfig(component, MANAGER_AGENT_USER)
             files[w.name] = directory / f"{w.name}.kubeconfig"
             files[w.name].write_bytes(source.read_bytes())
         return files
@@ -232,13 +235,14 @@ def _is_active(admin: KubeHttp, kind: str, name: str) -> bool:
     return condition is not None and condition["status"] == "True"
 
 
-def manager_kueue_config(worker_lost_timeout: str, gc_interval: str) -> dict[str, Any]:
+def manager_kueue_config(worker_lost_timeout: str, gc_interval: str, origin: str | None = None) -> dict[str, Any]:
     """The top-level sections of the manager's Kueue configuration that differ from tier B's. The MultiKueue
-    feature gates are on by default in Kueue v0.19."""
-    return {
-        "multiKueue": {"workerLostTimeout": worker_lost_timeout, "gcInterval": gc_interval},
-        "integrations": {"frameworks": list(MANAGER_FRAMEWORKS)},
-    }
+    feature gates are on by default in Kueue v0.19. ``origin``: ``multiKueue.origin``, the value of the origin label
+    on the objects this manager makes on a worker (None: Kueue's default, ``multikueue``)."""
+    multikueue: dict[str, Any] = {"workerLostTimeout": worker_lost_timeout, "gcInterval": gc_interval}
+    if origin is not None:
+        multikueue["origin"] = origin
+    return {"multiKueue": multikueue, "integrations": {"frameworks": list(MANAGER_FRAMEWORKS)}}
 
 
 def _store_kueue_config(manager: TierB) -> None:
@@ -400,4 +404,56 @@ def start_multicluster(
     except BaseException:
         for cp in reversed(planes):
             cp.stop()
+        raise
+
+
+@dataclass
+class SecondManager(MultiCluster):
+    """Another manager connected to some workers of a MultiCluster: its own control plane and Kueue, whose
+    MultiKueue runs with another origin. The workers are shared: ``stop`` and ``delete_namespace`` touch only its
+    own control plane."""
+
+    origin: str = DEFAULT_SECOND_ORIGIN
+
+    def delete_namespace(self, name: str) -> None:
+        self.manager.control_plane.delete_namespace(name)
+
+    def stop(self) -> None:
+        self.manager.control_plane.stop()
+
+
+def start_second_manager(
+    mc: MultiCluster,
+    workers: Sequence[str],
+    *,
+    origin: str = DEFAULT_SECOND_ORIGIN,
+    worker_lost_timeout: str = WORKER_LOST_TIMEOUT,
+    gc_interval: str = "10s",
+    timeout: float = 300,
+) -> SecondManager:
+    """A second MultiKueue manager for ``workers`` of ``mc`` (by name): a tier B with no node and no Trainer, as
+    ``start_multicluster``'s manager, whose Kueue runs with ``multiKueue.origin`` ``origin``, connected to those
+    workers with its own Secrets, MultiKueueClusters, MultiKueueConfig, AdmissionCheck and ClusterQueue. The
+    workers' grants to MultiKueue's principal are per worker CA, so they serve it as they serve the first manager.
+    Returns once all of it is Active; on failure its control plane is stopped. Call from the main thread."""
+    artifacts = mc.manager.control_plane.artifacts
+    shared = [mc.worker(name) for name in workers]
+    started = time.monotonic()
+    cp = start_control_plane(new_run_dir(), artifacts)
+    try:
+        config = manager_kueue_config(worker_lost_timeout, gc_interval, origin)
+        manager = start_tier_b(cp, 0, timeout, kueue_config=config, trainer=False)
+        _store_kueue_config(manager)
+        connected = [_connect(manager, w.name, w.tier_b) for w in shared]
+        names = [w.name for w in connected]
+        _install_multikueue(manager, names)
+        for name in names:
+            wait_until(lambda name=name: _is_active(manager.admin, "MultiKueueCluster", name), timeout,
+                       what=f"the second manager's MultiKueueCluster {name} Active")  # fmt: skip
+        wait_until(lambda: _is_active(manager.admin, "ClusterQueue", CLUSTER_QUEUE), timeout,
+                   what=f"the second manager's ClusterQueue {CLUSTER_QUEUE} Active")  # fmt: skip
+        timings = {"multikueue_active": time.monotonic() - started}
+        return SecondManager(manager=manager, workers=connected, timings=timings, origin=origin)
+    except BaseException:
+        cp.stop()
         raise

@@ -737,11 +737,14 @@ def capabilities(
     trainer_problems: Sequence[str] = (),
     records_in_process: bool = True,
     owners_proven: bool = True,
+    owner_notes: Sequence[str] = (),
 ) -> Capabilities:
     """The capabilities report, and whether the adapter must be observe-only (and why). ``records_in_process``:
     the API server serves MutatingAdmissionPolicy, so the chart's policy records A at every unsuspend even while
     dispatch's webhook is down; without it the gates hold still (an unrecorded unsuspend is refused), but an outage
-    of the webhook then stops every execution, which the start gate's reason says."""
+    of the webhook then stops every execution, which the start gate's reason says. ``owner_notes``: what the
+    proof of the principals took as configured (agent/api/principals.py ``principal_notes``), said in the trainer's
+    reason whatever the verdict, never a reason to be observe-only."""
     if probe.error is not None:
         start_gate, start_reason = False, f"the probe could not be run: {probe.error}"
     elif probe.leaks:
@@ -799,6 +802,7 @@ def capabilities(
         )
         + ("" if owners_proven else f"; {OWNERS_NOT_GIVEN}")
     )
+    trainer_reason = "; ".join([trainer_reason, *owner_notes])
     trouble += trainer
     return Capabilities(
         trainer=not trainer,

@@ -15,6 +15,24 @@ but not present"):
 * a group: its members cannot be read, and some groups take in anyone who may create a ServiceAccount
   (``system:serviceaccounts:<ns>``), so a group on a component's role fails.
 
+On a MultiKueue worker two more roles are named (the chart's ``multicluster.multikueue`` and
+``multicluster.managerAgent``): the manager's MultiKueue and the manager's dispatch agent, which act here from the
+manager with a credential (a kubeconfig there), never from a pod here. So for them:
+
+* a ServiceAccount's namespace and the ServiceAccount must exist (as above), and no pod is asked for;
+* a user's name (a certificate's, an identity provider's) cannot be read from the API: it is taken as configured,
+  and Preflight says so in its report (``principal_notes``), naming the value key;
+* a group fails, as on any role;
+* one name in both fails: the manager agent's credential would then be Kueue's, and whoever holds Kueue's
+  kubeconfig would also renew the contact Lease and make the replicas (docs/multicluster.md, "Credentials and
+  principals").
+
+That the manager's credentials really are the ones named cannot be read here at all (a token or certificate held
+on another cluster). On the manager, Preflight's proof of each worker (agent/workerproof.py) asks for a fresh
+contact Lease of the manager's origin there, which the worker's policy lets only ``managerAgent`` (and break-glass)
+renew: so some principal the worker names ``managerAgent`` renews it for this manager. It does not prove that the
+manager's credential is the only one so named, nor which name MultiKueue's kubeconfig holds.
+
 Break-glass (a site's admins) and dispatch (the agent's own ServiceAccount) are not components and not proven here,
 nor the kubelets, whose principal Kubernetes defines (``system:node:<name>``, webhook/owners.py).
 The decision is pure; agent/api/service.py reads what ``wanted`` names and passes it in as ``Seen``.
@@ -33,6 +51,7 @@ from contract.objects import dig
 SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
 KUBE_SYSTEM: Final = "kube-system"
 GUIDE: Final = 'docs/install.md, "Who may write a dispatch job\'s objects"'
+REMOTE_GUIDE: Final = 'docs/install.md, "Several clusters"'
 
 
 class Principals(BaseModel):
@@ -59,6 +78,10 @@ class OwnerPrincipals(BaseModel):
     pod_garbage_collector: Principals = Field(default_factory=Principals, alias="podGarbageCollector")
     node_lifecycle: Principals = Field(default_factory=Principals, alias="nodeLifecycle")
     scheduler: Principals = Field(default_factory=Principals)
+    multikueue: Principals = Field(default_factory=Principals)
+    """Role worker only: the manager's MultiKueue here (the chart's multicluster.multikueue)."""
+    manager_agent: Principals = Field(default_factory=Principals, alias="managerAgent")
+    """Role worker only: the manager's dispatch agent here (the chart's multicluster.managerAgent)."""
 
 
 ROLES: Final = {
@@ -72,9 +95,13 @@ ROLES: Final = {
     "pod_garbage_collector": ("webhook.owners.podGarbageCollector", "the pod garbage collector"),
     "node_lifecycle": ("webhook.owners.nodeLifecycle", "the node lifecycle controllers"),
     "scheduler": ("webhook.owners.scheduler", "the scheduler"),
+    "multikueue": ("multicluster.multikueue", "the manager's MultiKueue"),
+    "manager_agent": ("multicluster.managerAgent", "the manager's dispatch agent"),
 }
 DEPLOYED: Final = frozenset({"kueue", "trainer", "jobset"})
 """Components that run as Deployments: their ServiceAccount must be a running pod's."""
+REMOTE: Final = frozenset({"multikueue", "manager_agent"})
+"""A MultiKueue worker's principals that act from the manager with a credential: no pod here runs as them."""
 
 
 def service_account(username: str) -> tuple[str, str] | None:
@@ -86,7 +113,7 @@ def service_account(username: str) -> tuple[str, str] | None:
 
 
 def _needs_pod(role: str, namespace: str) -> bool:
-    return role in DEPLOYED or namespace != KUBE_SYSTEM
+    return role not in REMOTE and (role in DEPLOYED or namespace != KUBE_SYSTEM)
 
 
 @dataclass(frozen=True)
@@ -136,7 +163,11 @@ def principal_problems(owners: OwnerPrincipals, seen: Seen) -> list[str]:
     problems: list[str] = []
     for role, principals in _roles(owners):
         key, whose = ROLES[role]
-        fix = f"set {key}.usernames to the ServiceAccount {whose} runs as on this cluster ({GUIDE})"
+        fix = (
+            f"set {key}.usernames to the user of {whose}'s credential for this cluster ({REMOTE_GUIDE})"
+            if role in REMOTE
+            else f"set {key}.usernames to the ServiceAccount {whose} runs as on this cluster ({GUIDE})"
+        )
         for username in principals.usernames:
             sa = service_account(username)
             if sa is None:
@@ -156,7 +187,33 @@ def principal_problems(owners: OwnerPrincipals, seen: Seen) -> list[str]:
             problems.append(f"{key}.usernames names {username}, but {why}: {fix}")
         problems += [
             f"{key}.groups names group {group}, whose members cannot be read from the API, so that only {whose} is "
-            f"in it cannot be proven: name its ServiceAccount in {key}.usernames instead ({GUIDE})"
+            f"in it cannot be proven: name its {'user' if role in REMOTE else 'ServiceAccount'} in {key}.usernames "
+            f"instead ({REMOTE_GUIDE if role in REMOTE else GUIDE})"
             for group in principals.groups
         ]
+    shared = sorted(set(owners.multikueue.usernames) & set(owners.manager_agent.usernames))
+    problems += [
+        f"multicluster.multikueue.usernames and multicluster.managerAgent.usernames both name {username}: the "
+        "manager agent's credential here must not be Kueue's, or whoever holds Kueue's kubeconfig for this worker "
+        "also renews the contact Lease and makes the replicas; give the manager's agent a credential of its own "
+        f"({REMOTE_GUIDE})"
+        for username in shared
+    ]
     return problems
+
+
+def principal_notes(owners: OwnerPrincipals) -> list[str]:
+    """What Preflight takes as configured on a MultiKueue worker, said in its report rather than passed over: each
+    user's name (not a ServiceAccount's) that ``multicluster.multikueue`` or ``multicluster.managerAgent`` names,
+    which no read of the API can show to be the manager's."""
+    notes = []
+    for role in sorted(REMOTE):
+        key, whose = ROLES[role]
+        notes += [
+            f"{key}.usernames names the user {username}, whose name cannot be read from the API: that only "
+            f"{whose} presents it is taken as configured (whoever holds this cluster's CA, may approve client "
+            "certificates, or runs its identity provider could present it too)"
+            for username in getattr(owners, role).usernames
+            if service_account(username) is None
+        ]
+    return notes

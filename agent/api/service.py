@@ -10,7 +10,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
@@ -58,7 +58,7 @@ from agent.api.models import (
     WorkerRemainsModel,
 )
 from agent.api.settings import ApiSettings
-from agent.gate import Blocker
+from agent.gate import Blocker, Mode, dispatch_mode, other_checks
 from agent.nodeloss import assess
 from agent.operations import Plan, Refused, Target, jobset_uid_ops, plan_hold, plan_open, plan_release
 from agent.start import (
@@ -75,7 +75,6 @@ from agent.status import Status, copy_of, on_worker, orphans, status
 from agent.workerproof import all_proven, fenced_apart, proof_problems, worker_lines
 from agent.workerremains import (
     Remains,
-    WorkerFind,
     ceased_when_gone,
     plan_remains,
     planned,
@@ -101,7 +100,6 @@ from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
     listed_multikueue_checks,
     managed_by_multikueue,
-    multikueue_checks,
     multikueue_config_of,
 )
 from contract.objects import dig, labels
@@ -215,6 +213,18 @@ class Service:
             if exc.status == 404:  # Kueue is not installed: there is no check of ours
                 return []
             raise d.read_failed(exc, "the AdmissionChecks") from None
+
+    async def _checks_read(self, names: Sequence[str]) -> dict[str, Mapping[str, Any] | str | None]:
+        """Each AdmissionCheck named, from a LIST taken now (the API's role may list them), never one taken
+        earlier: the object, None when it is not there, or why the list failed, as agent/gate.py ``dispatch_mode``
+        takes them."""
+        if not names:
+            return {}
+        try:
+            listed = {str(dig(ac, "metadata", "name")): ac for ac in await self.kube.list(ADMISSION_CHECKS.path())}
+        except KubeError as exc:
+            return dict.fromkeys(names, exc.describe())
+        return {name: listed.get(name) for name in names}
 
     async def _source_runtime(self, ref: RuntimeRef, namespace: str) -> dict[str, Any]:
         if ref.kind == KIND_CLUSTER_TRAINING_RUNTIME:
@@ -448,9 +458,8 @@ class Service:
                 problems += [f"{NOT_MANAGED}: {unchecked}"] if unchecked else []
                 if problems:
                     return problems
-                return multikueue_start_problems(
-                    read, workload, multikueue_checks(listed), runtime_spec, min_dispatches=self.settings.min_dispatches
-                )
+                found = await self._checks_read(other_checks(workload, checks))
+                return multikueue_start_problems(read, found, runtime_spec, min_dispatches=self.settings.min_dispatches)
             await asyncio.sleep(POLL_SECONDS)
 
     async def _discard(self, namespace: str, name: str, uid: str, copy_read: Mapping[str, Any]) -> None:
@@ -703,8 +712,7 @@ class Service:
                 look = await workers.look(worker, ns, name)
             except Exception as exc:  # an unreadable worker or credential: reported, the answer still comes
                 return unread(worker, f"cannot be read: {describe_error(exc)}", plan)
-            find = WorkerFind(look.copy, look.jobset, look.all_jobs, look)
-            return remains(worker, ns, name, find, self.settings.node_loss_taints)
+            return remains(worker, ns, name, look, self.settings.node_loss_taints)
 
         found = await asyncio.gather(*(read(w) for w in plan.read))
         return sorted([*planned(plan), *found], key=lambda r: r.cluster)
@@ -913,11 +921,7 @@ class Service:
         owners = await self._principal_problems()
         first = await self._read(self._lease_path, f"Lease {self._lease_where}")
         watching = time.monotonic()
-        mk = multikueue_checks(admission_checks)
-        multikueue = {
-            str(dig(ac, "metadata", "name")): ac for ac in admission_checks if dig(ac, "metadata", "name") in mk
-        }
-        probe = await self._probe(req, source, checks, multikueue)
+        probe = await self._probe(req, source, checks)
         lease = await self._heartbeat(first, watching) if kueue else d.not_watched(first)
         report = d.capabilities(
             kueue=kueue,
@@ -929,6 +933,7 @@ class Service:
             trainer_problems=[*trainer_problems, *(owners or [])],
             records_in_process=records,
             owners_proven=owners is not None,
+            owner_notes=principals.principal_notes(self.settings.owners) if self.settings.owners else (),
         )
         await self._record(report, kueue)
         if report.observe_only:
@@ -967,7 +972,6 @@ class Service:
         req: PreflightRequest,
         source: Mapping[str, Any],
         checks: list[str],
-        multikueue: Mapping[str, Mapping[str, Any]],
     ) -> d.ProbeResult:
         sub = Submission(
             job_id=str(ULID()),
@@ -999,7 +1003,7 @@ class Service:
                 unnumbered, unapproved = await self._try_admission(req.namespace, trainjob)
             else:
                 refusal = await self._try_open(req.namespace, trainjob)
-            result = await self._watch_probe(req.namespace, trainjob, checks, multikueue, seconds)
+            result = await self._watch_probe(req.namespace, trainjob, checks, seconds)
             return replace(result, open_refused=refusal, unnumbered=unnumbered, unapproved=unapproved)
         except ApiError as exc:
             if exc.kind is ErrorKind.INVALID:
@@ -1068,7 +1072,6 @@ class Service:
         namespace: str,
         trainjob: Mapping[str, Any],
         checks: list[str],
-        multikueue: Mapping[str, Mapping[str, Any]],
         seconds: float,
     ) -> d.ProbeResult:
         """Watch the closed probe: no pod may appear, it may not be unsuspended, its Workload not admitted.
@@ -1093,7 +1096,15 @@ class Service:
                 if unchecked:
                     problems.append(f"for jobs of this runtime, {unchecked}")
                 unproven = None
-                sent_away = kueue and bool(listed_multikueue_checks(workload, multikueue))
+                # MultiKueue sends the probe away when it manages it (spec.managedBy, set by Kueue); its checks are
+                # identified by fresh reads of every check the Workload lists, and one that cannot be is a problem
+                # (agent/gate.py ``dispatch_mode``, as the gate decides it).
+                found = await self._checks_read(other_checks(workload, checks)) if kueue else {}
+                mode = dispatch_mode(current, found) if kueue else Mode(False)
+                if mode.problem is not None:
+                    problems.append(f"for jobs of this runtime, {mode.problem}")
+                sent_away = mode.multikueue
+                multikueue = {n: ac for n, ac in found.items() if n in mode.checks and isinstance(ac, Mapping)}
                 if sent_away:
                     queue = str(labels(current).get(LABEL_QUEUE_NAME) or "")
                     workers, proven = await self._prove_workers(namespace, queue, workload, multikueue)
@@ -1125,7 +1136,7 @@ class Service:
         """Preflight's proof of each worker the manager's gate would read for a job of this queue (agent/workers.py
         ``plan_workers``; agent/workerproof.py decides), one line each, and whether every one is proven. A worker
         that cannot be read is named with why, never an error of Preflight's."""
-        # ``multikueue``: the MultiKueue checks as Preflight listed them (by name), not listed again here.
+        # ``multikueue``: the MultiKueue checks the probe's Workload lists, as read at the end of its watch.
         named = {n: multikueue.get(n) for n in listed_multikueue_checks(workload, multikueue)}
         config_names = sorted({c for ac in named.values() if (c := multikueue_config_of(ac)) is not None})
         configs = {c: await self._read(MULTIKUEUE_CONFIGS.path(name=c), f"MultiKueueConfig {c}") for c in config_names}

@@ -72,3 +72,31 @@ async def test_preflight_proves_the_defaults_and_fails_on_a_name_not_there(e2e: 
         "set webhook.owners.jobset.usernames to the ServiceAccount JobSet runs as on this cluster",
     ):
         assert says in reason, reason
+
+
+async def test_preflight_on_a_worker_proves_multikueue_s_and_the_manager_agent_s_service_accounts(e2e: E2E, tmp_path):
+    """A worker's multicluster.multikueue and multicluster.managerAgent act from the manager: a ServiceAccount named
+    for them must exist (no pod runs as it here); a user's name is taken as configured, and the report says so."""
+    remote = f"remote-{secrets.token_hex(3)}"
+    e2e.cp.ensure_service_account(e2e.ns, remote)  # nothing runs as it: it is the manager's, used from there
+    present = f"system:serviceaccount:{e2e.ns}:{remote}"
+    given = chart_defaults().model_copy(
+        update={"multikueue": Principals(usernames=("multikueue-manager",)),
+                "manager_agent": Principals(usernames=(present,))}
+    )  # fmt: skip
+    caps = await _preflight(e2e, tmp_path, "remote", given)
+    assert (caps.trainer, caps.observe_only) == (True, False), caps
+    assert (
+        "multicluster.multikueue.usernames names the user multikueue-manager, whose name cannot be read from the "
+        "API: that only the manager's MultiKueue presents it is taken as configured"
+    ) in caps.trainer_reason, caps.trainer_reason
+    assert present not in caps.trainer_reason
+
+    missing = f"system:serviceaccount:{e2e.ns}:no-such-manager-agent"
+    given = given.model_copy(update={"manager_agent": Principals(usernames=(missing,))})
+    caps = await _preflight(e2e, tmp_path, "remote-missing", given)
+    assert (caps.trainer, caps.observe_only) == (False, True), caps
+    assert (
+        f"multicluster.managerAgent.usernames names {missing}, but ServiceAccount {e2e.ns}/no-such-manager-agent "
+        "does not exist"
+    ) in (caps.observe_only_reason or ""), caps

@@ -8,36 +8,50 @@ identities on the workers, that no two executions overlapped and R only rose."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import time
-import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ulid import ULID
 
-from agent.constants import REASON_UNCLAIMED
+from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
 from agent.operations import plan_open
 from contract.admission import admission_started
-from contract.claims import Want, claim_lease, claim_name
-from contract.keys import ANNOTATION_DISPATCHED_TO, ANNOTATION_FENCED, FENCED_TRUE, LABEL_JOBSET_NAME
-from contract.objects import annotations
+from contract.claims import DEFAULT_ORIGIN, claim_name
+from contract.keys import (
+    ANNOTATION_DISPATCHED_TO,
+    ANNOTATION_FENCED,
+    CLAIM_PREFIX,
+    FENCED_TRUE,
+    LABEL_CLAIM,
+    LABEL_JOBSET_NAME,
+    LABEL_REPLICA_OF,
+    LEASE_MANAGER_CONTACT,
+)
+from contract.objects import annotations, labels
 from contract.trainjob import Submission
+from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.jobs import write_as_the_api
-from harness.kube_http import KubeHttp
-from harness.multicluster import KUEUE_V, MANAGER_AGENT_USER, Worker
+from harness.multicluster import KUEUE_V, MultiCluster, SecondManager, Worker, start_second_manager
+from harness.sandbox import site
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
 from tests.multicluster.test_numbering import (
     QUEUE,
+    SWEEP_SECONDS,
     K,
+    Manager,
     _dispatched,
     _events,
     _fence,
     _get,
     _linger,
+    _queue,
     _trainer_pod,
     _true,
     preflight_on_the_manager,
@@ -329,33 +343,191 @@ def test_a_fence_set_on_the_copy_s_deletion_event_waits_for_a_trainer_still_stop
         s.stop()
 
 
-@pytest.mark.timeout(600)
-def test_a_second_manager_sharing_the_workers_keeps_to_its_claims_and_is_refused_by_its_preflight(
-    armed: Armed, tmp_path: Path
-) -> None:
-    """A second manager (another MultiKueue origin) whose agent has credentials for the same workers: a claim it
-    wrote on a worker is left alone by the first manager's agent, which deletes only its own; its Preflight finds
-    each worker's contact Lease renewed by the first manager and proves none of them, naming why: a worker serves
-    one manager."""
-    m, mc = armed.manager, armed.manager.mc
-    worker = mc.workers[0]
-    theirs = claim_lease(None, Want(worker.name, claim_name(str(uuid.uuid4())), "4/u", f"{m.namespace}/j"),
-                         namespace=armed.system, origin=SECOND, now=dt.datetime.now(dt.UTC), duration=60)[1]  # fmt: skip
-    # Written as a manager's agent (the only principal the worker's policies let write a claim).
-    as_agent = KubeHttp(worker.admin.credentials, impersonate=(MANAGER_AGENT_USER, None))
-    written = as_agent.create(theirs)
-    time.sleep(CONTACT_SECONDS)  # several rounds of the first manager's claims
-    kept = worker.admin.get_or_none("coordination.k8s.io/v1", "Lease", theirs["metadata"]["name"], armed.system)
-    assert kept is not None, "the other manager's claim deleted"
-    assert kept["metadata"]["uid"] == written["metadata"]["uid"]
-    as_agent.delete("coordination.k8s.io/v1", "Lease", theirs["metadata"]["name"], armed.system)
+@pytest.fixture(scope="module")
+def second_manager(multicluster: MultiCluster) -> Iterator[SecondManager]:
+    """A second MultiKueue manager (origin ``SECOND``) with a control plane of its own, connected to the first worker
+    only: started when a test first asks for it (one control plane, about two minutes), stopped after the module."""
+    m2 = start_second_manager(multicluster, [multicluster.workers[0].name], origin=SECOND)
+    try:
+        yield m2
+    finally:
+        m2.stop()
 
-    report = asyncio.run(
-        preflight_on_the_manager(m, tmp_path, m.credentials, armed.system, CONTACT_SECONDS, origin=SECOND)
-    )
-    assert report.observe_only, report
-    why = report.readmission_gate_reason
-    for w in mc.cluster_names:
-        assert f"{w}: the manager agent's contact Lease" in why, why
-    assert f"renewed by another manager (MultiKueue origin multikueue, this one's is {SECOND})" in why, why
-    assert "a worker shared by two managers is not supported" in why, why
+
+@contextlib.contextmanager
+def _second_armed(m2: SecondManager, first: Armed, workdir: Path) -> Iterator[Armed]:
+    """Dispatch's agent on the second manager (``multikueueOrigin`` ``SECOND``, its own credential for the shared
+    worker), its check on a ClusterQueue of its own beside the MultiKueue check, in the first manager's test
+    namespace and under the same queue and runtime names, so MultiKueue's copies land in the shared worker's queue
+    that the worker's agent gates."""
+    admin, cp, ns, system = m2.manager.admin, m2.manager.control_plane, first.manager.namespace, first.system
+    check = cq = f"{first.manager.check}-b"
+    rt = first.manager.runtime["metadata"]["name"]
+    agent: AgentProcess | None = None
+    try:
+        for name in (ns, system):
+            admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        admin.create(site.admission_check(check))
+        admin.create(_queue(cq, check))
+        admin.create({**first.manager.runtime, "metadata": {"name": rt}})
+        admin.apply({"apiVersion": KUEUE_V, "kind": "LocalQueue", "metadata": {"namespace": ns, "name": QUEUE},
+                     "spec": {"clusterQueue": cq}})  # fmt: skip
+        credentials = m2.agent_kubeconfigs(workdir, component="manager-agent-b")
+        for w in m2.workers:  # the first manager renews the contact Lease there before the second's agent starts
+            eventually(lambda w=w: _true(labels(w.admin.get_or_none("coordination.k8s.io/v1", "Lease",
+                                                                    LEASE_MANAGER_CONTACT, system)).get(LABEL_CLAIM)
+                                         == DEFAULT_ORIGIN), 60, f"the first manager in contact with {w.name}")  # fmt: skip
+        config = {"leaseNamespace": system, "leaseName": "dispatch-admission", "multikueueOrigin": SECOND,
+                  "workerKubeconfigs": {w: str(p) for w, p in credentials.items()},
+                  "workerContactSeconds": CONTACT_SECONDS, "workerRoundSeconds": SWEEP_SECONDS}  # fmt: skip
+        agent = start_agent(cp, kubeconfig=grant(cp, system), name=f"dispatch-agent-{system}", config=config,
+                            workdir=workdir, until=LEADER)  # fmt: skip
+        eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "ClusterQueue", cq), "Active")), 60,
+                   "the second manager's ClusterQueue with both checks Active")  # fmt: skip
+        eventually(lambda: _true(kit.condition_true(admin.get(KUEUE_V, "LocalQueue", QUEUE, ns), "Active")), 30,
+                   "the second manager's LocalQueue Active")  # fmt: skip
+        runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", rt)
+        yield Armed(Manager(m2, ns, check, runtime, agent, credentials), first.worker_check, system)
+    finally:
+        if agent is not None:
+            cp.supervisor.stop(agent.name)
+        for tj in admin.list(TRAINER_V, "TrainJob", ns):  # MultiKueue deletes its copies with them
+            admin.delete(TRAINER_V, "TrainJob", tj["metadata"]["name"], ns)
+        eventually(lambda: _true(not admin.list(KUEUE_V, "Workload", ns)), 120, "the second manager's Workloads gone")
+        admin.delete(KUEUE_V, "LocalQueue", QUEUE, ns)
+        admin.delete(KUEUE_V, "ClusterQueue", cq)
+        admin.delete(KUEUE_V, "AdmissionCheck", check)
+        admin.delete(TRAINER_V, "ClusterTrainingRuntime", rt)
+
+
+def _hold_queue(worker: Worker, namespace: str, hold: bool) -> None:
+    """The worker's ClusterQueue behind the test's LocalQueue admits nothing new while held (``stopPolicy: Hold``):
+    MultiKueue's copy of a job there waits while another worker admits its own."""
+    cq = worker.admin.get(KUEUE_V, "LocalQueue", QUEUE, namespace)["spec"]["clusterQueue"]
+    worker.admin.merge_patch(KUEUE_V, "ClusterQueue", cq, {"spec": {"stopPolicy": "Hold" if hold else None}})
+
+
+def _deleted(recorder: kit.Recorder, match: Callable[[dict[str, Any]], bool]) -> list[tuple[float, str]]:
+    """When each object ``match`` selects was deleted (this process's clock), and its name."""
+    return [(gone, obj["metadata"]["name"]) for _, gone, obj in recorder.lifetimes().values()
+            if gone is not None and match(obj)]  # fmt: skip
+
+
+@pytest.mark.timeout(1200)  # four control planes on a shared 2-core machine, two dispatches and a refusal
+def test_a_second_manager_sharing_the_workers_keeps_to_its_claims_and_is_refused_by_its_preflight(
+    armed: Armed, second_manager: SecondManager, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A second, real manager (its own control plane and Kueue, MultiKueue origin ``SECOND``, its own dispatch agent
+    with a credential for the first worker) shares the worker the first manager's job runs on. Its agent never
+    renews that worker's contact Lease, writes nothing there (no claim, no replica, so it deletes none of the first
+    manager's), and its Preflight reports the worker not proven, naming the first manager's origin; its job is held,
+    never run there (fail closed). Then the first manager is cut off from the worker (Kueue and its agent): nobody
+    renews the contact Lease, the worker's agent deletes the first manager's copy, and the job moves to the other
+    worker with R raised by K and no overlap."""
+    s = Story(armed)
+    m1, mc = armed.manager, armed.manager.mc
+    shared, other = mc.workers[0], mc.workers[1]
+    assert [w.name for w in second_manager.workers] == [shared.name]
+    leases = kit.Recorder(shared.admin, shared.admin.collection_path("coordination.k8s.io/v1", "Lease", armed.system))
+    replicas = kit.Recorder(shared.admin, shared.admin.collection_path(TRAINER_V, "TrainingRuntime", s.ns))
+    cut_off = held = False
+    agent_file = m1.credentials[shared.name]
+    working: bytes | None = None
+    try:
+        with _second_armed(second_manager, armed, Path(tmp_path_factory.mktemp("agent-b"))) as b:
+            m2 = b.manager
+            _hold_queue(other, s.ns, True)  # the first manager's job goes to the shared worker
+            held = True
+            tj1, there, _ = s.start()
+            assert there is shared, there.name
+            _hold_queue(other, s.ns, False)
+            held = False
+            name1, uid1 = tj1["metadata"]["name"], tj1["metadata"]["uid"]
+            wl1 = kit.workload_of(m1.admin, s.ns, uid1)["metadata"]["uid"]
+            copy_uid = shared.admin.get(TRAINER_V, "TrainJob", name1, s.ns)["metadata"]["uid"]
+
+            # The second manager's job, queued by its own Kueue towards the shared worker.
+            sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=s.ns, queue=QUEUE,
+                             image="registry.invalid/dispatch-mc/train:1", command=["python", "train.py"])  # fmt: skip
+            tj2 = kit.create_as_start(m2.admin, sub, m2.runtime)
+            name2, uid2 = tj2["metadata"]["name"], tj2["metadata"]["uid"]
+            eventually(lambda: kit.workload_of(m2.admin, s.ns, uid2), 30, "the second manager's Workload created")
+            write_as_the_api(m2.admin, tj2, lambda t, w: plan_open(t).writes)
+
+            def refused() -> str:
+                entry = kit.check_entry(kit.workload_of(m2.admin, s.ns, uid2), m2.check)
+                assert entry["state"] != "Ready", entry
+                assert f"worker {shared.name}" in entry.get("message", ""), entry
+                assert "another manager (MultiKueue origin multikueue)" in entry["message"], entry
+                return str(entry["message"])
+
+            eventually(refused, 120, "the second manager's dispatch held: the shared worker refused")
+            report = asyncio.run(preflight_on_the_manager(m2, tmp_path_factory.mktemp("preflight"), m2.credentials,
+                                                          armed.system, CONTACT_SECONDS, origin=SECOND))  # fmt: skip
+            assert report.observe_only, report
+            why = report.readmission_gate_reason
+            assert f"{shared.name}: the manager agent's contact Lease" in why, why
+            assert f"renewed by another manager (MultiKueue origin {DEFAULT_ORIGIN}, this one's is {SECOND})" in why
+            assert "a worker shared by two managers is not supported" in why, why
+            time.sleep(CONTACT_SECONDS)  # several rounds of both agents' claims, contact and sweeps
+            refused()
+
+            # The first manager cut off from the shared worker: Kueue and its agent both.
+            mc.break_connection(shared)
+            cut_off = True
+            working = MultiCluster.break_agent_kubeconfig(agent_file)
+
+            def lapsed() -> None:
+                lease = shared.admin.get("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, armed.system)
+                renewed = dt.datetime.fromisoformat(lease["spec"]["renewTime"].replace("Z", "+00:00"))
+                age = (dt.datetime.now(dt.UTC) - renewed).total_seconds()
+                assert age > lease["spec"]["leaseDurationSeconds"] + 2, f"renewed {age:.1f} s ago"
+
+            eventually(lapsed, CONTACT_SECONDS + 60, "nobody renewing the shared worker's contact Lease")
+
+            def stopped() -> list[dict[str, Any]]:
+                assert shared.admin.get_or_none(TRAINER_V, "TrainJob", name1, s.ns) is None, "the copy still there"
+                said = [e for r in (REASON_OUT_OF_CONTACT, REASON_UNCLAIMED)
+                        for e in _worker_events(shared, s.ns, copy_uid, r)]  # fmt: skip
+                assert said, "no Event says why"
+                return said
+
+            eventually(stopped, CONTACT_SECONDS + 60, "the first manager's copy deleted by the shared worker's agent")
+            eventually(lambda: s.nothing_left(shared, name1), 120, "nothing of the first job left on the shared worker")
+            restored = time.monotonic()
+            agent_file.write_bytes(working)  # its gate reads the worker again, finds nothing of the job, moves it
+            working = None
+
+            _, again = _dispatched(m1, tj1, 2 * K, within=300)
+            moved = mc.worker(kit.workload_of(m1.admin, s.ns, uid1)["status"]["clusterName"])
+            assert moved is other, moved.name
+            eventually(lambda: _trainer_pod(moved, tj1), 120, f"the trainer pod Running on {moved.name}")
+            assert kit.a_of(again) == 2 * K
+            s.assert_one_at_a_time(name1, [K, 2 * K])
+
+            # The second manager never renewed the contact Lease, nor wrote a claim or a replica there; nothing of
+            # the first manager's was deleted there but by the first manager, once it reached the worker again.
+            contact = [v for _, v in leases.events() if v["metadata"]["name"] == LEASE_MANAGER_CONTACT]
+            assert {labels(v).get(LABEL_CLAIM) for v in contact} == {DEFAULT_ORIGIN}, contact
+            claims = [v for _, v in leases.events() if v["metadata"]["name"].startswith(CLAIM_PREFIX)]
+            assert {labels(v).get(LABEL_CLAIM) for v in claims} == {DEFAULT_ORIGIN}, claims
+            assert claim_name(wl1) in {v["metadata"]["name"] for v in claims}, "the first manager's claim"
+            gone = _deleted(leases, lambda v: v["metadata"]["name"].startswith(CLAIM_PREFIX))
+            assert all(at > restored for at, _ in gone), gone
+            made = [v for _, v in replicas.events()]
+            assert {labels(v).get(LABEL_REPLICA_OF) for v in made} == {uid1}, "a replica but the first job's"
+            # Trainer v2.2.1's finalizer keeps a replica a TrainJob uses: a delete shows first as its deletionTimestamp.
+            assert not _deleted(replicas, lambda v: True), "the first job's replica deleted"
+            assert not [v for v in made if v["metadata"].get("deletionTimestamp")], "the first job's replica deleted"
+            assert all(v["metadata"]["name"] != name2 for v in s.copies[shared.name].first_seen()), "ran there"
+            refused()
+    finally:
+        if working is not None:
+            agent_file.write_bytes(working)
+        if cut_off:
+            mc.restore_connection(shared)
+        if held:
+            _hold_queue(other, s.ns, False)
+        leases.stop()
+        replicas.stop()
+        s.stop()

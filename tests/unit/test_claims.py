@@ -33,6 +33,7 @@ from contract.keys import (
     ANNOTATION_HOLD_INSTANCE,
     LABEL_CLAIM,
 )
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
 from tests.unit.kubelet import apply_json_patch
 
 NOW = dt.datetime(2026, 12, 5, 12, 0, tzinfo=dt.UTC)
@@ -169,6 +170,18 @@ def test_the_worker_sees_a_claim_live_only_after_it_saw_it_change_and_for_its_du
     assert watch.duration == 8
 
 
+COPY = {"metadata": {"name": "dj-1", "labels": {MULTIKUEUE_ORIGIN_LABEL: "multikueue"}}, "status": {}}
+JOB = {
+    "metadata": {
+        "name": "dj-1-node-0",
+        "ownerReferences": [
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "dj-1", "uid": "u", "controller": True}
+        ],
+    },
+    "status": {},
+}
+
+
 def _look(**kwargs: Any) -> WorkerLook:
     return WorkerLook([], {}, {}, **kwargs)
 
@@ -176,9 +189,9 @@ def _look(**kwargs: Any) -> WorkerLook:
 @pytest.mark.parametrize(
     ("look", "says"),
     [
-        (_look(copy={"status": {}}), "MultiKueue's copy TrainJob dj-1 there is not finished"),
+        (_look(copy=COPY), "MultiKueue's copy TrainJob dj-1 there is not finished"),
         (_look(jobset={"status": {}}), "JobSet dj-1 there is not finished"),
-        (_look(all_jobs=[{"metadata": {"name": "dj-1-node-0"}, "status": {}}]), "Job(s) dj-1-node-0 there"),
+        (_look(all_jobs=[JOB]), "Job(s) dj-1-node-0 there"),
         (_look(claim=lease("dispatch-claim-wl-uid", "4/u", "2026-12-05T11:59:59.000000Z")), "is still fresh"),
     ],
 )

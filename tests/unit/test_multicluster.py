@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.admissioncheck import AdmissionCheckCache
 from agent.api.settings import ApiSettings
 from agent.gate import Action, decide
 from agent.start import multikueue_start_problems, multikueue_unproven, readback_changes
@@ -32,7 +31,7 @@ from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
     budget_problem,
     dispatches_afforded,
-    is_multikueue,
+    listed_multikueue_checks,
     max_restarts,
     multikueue_checks,
     multikueue_problems,
@@ -136,13 +135,13 @@ def ac(name: str, controller: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {"controllerName": controller}}
 
 
-def test_multikueue_mode_is_a_workload_listing_a_check_whose_controller_is_multikueue():
+def test_the_multikueue_checks_a_workload_lists_are_those_whose_controller_is_multikueue():
     checks = multikueue_checks([ac(MK_CHECK, MULTIKUEUE_CONTROLLER), ac(CHECK, "dispatch.phpboyscout.uk/x")])
     assert checks == frozenset({MK_CHECK})
-    assert is_multikueue(mk_workload(), checks)
-    assert not is_multikueue(workload(), checks)
-    assert not is_multikueue(mk_workload(), frozenset())
-    assert not is_multikueue(None, checks)
+    assert listed_multikueue_checks(mk_workload(), checks) == [MK_CHECK]
+    assert listed_multikueue_checks(workload(), checks) == []
+    assert listed_multikueue_checks(mk_workload(), frozenset()) == []
+    assert listed_multikueue_checks(None, checks) == []
 
 
 def test_preflight_reports_a_multikueue_queue_unproven_until_every_worker_is_proven():
@@ -157,16 +156,6 @@ def test_preflight_reports_a_multikueue_queue_unproven_until_every_worker_is_pro
     assert multikueue_unproven(workload(), frozenset({MK_CHECK}), proven=False) is None
     assert multikueue_unproven(mk_workload(), frozenset(), proven=False) is None
     assert multikueue_unproven(None, frozenset({MK_CHECK}), proven=False) is None
-
-
-def test_the_admission_check_cache_keeps_the_multikueue_names_too():
-    cache = AdmissionCheckCache()
-    cache.replace([ac(MK_CHECK, MULTIKUEUE_CONTROLLER), ac("other", "x/y")])
-    assert cache.multikueue() == frozenset({MK_CHECK})
-    cache.event("ADDED", ac("mk-2", MULTIKUEUE_CONTROLLER))
-    assert cache.multikueue() == frozenset({MK_CHECK, "mk-2"})
-    cache.event("DELETED", ac(MK_CHECK, MULTIKUEUE_CONTROLLER))
-    assert cache.multikueue() == frozenset({"mk-2"})
 
 
 # -- the runtime requirements -------------------------------------------------------------------------
@@ -352,13 +341,13 @@ def test_start_accepts_multikueue_s_managed_by_only_where_the_queue_lists_the_ch
     written = opened()
     read = managed(copy.deepcopy(written))
     assert readback_changes(written, read) == []
-    checks = frozenset({MK_CHECK})
-    assert multikueue_start_problems(read, mk_workload(), checks, spec(2), min_dispatches=1000) == []
-    refused = multikueue_start_problems(read, workload(), checks, spec(2), min_dispatches=1000)
+    mk = {MK_CHECK: ac(MK_CHECK, MULTIKUEUE_CONTROLLER)}
+    assert multikueue_start_problems(read, mk, spec(2), min_dispatches=1000) == []
+    refused = multikueue_start_problems(read, {}, spec(2), min_dispatches=1000)
     assert refused == [
         f"spec.managedBy is {MULTIKUEUE_MANAGED_BY!r}, but the queue's ClusterQueue lists no MultiKueue check"
     ]
-    assert multikueue_start_problems(written, workload(), checks, spec(2), min_dispatches=1000) == []
+    assert multikueue_start_problems(written, {}, spec(2), min_dispatches=1000) == []
     other = copy.deepcopy(written)
     other["spec"]["managedBy"] = "someone.else/controller"
     assert readback_changes(written, other) == ["spec.managedBy is 'someone.else/controller', set by someone else"]
@@ -366,12 +355,11 @@ def test_start_accepts_multikueue_s_managed_by_only_where_the_queue_lists_the_ch
 
 def test_start_refuses_in_a_multikueue_queue_a_forbidden_rule_or_too_small_a_budget():
     read = managed(opened())
-    checks = frozenset({MK_CHECK})
-    bad = multikueue_start_problems(read, mk_workload(), checks, spec(2, [{"action": IGNORE_MAX_RESTARTS}]),
-                                    min_dispatches=1000)  # fmt: skip
+    mk = {MK_CHECK: ac(MK_CHECK, MULTIKUEUE_CONTROLLER)}
+    bad = multikueue_start_problems(read, mk, spec(2, [{"action": IGNORE_MAX_RESTARTS}]), min_dispatches=1000)
     assert len(bad) == 1
     assert "runtime.multikueue-ignore-max-restarts" in bad[0]
-    small = multikueue_start_problems(read, mk_workload(), checks, spec(999), min_dispatches=1000)
+    small = multikueue_start_problems(read, mk, spec(999), min_dispatches=1000)
     assert len(small) == 1
     assert "affords 999 dispatch(es)" in small[0]
 

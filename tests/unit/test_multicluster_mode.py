@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.gate import Action, Blocker, Mode, decide, dispatch_mode, highest_stamped, other_checks, reusable_a
+from agent.lostquota import checks_to_look_at
+from agent.start import multikueue_start_problems
 from contract.admission import admission_count, approved_admission
 from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
@@ -367,3 +369,41 @@ def test_reconcile_reads_every_check_the_workload_lists_but_its_own_and_reports_
     stranger["metadata"]["uid"] = "someone-else"
     assert asyncio.run(_mode(other, wl, stranger, frozenset({CHECK}))) == Mode(False)
     assert other.asked == []
+
+
+# -- the other decisions of MultiKueue mode: the lost worker's quota, Start ---------------------------------------
+
+
+def test_the_kept_quota_looks_at_the_workers_of_the_checks_read_fresh_and_stays_on_one_it_cannot_identify():
+    """The release's look covers the MultiKueue checks identified by fresh reads; a check that cannot be read, or is
+    not there (as a watch cache that misses it would have it), keeps the quota: its workers would go unread."""
+    tj = managed(opened())
+    assert checks_to_look_at(tj, {MK_CHECK: ac(MK_CHECK)}) == ((MK_CHECK,), None)
+    for found in ({MK_CHECK: None}, {MK_CHECK: "403 Forbidden"}, {}):
+        checks, problem = checks_to_look_at(tj, found)
+        assert checks == ()
+        assert problem is not None
+        assert "never approved on the one-cluster path" in problem
+    checks, problem = checks_to_look_at(tj, {MK_CHECK: ac(MK_CHECK), "other": None})
+    assert problem is not None
+    assert "AdmissionCheck other: not found" in problem
+
+
+def test_start_decides_multikueue_by_managed_by_and_refuses_a_check_it_cannot_identify():
+    read = managed(opened())
+    runtime = spec(K - 1)
+    assert multikueue_start_problems(read, {MK_CHECK: ac(MK_CHECK)}, runtime, min_dispatches=1) == []
+    for found, says in (
+        ({MK_CHECK: None}, f"AdmissionCheck {MK_CHECK}: not found"),
+        ({MK_CHECK: "403 Forbidden"}, f"AdmissionCheck {MK_CHECK}: cannot be read: 403 Forbidden"),
+    ):
+        refused = multikueue_start_problems(read, found, runtime, min_dispatches=1)
+        assert len(refused) == 1
+        assert says in refused[0]
+        assert "not whether MultiKueue copies this TrainJob" in refused[0]
+    # Not MultiKueue's by managedBy, in a queue with a MultiKueue check: the gate would hold it forever.
+    mismatch = multikueue_start_problems(opened(), {MK_CHECK: ac(MK_CHECK)}, runtime, min_dispatches=1)
+    assert len(mismatch) == 1
+    assert f"lists the MultiKueue check {MK_CHECK}, but spec.managedBy is not" in mismatch[0]
+    # One cluster's queue: nothing of MultiKueue's to check.
+    assert multikueue_start_problems(opened(), {CHECK + "-x": ac(CHECK + "-x", "x/y")}, runtime, min_dispatches=1) == []

@@ -120,7 +120,7 @@ def test_running_pods_are_read_by_their_service_account():
 def test_every_owner_role_of_a_component_is_proven_and_break_glass_is_not():
     assert set(OwnerPrincipals.model_fields) == set(ROLES)
     aliases = {OwnerPrincipals.model_fields[f].alias or f for f in ROLES}
-    assert aliases == {"kueue", "controllers"} | (
+    assert aliases == {"kueue", "controllers", "multikueue", "managerAgent"} | (
         set(Config().owners.model_dump()) - {owners.BREAK_GLASS, owners.KUBELET}
     )
     assert set(ROLES) >= DEPLOYED

@@ -9,7 +9,6 @@ from typing import Any
 from agent.status import PodStatus, Status
 from agent.workerremains import (
     Remains,
-    WorkerFind,
     ceased_on_workers,
     ceased_when_gone,
     left_on_workers,
@@ -20,8 +19,8 @@ from agent.workerremains import (
     stopping_on_workers,
     unread,
 )
-from agent.workers import WorkerLook
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
+from contract.workerlook import WorkerLook
 from tests.unit.test_nodeloss import node
 from tests.unit.test_workers import _job, _pod_of, cluster
 
@@ -54,9 +53,9 @@ def find(
     js: dict[str, Any] | None = None,
     jobs: tuple[dict[str, Any], ...] = (),
     pods: tuple[dict[str, Any], ...] = (),
-) -> WorkerFind:
+) -> WorkerLook:
     named = {j["metadata"]["name"]: j for j in jobs}
-    return WorkerFind(trainjob, js, list(jobs), WorkerLook(list(pods), named, {"n1": node("n1")}))
+    return WorkerLook(list(pods), named, {"n1": node("n1")}, copy=trainjob, jobset=js, all_jobs=list(jobs))
 
 
 RUNNING = _pod_of("p-0", "dj-x-node-0", node="n1")
@@ -94,7 +93,7 @@ def test_the_copy_its_jobset_jobs_and_running_pods_are_named_and_may_still_run()
     assert left.may_still_run
     assert left.reason.startswith("1 pod(s) may still run: p-0 (")
     assert "MultiKueue's copy of the TrainJob is there and has not finished" in left.reason
-    assert "1 Job(s) not finished nor suspended may still create pods: dj-x-node-0" in left.reason
+    assert "1 Job(s) not finished may still create pods: dj-x-node-0" in left.reason
 
 
 def test_nothing_there_is_nothing_left():
@@ -115,26 +114,33 @@ def test_a_finished_copy_with_its_pods_ended_is_named_but_runs_nothing():
     assert left.reason == "nothing of the job there may run or start"
 
 
-def test_a_copy_being_deleted_runs_nothing_once_its_jobset_is_at_rest_or_gone():
+def test_a_copy_being_deleted_may_run_until_it_is_gone_or_has_finished():
+    # A deletion takes effect only once the object is gone: the gate's rule (contract/workerlook.py).
     deleting = copy()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert not remains("w-1", NS, NAME, find(deleting)).may_still_run
-    assert not remains("w-1", NS, NAME, find(deleting, jobset("Suspended"))).may_still_run
-    busy = remains("w-1", NS, NAME, find(deleting, jobset()))
+    busy = remains("w-1", NS, NAME, find(deleting, jobset("Suspended")))
     assert busy.may_still_run
-    assert "is being deleted, and its JobSet is not at rest yet" in busy.reason
+    assert "MultiKueue's copy of the TrainJob is being deleted and has not finished" in busy.reason
+    assert "its JobSet has not finished" in busy.reason  # Suspended is undone when the copy resumes
+    done = copy(conditions=[{"type": "Failed", "status": "True"}])
+    done["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert not remains("w-1", NS, NAME, find(done, jobset("Failed"))).may_still_run
 
 
-def test_a_jobset_left_without_its_copy_may_create_pods_until_at_rest_or_deleted():
+def test_a_jobset_may_create_pods_until_it_has_finished_whether_its_copy_is_there_or_not():
     assert remains("w-1", NS, NAME, find(None, jobset())).may_still_run
+    assert remains("w-1", NS, NAME, find(None, jobset(deleting=True))).may_still_run
+    assert remains("w-1", NS, NAME, find(None, jobset("Suspended"))).may_still_run
     assert not remains("w-1", NS, NAME, find(None, jobset("Failed"))).may_still_run
-    assert not remains("w-1", NS, NAME, find(None, jobset(deleting=True))).may_still_run
+    # A finished copy does not answer for a JobSet that has not finished.
+    done = copy(conditions=[{"type": "Complete", "status": "True"}])
+    assert remains("w-1", NS, NAME, find(done, jobset())).may_still_run
 
 
-def test_a_job_may_create_pods_until_it_finished_or_is_suspended_and_only_the_jobset_s_jobs_count():
+def test_a_job_may_create_pods_until_it_has_finished_and_only_the_jobset_s_jobs_count():
     assert remains("w-1", NS, NAME, find(jobs=(job(),))).may_still_run
+    assert remains("w-1", NS, NAME, find(jobs=(job(suspend=True),))).may_still_run  # resumed with its JobSet
     assert not remains("w-1", NS, NAME, find(jobs=(job(done=True),))).may_still_run
-    assert not remains("w-1", NS, NAME, find(jobs=(job(suspend=True),))).may_still_run
     someone_else = _job("other-node-0", "other")
     assert remains("w-1", NS, NAME, find(jobs=(someone_else,))) == remains("w-1", NS, NAME, find())
 
