@@ -44,6 +44,32 @@ KEEP_RUNS = 20
 _HANDED_OUT: set[int] = set()
 _HANDING_OUT = threading.Lock()
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_ROOM = 1024
+"""inotify instances the runs need: each API server and controller manager takes 6, each kubelet (cAdvisor) and
+containerd more, and lanes side by side with a fourth control plane passed Debian's default of 128 (a kubelet
+failed "inotify_init: too many open files"). kind documents the same limit."""
+
+
+def ensure_inotify_room(
+    minimum: int = INOTIFY_ROOM, *, required: bool = False, setting: Path = INOTIFY_INSTANCES
+) -> None:
+    """Raises the kernel's per-user inotify instances to ``minimum`` when lower (root only). ``required``: a run that
+    cannot have it (not root) fails here, naming the setting, instead of a component failing later."""
+    try:
+        current = int(setting.read_text())
+    except (OSError, ValueError):
+        return  # not Linux's procfs: nothing to raise
+    if current >= minimum:
+        return
+    try:
+        setting.write_text(str(minimum))
+    except OSError as err:
+        if required:
+            raise RuntimeError(
+                f"fs.inotify.max_user_instances is {current}; a real node needs at least {minimum} "
+                f"(as root: sysctl -w fs.inotify.max_user_instances={minimum}): {err}"
+            ) from err
 
 
 def listen_ports(ephemeral: tuple[int, int]) -> range:
@@ -411,6 +437,7 @@ def start_control_plane(
     server writes an audit log of those users' requests alone to ``ControlPlane.audit_log``."""
     artifacts = artifacts or locate()
     binaries = artifacts.require(TIER_A_BINARIES)
+    ensure_inotify_room()
     started = time.monotonic()
     timings: dict[str, float] = {}
     supervisor = ProcessSupervisor(run_dir / "logs")

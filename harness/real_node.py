@@ -35,7 +35,7 @@ import yaml
 
 from certs import pki
 from harness.binaries import NodeArtifacts
-from harness.cluster import LOOPBACK, SERVICE_CIDR, ControlPlane, free_port
+from harness.cluster import LOOPBACK, SERVICE_CIDR, ControlPlane, ensure_inotify_room, free_port
 from harness.processes import ManagedProcess, add_cleanup, remove_cleanup, wait_until
 
 REAL_NODE_TAINT = "harness.dispatch.phpboyscout.uk/real-node"
@@ -526,6 +526,7 @@ def start_real_node(
     cp: ControlPlane, name: str, artifacts: NodeArtifacts, images: list[Path] | None = None, timeout: float = 180
 ) -> RealNode:
     """A real node `name` joined to `cp`, Ready, with the images of `images` (docker-save archives)."""
+    ensure_inotify_room(required=True)
     started = time.monotonic()
     dir_ = cp.run_dir / "nodes" / name
     suffix = secrets.token_hex(4)
