@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 SELECTOR_UIDS: Final = 100
 """TrainJob uids in one LIST's label selector (≈ 3.7 kB of query: well inside any request line's limit)."""
+RECORD_TRIES: Final = 3
+"""Writes of the record a round tries for one copy before it leaves it to the next round."""
 
 
 def _owner(workload: Mapping[str, Any], trainjobs: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -162,16 +164,26 @@ class ClaimRenewer:
         return found
 
     async def _recorded(self, trainjob: Mapping[str, Any], worker: str) -> bool:
-        listed = dispatched_to(trainjob)
-        if worker in listed:
-            return True
+        """``worker`` in the TrainJob's record, written if missing. A conflict (MultiKueue and Kueue write the
+        manager's TrainJob often) is read again and tried at once, a few times: the record only grows, so a fresh
+        read loses nothing, and a copy's claim, which waits for it, should not wait a round for a busy object."""
         namespace, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
-        try:
-            await self.kube.patch_trainjob(namespace, name, record_ops(trainjob, [*listed, worker]))
-        except Exception as exc:  # a conflict: the next round reads it again
-            log.info("TrainJob %s/%s: worker %s not recorded yet: %s", namespace, name, worker, describe_error(exc))
-            return False
-        return True
+        current: Mapping[str, Any] | None = trainjob
+        for _ in range(RECORD_TRIES):
+            if current is None or dig(current, "metadata", "uid") != dig(trainjob, "metadata", "uid"):
+                return False  # gone, or another TrainJob of the name: the next round decides afresh
+            listed = dispatched_to(current)
+            if worker in listed:
+                return True
+            try:
+                await self.kube.patch_trainjob(namespace, name, record_ops(current, [*listed, worker]))
+                return True
+            except Exception as exc:
+                log.info("TrainJob %s/%s: worker %s not recorded yet: %s", namespace, name, worker, describe_error(exc))
+                if getattr(exc, "status", None) != 409:
+                    return False
+            current = await self.kube.get_trainjob(namespace, name)
+        return False
 
     async def _worker(self, worker: str, wants: list[Want]) -> None:
         try:

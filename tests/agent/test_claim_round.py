@@ -120,3 +120,19 @@ async def test_a_round_claims_exactly_the_copies_the_manager_wants_and_deletes_t
         assert record == worker
     finally:
         cp.admin.delete(kueue.KUEUE_V, "MultiKueueCluster", worker)
+
+
+async def test_the_record_is_written_in_the_round_that_reads_a_stale_trainjob(control_plane, namespace, api_client):
+    """MultiKueue and Kueue write the manager's TrainJob often: a record written on the TrainJob as the round read
+    it conflicts (its resourceVersion moved on); the round reads it again and records the worker at once, keeping
+    what changed meanwhile, rather than leaving the copy unclaimed for a round."""
+    cp = control_plane
+    worker = f"w-{secrets.token_hex(3)}"
+    tj, _ = dispatched(cp, namespace, worker)
+    cp.admin.request("PATCH", cp.admin.object_path(tj), {"metadata": {"labels": {"moved-on": "yes"}}},
+                     content_type=MERGE)  # fmt: skip
+    renewer = ClaimRenewer(Kube(api_client, instance="test"), WorkerClients({}, lease_namespace=namespace), 60)
+    assert await renewer._recorded(tj, worker)  # tj as read before the change
+    now = kueue.get_trainjob(cp, tj)
+    assert now["metadata"]["annotations"][ANNOTATION_DISPATCHED_TO] == worker
+    assert now["metadata"]["labels"]["moved-on"] == "yes"

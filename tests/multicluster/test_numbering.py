@@ -35,7 +35,7 @@ from agent.constants import CONTACT_SECONDS
 from agent.operations import plan_open, plan_release
 from agent.workerreads import WorkerClients
 from contract.admission import admission_started
-from contract.claims import DEFAULT_ORIGIN
+from contract.claims import DEFAULT_ORIGIN, dispatched_to
 from contract.keys import (
     ANNOTATION_FENCED,
     FENCED_POWERED_OFF,
@@ -570,6 +570,9 @@ def test_a_worker_lost_while_the_job_runs_keeps_it_until_fenced_then_it_moves_wi
         uid, ns = tj["metadata"]["uid"], m.namespace
         there = m.mc.worker(lost)
         eventually(lambda: _true(_active(_get(m, tj)) > 0), 60, "the worker's active Job copied to the manager")
+        # A copy starts only under a claim, written only once the TrainJob's record lists its worker; these workers
+        # run no dispatch agent, so the copy ran without one: wait for the record as a worker's agent would have.
+        eventually(lambda: _true(lost in dispatched_to(_get(m, tj))), 30, f"{lost} in the job's record")
 
         # The worker is lost: Kueue's connection to it and the agent's credential for it both fail. Its pod runs on.
         m.mc.break_connection(lost)
