@@ -1,12 +1,13 @@
 """The fault-and-attack campaign (docs/reliability.md).
 
-    scripts/chaos --seed S --duration 10m [--nodes 2] [--jobs N] [--arm dispatch|naive|both]
+    scripts/chaos --seed S --duration 10m [--nodes 2] [--jobs N] [--arm dispatch|naive|both|mutant:NAME]
 
 Starts tier B with real worker nodes (tier C) and a system node, installs dispatch from its chart (two
 replicas), and runs supervisor traffic, the nemesis and the attacker for the duration; then heals every fault,
 reads every job's final Status and runs the independent checker (chaos/checker.py) over the ledger and the
 recorded calls. Exit 0 when the dispatch arm has no violation and no attacker write got through (and the naive
-arm, when run, was caught), 1 otherwise.
+arm, when run, was caught), 1 otherwise. `--arm mutant:NAME` runs one mutant (chaos/mutants.py) alone, on a cluster
+that runs the mutant's image in place of the product's; exit 0 when the checker caught it by its rule.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from chaos import campaign, nemesis
+from chaos import campaign, mutants, nemesis
 from chaos import env as environment
 from harness.processes import stop_everything
 from harness.sandbox import on_node
@@ -33,14 +34,31 @@ def duration(text: str) -> float:
     return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
+def arm_choice(text: str) -> str:
+    """dispatch, naive, both, or mutant:NAME of a mutant the campaign can run here."""
+    if text in ("dispatch", "naive", "both"):
+        return text
+    name = text.removeprefix("mutant:")
+    found = mutants.BY_NAME.get(name) if text.startswith("mutant:") else None
+    if found is None:
+        known = ", ".join(mutants.RUNNABLE)
+        raise argparse.ArgumentTypeError(f"{text!r}: dispatch, naive, both, or mutant:NAME ({known})")
+    if found.needs:
+        raise argparse.ArgumentTypeError(f"mutant {name} needs {found.needs}")
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, required=True, help="the seed of the traffic, the faults and the attacks")
     p.add_argument("--duration", type=duration, required=True, help="how long each arm runs (90s, 10m, 1h)")
     p.add_argument("--nodes", type=int, default=2, help="real worker nodes for the trainers (at least 2)")
     p.add_argument("--jobs", type=int, default=8, help="dispatch jobs alive at once")
-    arms = "the product (dispatch), a naive check controller in its place (naive), or both in turn"
-    p.add_argument("--arm", choices=("dispatch", "naive", "both"), default="dispatch", help=arms)
+    arms = (
+        "the product (dispatch), a naive check controller in its place (naive), both in turn, or one mutant "
+        f"(mutant:NAME, alone; NAME one of {', '.join(mutants.RUNNABLE)})"
+    )
+    p.add_argument("--arm", type=arm_choice, default="dispatch", help=arms)
     p.add_argument("--faults", default="", help=f"a comma-separated subset of the fault menu: {','.join(nemesis.ALL)}")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where run folders go (default {DEFAULT_OUT})")
     return p
@@ -57,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scripts/chaos: unknown faults {unknown}; the menu is {list(nemesis.ALL)}", file=sys.stderr)
         return 2
     image, why = on_node.available()
-    if image is None:
+    if image is None and args.arm.startswith("mutant:") and (why,) == on_node.available_image()[1:]:
+        why = ""  # a mutant arm runs its own image (built below), not the product's
+    if image is None and why:
         print(f"scripts/chaos: no real node can run here: {why}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
@@ -66,15 +86,23 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir()
     print(f"chaos: seed {args.seed}, {args.duration:.0f}s per arm, {args.nodes} real worker nodes, {args.jobs} jobs")
     print(f"  run folder {run_dir}")
+    mutant = mutants.mutant(args.arm.removeprefix("mutant:")) if args.arm.startswith("mutant:") else None
     arms = ["dispatch", "naive"] if args.arm == "both" else [args.arm]
     env: environment.Env | None = None
     results: list[campaign.Result] = []
     try:
+        disarm = None
+        if mutant is not None:
+            arms = [mutants.arm_name(mutant)]
+            work = run_dir / arms[0] / "image"
+            image = mutants.build_image(mutant, work)
+            print(f"  mutant {mutant.name}: {mutant.mechanism}; image {image.ref} from {work / 'tree'}")
+            disarm = lambda: mutants.disarm(env.admin, mutant, work / "tree")  # noqa: E731
         env = environment.start(run_dir, workers=args.nodes, image=image)
         print(f"  cluster: tier B, {args.nodes + 1} real nodes, dispatch {env.helm_version} install (2 replicas)")
         for arm in arms:
             results.append(campaign.run_arm(env, arm=arm, seed=args.seed, duration=args.duration, jobs=args.jobs,
-                                            menu=menu))  # fmt: skip
+                                            menu=menu, disarm=disarm))  # fmt: skip
             for line in campaign.summary(results[-1]):
                 print(line)
             if results[-1].report:
@@ -86,7 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         if env is not None:
             env.stop()
         stop_everything()
-    good = all(r.ok if r.arm == "dispatch" else r.violations > 0 for r in results)
+    if mutant is not None:
+        found = results[-1].violations_by_rule if results else {}
+        rules = ", ".join(f"rule {k}: {v}" for k, v in sorted(found.items()))
+        good = bool(results) and mutants.caught(results[-1].violations_by_rule, mutant)
+        verdict = "caught" if good else "NOT caught"
+        print(f"chaos: mutant {mutant.name} {verdict} by rule {mutant.rule} (violations: {rules or 'none'})")
+    else:
+        good = all(r.ok if r.arm == "dispatch" else r.violations > 0 for r in results)
     print("chaos: " + ("passed" if good else "FAILED") + f" (run folder {run_dir})")
     return 0 if good else 1
 

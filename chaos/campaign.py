@@ -15,6 +15,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from chaos import attacker as attacks
 from chaos import checker, naive, nemesis, records, site
 from chaos import env as environment
+from chaos.observer import Observer
 from chaos.traffic import Traffic
 from contract.keys import ADMISSION_CHECK_CONTROLLER, ADMISSION_CHECK_NAME
 from harness.kube_http import ApiError
@@ -56,6 +58,9 @@ class Result:
     calls: int = 0
     failed_calls: int = 0
     max_gap: float = 0.0
+    watch_delay: float = 0.0
+    """The campaign's watch delay as its probes measured it (chaos/observer.py): the checker's resolution for
+    when an execution was admitted."""
     report: str = ""
 
     @property
@@ -107,9 +112,12 @@ def _save_events(env: environment.Env, dir_: Path, namespace: str) -> None:
 
 
 def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs: int, menu: list[str] | None = None,
-            log: Any = print, quiet: float = SETTLE_QUIET) -> Result:  # fmt: skip
+            log: Any = print, quiet: float = SETTLE_QUIET,
+            disarm: Callable[[], list[str]] | None = None) -> Result:  # fmt: skip
     """One arm of a campaign on ``env``; its records and report go to ``env.run_dir / arm``. After the traffic,
-    the final Statuses are read once no job's phase has changed for ``quiet`` seconds."""
+    the final Statuses are read once no job's phase has changed for ``quiet`` seconds. ``disarm``: called once
+    the arm's Preflight passed, before any traffic (a mutant arm's removal of parts of the choke point,
+    chaos/mutants.py); returns what it removed."""
     dir_ = env.run_dir / arm
     dir_.mkdir(parents=True, exist_ok=True)
     namespace = f"chaos-{arm}"
@@ -135,6 +143,8 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
         log("  naive arm: the choke point is disarmed already; the earlier Preflight's verdict stands")
     else:
         asyncio.run(traffic.preflight_once())
+    if disarm is not None:
+        log(f"  {arm}: removed {', '.join(disarm()) or 'nothing of the choke point'}")
     gate: naive.NaiveGate | None = None
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -153,23 +163,30 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
     nem = nemesis.Nemesis(env, planned, rec.to("schedule"))
     threads.append(threading.Thread(target=attacker.run, args=(stop,), name="attacker", daemon=True))
     threads.append(threading.Thread(target=nem.run, args=(stop,), name="nemesis", daemon=True))
+    # The campaign's own watch of the arm's Workloads and pods (observed.jsonl), from before the first Start until
+    # every job is gone: the checker's only source for when an execution was admitted.
+    observer = Observer(env.admin, namespace, rec.to("observed"))
+    observer.start()
     for t in threads:
         t.start()
     until = time.time() + duration
     log(f"  {arm}: traffic, nemesis ({len(planned)} faults planned) and attacker for {duration:.0f}s")
     try:
-        asyncio.run(traffic.run(until))
+        try:
+            asyncio.run(traffic.run(until))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=120)
+            nem.heal_all()
+        log(f"  {arm}: faults healed; settling")
+        environment.wait_nodes_ready(env)
+        asyncio.run(traffic.settle(quiet=quiet))
+        preemptions = _preemptions(env, namespace)
+        _save_events(env, dir_, namespace)
+        asyncio.run(traffic.wind_down())
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-        nem.heal_all()
-    log(f"  {arm}: faults healed; settling")
-    environment.wait_nodes_ready(env)
-    asyncio.run(traffic.settle(quiet=quiet))
-    preemptions = _preemptions(env, namespace)
-    _save_events(env, dir_, namespace)
-    asyncio.run(traffic.wind_down())
+        observer.stop()
     meta["ended"] = time.time()
     (dir_ / "campaign.json").write_text(json.dumps(meta, indent=1))
 
@@ -185,7 +202,7 @@ def run_arm(env: environment.Env, *, arm: str, seed: int, duration: float, jobs:
         violations=len(report.violations),
         violations_by_rule=dict(Counter(str(v.rule) for v in report.violations)),
         got_through=attack_counts.get("got-through", 0), calls=traffic.counts.calls,
-        failed_calls=traffic.counts.failed_calls, max_gap=report.max_gap,
+        failed_calls=traffic.counts.failed_calls, max_gap=report.max_gap, watch_delay=report.watch_delay,
         report=checker.explain(report, schedule),
     )  # fmt: skip
     (dir_ / "report.txt").write_text(result.report)
@@ -211,6 +228,6 @@ def summary(result: Result) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in sorted(result.attacks.items()) if k != "refused"),
         f"  violations {result.violations}"
         + (f" ({rules})" if result.violations else "")
-        + f"; largest gap between a life's lines {result.max_gap:.3f}s",
+        + f"; largest gap between a life's lines {result.max_gap:.3f}s; watch delay {result.watch_delay:.3f}s",
         f"  records and logs: {result.dir}",
     ]

@@ -11,10 +11,13 @@ The promise, per job (a namespace and a TrainJob name), where an execution is on
 
 The records: RUN/ledger/<namespace>/<trainjob>/<life>.log, written by the real trainer processes on the host's
 clock; RUN/calls.jsonl, the supervisor's calls of dispatch's API with when they started (t0) and returned (t1);
-RUN/campaign.json for the heartbeat interval; RUN/schedule.jsonl, the nemesis' actions, to explain a violation.
+RUN/observed.jsonl, the campaign's own watch of the job's Workloads and pods (chaos/observer.py), each change
+stamped with the host's clock when it was received; RUN/campaign.json for the heartbeat interval;
+RUN/schedule.jsonl, the nemesis' actions, to explain a violation.
 
-The checker trusts nothing of the product nor of the rest of the campaign: it imports neither, and re-derives
-every identity from the values the trainers wrote:
+The checker trusts nothing of the product nor of the rest of the campaign: it imports neither, re-derives every
+identity from the values the trainers wrote, and takes no excuse from dispatch's answers (Status judges only
+Status, rule 5): when an execution began comes from the ledger and the campaign's watch alone.
 
     DISPATCH_EPOCH   = G x 10^12 + N x 10^6 + R      R = EPOCH mod 10^6
     DISPATCH_ATTEMPT = <JobID>.<N>.<attempt>.<A>.<J>  R = A + J
@@ -23,7 +26,8 @@ every identity from the values the trainers wrote:
 It flags only what is certain. A call took effect at an unknown instant between its t0 and its t1; a call whose
 outcome is unknown (`cut`) may have taken effect. A life ran from its start line to at least its last line; its
 true end lies within the clock's resolution after that (the heartbeat interval plus the largest gap seen between
-two lines of a life), so an overlap is flagged only when one life started at or before another's last line.
+two lines of a life), so an overlap is flagged only when one life started at or before another's last line. A
+change the watch received at t happened within the watch's delay (measured by its probes) before t.
 
 Usage: python -m chaos.checker RUN_DIR   (exit 0: the promise held; 1: violations; 2: unreadable records)
 """
@@ -55,6 +59,11 @@ RULES = {
 }
 HEARTBEAT_SECONDS = 0.2
 """The trainer's heartbeat interval when campaign.json does not say."""
+WATCH_DELAY_SECONDS = 1.0
+"""The campaign's watch delay when observed.jsonl holds no probe to measure it."""
+STOP_LATENCY_SECONDS = 5.0
+"""How long after a Stop returned a process of an execution admitted before it may still come up: its container
+was being created when the TrainJob's deletion landed, and the kubelet starts it before it sees the deletion."""
 
 MILLION = 10**6
 INT64_MAX = 2**63 - 1
@@ -117,6 +126,9 @@ class Report:
     notes: tuple[str, ...] = ()
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     executions: tuple[Life, ...] = ()
+    watch_delay: float = WATCH_DELAY_SECONDS
+    """The campaign's watch delay: the largest a probe measured, or WATCH_DELAY_SECONDS without one."""
+    probes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -130,6 +142,68 @@ class Report:
     def by_rule(self) -> dict[int, int]:
         counts = Counter(v.rule for v in self.violations)
         return {rule: counts.get(rule, 0) for rule in RULES}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """Something the campaign's watch saw happen: at an unknown instant between lo and hi, on the host's clock."""
+
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the campaign's own watch (RUN/observed.jsonl) saw, per job (namespace/TrainJob)."""
+
+    admissions: dict[str, list[Seen]]
+    """Each time a Workload of the job became Admitted (Kueue's condition: quota reserved and every admission
+    check Ready, after which Kueue unsuspends the job), in the order seen."""
+    failures: dict[str, list[Seen]]
+    """Each time a pod of the job was seen Failed (what makes JobSet restart it, J + 1)."""
+    delay: float = WATCH_DELAY_SECONDS
+    probes: int = 0
+
+
+def watch_delay(records: Iterable[dict[str, Any]]) -> tuple[float, int]:
+    """The watch's delay as its probes measured it: the largest time from sending a write to the watch
+    delivering it (an upper bound: the write landed after it was sent), and how many probes; without a probe,
+    WATCH_DELAY_SECONDS."""
+    delays = [float(r["t"]) - float(r["sent"]) for r in records if r.get("kind") == "probe" and _timed_record(r)
+              and isinstance(r.get("sent"), int | float)]  # fmt: skip
+    return (max(0.0, *delays) if delays else WATCH_DELAY_SECONDS), len(delays)
+
+
+def _timed_record(record: dict[str, Any]) -> bool:
+    return isinstance(record.get("t"), int | float) and not isinstance(record.get("t"), bool)
+
+
+def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Observed:
+    """The transitions the checker uses, each as a Seen: a record received on a live watch happened within the
+    delay before its receipt; one that a list after a broken watch found (`since`) happened after that stream
+    was last known live, less the delay."""
+    measured, probes = watch_delay(records)
+    d = measured if delay is None else delay
+    admissions: dict[str, list[Seen]] = defaultdict(list)
+    failures: dict[str, list[Seen]] = defaultdict(list)
+    before: dict[tuple[str, str], Any] = {}
+    for r in sorted((r for r in records if _timed_record(r)), key=lambda r: r["t"]):
+        kind, uid = r.get("kind"), str(r.get("uid", ""))
+        if kind not in ("workload", "pod") or r.get("event") == "DELETED":
+            continue
+        since = r.get("since") if isinstance(r.get("since"), int | float) else None
+        seen = Seen(min(r["t"], since if since is not None else r["t"]) - d, float(r["t"]))
+        job = f"{r.get('namespace', '')}/{r.get('job', '')}"
+        if kind == "workload":
+            now = (r.get("conditions") or {}).get("Admitted") == "True"
+            if now and before.get((kind, uid)) is not True:
+                admissions[job].append(seen)
+        else:
+            now = r.get("phase")
+            if now == "Failed" and before.get((kind, uid)) != "Failed":
+                failures[job].append(seen)
+        before[(kind, uid)] = now
+    return Observed(dict(admissions), dict(failures), d, probes)
 
 
 # -- identities, re-derived ----------------------------------------------------------------------------------
@@ -317,7 +391,10 @@ def check_run(run_dir: Path) -> Report:
     """Judge a run folder; a missing record is empty."""
     lives, ledger_notes = read_ledger(run_dir / "ledger")
     heartbeat, campaign_notes = _heartbeat(run_dir)
-    report = check(lives, load_jsonl(run_dir / "calls.jsonl"), heartbeat_seconds=heartbeat)
+    if not (run_dir / "observed.jsonl").exists():
+        campaign_notes.append("no observed.jsonl: no late start after a Hold or a Stop can be excused")
+    observed = observe(load_jsonl(run_dir / "observed.jsonl"))
+    report = check(lives, load_jsonl(run_dir / "calls.jsonl"), heartbeat_seconds=heartbeat, observed=observed)
     return replace(report, notes=(*campaign_notes, *ledger_notes, *report.notes))
 
 
@@ -499,65 +576,86 @@ def hold_windows(calls: Sequence[Call]) -> list[tuple[float, float, Call]]:
     return windows
 
 
-def a_in_force(calls: Sequence[Call], at: float, *, in_flight: bool = False) -> int | None:
-    """A when a Hold or Stop returned at ``at``: as the first successful Status read started after it reported it
-    (no admission raises A while a job is held or stopped, so that is still the A of the execution admitted
-    before), else the highest A any Status read reported before; None when no Status ever reported one.
-
-    ``in_flight`` (a Stop): with no read after it, the reads before may predate an admission that landed between
-    the last of them and the Stop (the TrainJob is gone after a Stop, so often no read after it answers): one
-    more A is allowed, the one admission that may have been in flight. The gate raises A by one before each
-    admission, and a second admission needs an eviction and the pods gone in between."""
-    reads = [c for c in _ops(calls, "status", "final-status") if c.get("ok") and isinstance(c.get("a"), int)]
-    after = [c for c in reads if c["t0"] >= at]
-    if after:
-        return int(after[0]["a"])
-    before = [int(c["a"]) for c in reads if c["t1"] <= at]
-    if not before:
-        return None
-    return max(before) + (1 if in_flight else 0)
+def _earliest_admission(life: Life, admissions: Sequence[Seen]) -> float | None:
+    """The earliest instant the admission that ran ``life`` may have happened, as the campaign's watch saw it: it
+    is the last admission before the life's start line, so one of those seen since the last one certainly before
+    it (seen by the start line), or, with none certain, any that may have come before it. None: none seen."""
+    possible = [s for s in admissions if s.lo <= life.start]
+    certain = [s for s in possible if s.hi <= life.start]
+    if certain:
+        last = max(s.hi for s in certain)
+        possible = [s for s in possible if s.hi >= last]
+    return min((s.lo for s in possible), default=None)
 
 
-def admitted_before(life: Life, calls: Sequence[Call], at: float, *, in_flight: bool = False) -> bool:
-    """The life is a process of an execution admitted before ``at`` (its A is not above the A in force then):
-    its container came up late, e.g. it was being created when the Hold or Stop landed. An execution starts at
-    its admission (an unsuspend, or a JobSet restart); a new one after ``at`` would need a new A."""
-    a = a_in_force(calls, at, in_flight=in_flight)
-    return life.a is not None and a is not None and life.a <= a
+def _restart_trigger(life: Life, lives: Sequence[Life], failures: Sequence[Seen]) -> tuple[float | None, str]:
+    """The earliest instant the failure that made JobSet restart ``life`` (J > 0) may have happened: its (A, J-1)
+    predecessor's last ledger line (its pod failed after it), else the last pod failure the watch saw before the
+    life's start line. None: no evidence of a restart."""
+    before = [x for x in lives if (x.a, x.j) == (life.a, (life.j or 0) - 1) and x.start < life.start]
+    if before:
+        pred = max(before, key=lambda x: x.start)
+        return pred.last, f"its predecessor (A={pred.a}, J={pred.j}) life {pred.life} last wrote at {_clock(pred.last)}"
+    seen = [s for s in failures if s.lo <= life.start]
+    if seen:
+        last = max(seen, key=lambda s: s.hi)
+        return last.lo, f"a pod of the job was seen failed by {_clock(last.hi)}"
+    return None, "no failure of its predecessor in the ledger or the watch"
 
 
-def late_start_note(job: str, life: Life, call: Call) -> str:
+def began_by(life: Life, lives: Sequence[Life], observed: Observed) -> tuple[float | None, str]:
+    """The earliest instant the execution of ``life`` may have begun, from the ledger and the campaign's watch
+    only: its admission (Admitted), and for J > 0 also the failure of its (A, J-1) predecessor that made JobSet
+    restart it. None, with why: no such evidence, so it cannot be shown to have begun before anything."""
+    admitted = _earliest_admission(life, observed.admissions.get(life.key, ()))
+    if admitted is None:
+        return None, "no admission of the job seen by the watch before its start"
+    why = f"its admission may have happened by {_clock(admitted)}"
+    if life.j is None or life.j == 0:
+        return admitted, why
+    trigger, because = _restart_trigger(life, lives, observed.failures.get(life.key, ()))
+    if trigger is None:
+        return None, because
+    return max(admitted, trigger), f"{why}; {because}"
+
+
+def late_start_note(job: str, life: Life, call: Call, why: str) -> str:
     return (
         f"{job}: life {life.life} (A={life.a}, J={life.j}) came up at {_clock(life.start)}, after "
-        f"{_call(call)}: a process of the execution admitted before it, not a new execution"
+        f"{_call(call)}: its execution may have begun before the call landed ({why})"
     )
 
 
-def starts_while_held(job: str, lives: Sequence[Life], calls: Sequence[Call],
+def starts_while_held(job: str, lives: Sequence[Life], calls: Sequence[Call], observed: Observed,
                       notes: list[str] | None = None) -> list[Violation]:  # fmt: skip
-    """A new execution (a life whose A is above the A in force at the Hold) started while a Hold was in force.
-    A late process of the execution admitted before the Hold is noted in ``notes`` instead."""
+    """A life that started while a Hold was in force, unless its execution may have begun (``began_by``) before
+    the Hold returned: then it is a late process of that execution, noted in ``notes``."""
     windows = hold_windows(calls)
     violations = []
     for life in _in_start_order(lives):
         for begin, end, hold in windows:
             if begin <= life.start < end:
-                if admitted_before(life, calls, begin):
+                began, why = began_by(life, lives, observed)
+                if began is not None and began <= hold["t1"]:
                     if notes is not None:
-                        notes.append(late_start_note(job, life, hold))
+                        notes.append(late_start_note(job, life, hold, why))
                     break
                 until = "no Release after it" if math.isinf(end) else f"the next Release started {_clock(end)}"
-                message = f"life {life.life} started at {_clock(life.start)} while held: {_call(hold)}; {until}"
+                message = (
+                    f"life {life.life} (A={life.a}, J={life.j}) started at {_clock(life.start)} while held: "
+                    f"{_call(hold)}; {until}; {why}"
+                )
                 violations.append(Violation(4, job, message, (life.life,), life.start))
                 break
     return violations
 
 
-def starts_after_stop(job: str, lives: Sequence[Life], calls: Sequence[Call],
+def starts_after_stop(job: str, lives: Sequence[Life], calls: Sequence[Call], observed: Observed,
                       notes: list[str] | None = None) -> list[Violation]:  # fmt: skip
-    """A new execution that started after a Stop returned ok, unless an Open that may have taken effect came in
-    between (a new TrainJob of the same name, started and opened again). A late process of the execution
-    admitted before the Stop is noted instead; if it runs on past a Ceased, rule 5 judges it."""
+    """A life that started after a Stop returned ok, unless an Open that may have taken effect came in between (a
+    new TrainJob of the same name, started and opened again). Excused, and noted, only a late process of an
+    execution that may have begun (``began_by``) before the Stop returned and that came up within
+    STOP_LATENCY_SECONDS of that return; if it runs on past a Ceased, rule 5 judges it."""
     stops = [c for c in _ops(calls, "stop") if c.get("ok")]
     opens = [c for c in _ops(calls, "open") if may_have_taken_effect(c)]
     violations = []
@@ -565,11 +663,19 @@ def starts_after_stop(job: str, lives: Sequence[Life], calls: Sequence[Call],
         for stop in stops:
             reopened = any(stop["t1"] <= o["t0"] < life.start for o in opens)
             if life.start >= stop["t1"] and not reopened:
-                if admitted_before(life, calls, stop["t1"], in_flight=True):
+                began, why = began_by(life, lives, observed)
+                late = life.start - stop["t1"]
+                if began is not None and began <= stop["t1"] and late <= STOP_LATENCY_SECONDS:
                     if notes is not None:
-                        notes.append(late_start_note(job, life, stop))
+                        notes.append(late_start_note(job, life, stop, why))
                     break
-                message = f"life {life.life} started at {_clock(life.start)}, after {_call(stop)}"
+                if began is not None and began <= stop["t1"]:
+                    why += f", but it came up {late:.1f} s after the Stop returned (the bound is "
+                    why += f"{STOP_LATENCY_SECONDS:g} s)"
+                message = (
+                    f"life {life.life} (A={life.a}, J={life.j}) started at {_clock(life.start)}, after "
+                    f"{_call(stop)}; {why}"
+                )
                 violations.append(Violation(4, job, message, (life.life,), life.start))
                 break
     return violations
@@ -651,24 +757,26 @@ def final_status_notes(job: str, calls: Sequence[Call]) -> list[str]:
 # -- the whole -----------------------------------------------------------------------------------------------
 
 
-def judge_job(
-    job: str, lives: Sequence[Life], calls: Sequence[Call], notes: list[str] | None = None
-) -> list[Violation]:
+def judge_job(job: str, lives: Sequence[Life], calls: Sequence[Call], observed: Observed,
+              notes: list[str] | None = None) -> list[Violation]:  # fmt: skip
     return [
         *malformed_identities(job, lives),
         *shared_identities(job, lives),
         *r_not_rising(job, lives),
         *overlaps(job, lives),
         *starts_before_open(job, lives, calls),
-        *starts_while_held(job, lives, calls, notes),
-        *starts_after_stop(job, lives, calls, notes),
+        *starts_while_held(job, lives, calls, observed, notes),
+        *starts_after_stop(job, lives, calls, observed, notes),
         *ceased_contradicted(job, lives, calls),
         *final_status_wrong(job, lives, calls),
     ]
 
 
-def check(lives: Sequence[Life], calls: Sequence[Call], heartbeat_seconds: float = HEARTBEAT_SECONDS) -> Report:
-    """Judge the promise from the lives and the calls alone."""
+def check(lives: Sequence[Life], calls: Sequence[Call], heartbeat_seconds: float = HEARTBEAT_SECONDS,
+          observed: Observed | None = None) -> Report:  # fmt: skip
+    """Judge the promise from the lives, the calls and what the campaign's watch observed (nothing observed: no
+    late start is excused)."""
+    observed = observed if observed is not None else Observed({}, {})
     notes: list[str] = []
     valid = [c for c in calls if _valid(c)]
     if len(valid) < len(calls):
@@ -683,7 +791,7 @@ def check(lives: Sequence[Life], calls: Sequence[Call], heartbeat_seconds: float
     jobs = sorted(set(lives_of) | set(calls_of))
     violations: list[Violation] = []
     for job in jobs:
-        violations += judge_job(job, lives_of[job], calls_of[job], notes)
+        violations += judge_job(job, lives_of[job], calls_of[job], observed, notes)
         notes += final_status_notes(job, calls_of[job])
     violations.sort(key=lambda v: (v.at, v.rule, v.job))
     return Report(
@@ -694,6 +802,8 @@ def check(lives: Sequence[Life], calls: Sequence[Call], heartbeat_seconds: float
         notes=tuple(notes),
         heartbeat_seconds=heartbeat_seconds,
         executions=tuple(_in_start_order(lives)),
+        watch_delay=observed.delay,
+        probes=observed.probes,
     )
 
 
@@ -774,6 +884,9 @@ def summarize(report: Report) -> str:
         f"clock resolution: a life's true end lies within {report.resolution:.3f} s after its last line "
         f"(heartbeat {report.heartbeat_seconds:g} s + that gap); only certain overlaps are flagged "
         "(a start at or before another life's last line)",
+        f"watch delay: {report.watch_delay:.3f} s ({report.probes} probes; the largest from a write sent to the "
+        f"campaign's watch delivering it); late starts are excused from the watch and the ledger only, after a "
+        f"Stop within {STOP_LATENCY_SECONDS:g} s",
         "violations by rule:",
         *(f"  rule {rule} ({RULES[rule]}): {count}" for rule, count in report.by_rule().items()),
     ]

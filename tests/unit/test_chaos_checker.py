@@ -79,6 +79,31 @@ def status(t0: float, *, phase: str = "Running", ceased: bool = False, final: bo
 def write_calls(run: Path, *calls: dict) -> None:
     run.mkdir(parents=True, exist_ok=True)
     (run / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
+    if not (run / "observed.jsonl").exists():
+        (run / "observed.jsonl").write_text("")  # the campaign's watch ran and saw nothing
+
+
+def admitted(t: float, *, uid: str = "uid-wl", since: float | None = None, on: bool = True) -> dict:
+    """observed.jsonl: the campaign's watch received, at T + t, the job's Workload Admitted (or not); `since`: from
+    a list after a broken watch, last live at T + since."""
+    record = {"t": T + t, "kind": "workload", "namespace": NS, "name": f"trainjob-{NAME}", "uid": uid, "job": NAME,
+              "event": "LISTED" if since is not None else "MODIFIED", "admission": on,
+              "conditions": {"QuotaReserved": "True" if on else "False", "Admitted": "True" if on else "False"}}  # fmt: skip
+    return {**record, "since": T + since} if since is not None else record
+
+
+def pod(t: float, phase: str, *, uid: str = "uid-pod") -> dict:
+    return {"t": T + t, "kind": "pod", "namespace": NS, "name": f"{NAME}-node-0-0-x", "uid": uid, "job": NAME,
+            "event": "MODIFIED", "phase": phase, "node": "node-1", "deleting": False}  # fmt: skip
+
+
+def probe(sent: float, t: float) -> dict:
+    return {"t": T + t, "kind": "probe", "sent": T + sent}
+
+
+def write_observed(run: Path, *records: dict) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "observed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def write_schedule(run: Path, *entries: dict) -> None:
@@ -293,46 +318,154 @@ def test_a_new_admission_while_held_is_a_violation_even_with_status_reads(tmp_pa
     write_life(tmp_path, "aa", T + 1, T + 6, a=1, term=T + 3, rc=143)
     write_life(tmp_path, "bb", T + 12, T + 15, a=2)  # A rose while held: a new execution
     write_calls(tmp_path, call("open", 0), status(1.5), call("hold", 2, 2.5), {**status(3), "a": 1})
+    write_observed(tmp_path, admitted(0.5), admitted(4, on=False), admitted(11))
     assert the_one(tmp_path, 4).lives == ("bb",)
 
 
 @pytest.mark.parametrize("op", ["hold", "stop"])
 def test_a_late_process_of_the_execution_admitted_before_is_a_note_not_a_violation(tmp_path, op):
-    """Its container was being created when the Hold or Stop landed: it comes up just after the call returned,
-    with the A in force then, and is stopped at once. An execution starts at its admission, not at its first
-    line: this is the same execution, not a new one."""
+    """Its container was being created when the Hold or Stop landed: it comes up just after the call returned, and
+    is stopped at once. An execution starts at its admission, not at its first line, and the campaign's watch saw
+    the admission before the call: this is the same execution, not a new one."""
     write_life(tmp_path, "aa", T + 3, T + 7, a=1, term=T + 3.01, rc=143)
-    write_calls(tmp_path, call("open", 0), call(op, 2, 2.5), {**status(4), "a": 1})
+    write_calls(tmp_path, call("open", 0), call(op, 2, 2.5))
+    write_observed(tmp_path, admitted(1.5))
     report = check_run(tmp_path)
     assert report.ok, report.violations
-    assert any("came up at" in n and "not a new execution" in n for n in report.notes), report.notes
+    assert any("came up at" in n and "may have begun before the call landed" in n for n in report.notes)
 
 
-def test_after_a_stop_no_read_answers_one_admission_may_have_been_in_flight(tmp_path):
+def test_an_admission_during_a_hold_is_flagged_though_a_later_status_shows_its_a(tmp_path):
+    """A wrong admission while held, before the first Status read after the Hold: that read already shows the
+    raised A, which the checker once took for the A in force at the Hold. The watch saw the admission after the
+    Hold returned, beyond its delay: a new execution while held."""
+    write_life(tmp_path, "aa", T + 1, T + 3, a=1, term=T + 2.6, rc=143)
+    write_life(tmp_path, "bb", T + 7, T + 12, a=2)
+    write_calls(tmp_path, call("open", 0), call("hold", 2, 2.5), {**status(8, phase="Held"), "a": 2})
+    write_observed(tmp_path, admitted(0.5), admitted(3, on=False), admitted(6))
+    v = the_one(tmp_path, 4)
+    assert v.lives == ("bb",)
+    assert "while held" in v.message
+    assert "may have happened by 08:00:05.000" in v.message  # seen at 6.0, less the watch delay of 1 s
+
+
+@pytest.mark.parametrize("op", ["hold", "stop"])
+def test_a_jobset_restart_after_a_hold_or_stop_is_flagged(tmp_path, op):
+    """The same A, J + 1, after the call returned: JobSet restarted the job after the Hold or Stop had ended its
+    execution (its predecessor's last line came after the call), whatever A Status reports."""
+    write_life(tmp_path, "aa", T + 1, T + 3, a=1, term=T + 2.6, rc=143)
+    write_life(tmp_path, "bb", T + 3.5, T + 6, a=1, j=1)
+    write_calls(tmp_path, call("open", 0), call(op, 2, 2.5), {**status(5), "a": 1})
+    write_observed(tmp_path, admitted(0.5))
+    v = the_one(tmp_path, 4)
+    assert v.lives == ("bb",)
+    assert "(A=1, J=1)" in v.message
+    assert "its predecessor (A=1, J=0) life aa last wrote at 08:00:03.000" in v.message
+
+
+@pytest.mark.parametrize("op", ["hold", "stop"])
+def test_a_jobset_restart_whose_predecessor_failed_before_the_call_is_a_note(tmp_path, op):
+    """The rank failed before the Hold or Stop was sent, so JobSet's restart (J + 1) was under way when it landed:
+    its process may come up after the call returned."""
+    write_life(tmp_path, "aa", T + 1, T + 1.8, a=1, rc=1)
+    write_life(tmp_path, "bb", T + 2.7, T + 4, a=1, j=1, term=T + 2.8, rc=143)
+    write_calls(tmp_path, call("open", 0), call(op, 2, 2.5))
+    write_observed(tmp_path, admitted(0.5), pod(1.9, "Failed"))
+    report = check_run(tmp_path)
+    assert report.ok, report.violations
+    assert any("life bb (A=1, J=1)" in n for n in report.notes), report.notes
+
+
+def test_a_jobset_restart_without_a_predecessor_in_the_ledger_is_excused_by_a_pod_seen_failed(tmp_path):
+    write_life(tmp_path, "bb", T + 2.7, T + 4, a=1, j=1, term=T + 2.8, rc=143)
+    write_calls(tmp_path, call("open", 0), call("hold", 2, 2.5))
+    write_observed(tmp_path, admitted(0.5), pod(1.9, "Failed"))
+    assert check_run(tmp_path).ok
+    write_observed(tmp_path, admitted(0.5), pod(4.0, "Failed"))  # failed only after the Hold returned
+    assert the_one(tmp_path, 4).lives == ("bb",)
+
+
+def test_after_a_stop_one_admission_per_stop_is_no_longer_allowed(tmp_path):
     """The campaign's case: Status read A=0 (queued), the job was admitted (A=1) and its pod created, then Stop
     returned, and the container came up 0.3 s later; no Status after the Stop answered (the TrainJob was gone).
-    The one admission that may have been in flight is allowed and noted; a second is not."""
-    write_life(tmp_path, "aa", T + 2.8, T + 7, a=1, term=T + 2.9, rc=143)
+    The watch saw the admission before the Stop: noted. A second admission after the Stop, which no read would
+    show, is seen by the watch and flagged."""
+    write_life(tmp_path, "aa", T + 2.8, T + 3, a=1, term=T + 2.9, rc=143)
     write_calls(tmp_path, call("open", 0), {**status(1), "a": 0}, call("stop", 2, 2.5))
+    write_observed(tmp_path, admitted(1.53))  # 0.47 s before the Stop was sent
     report = check_run(tmp_path)
     assert report.ok, report.violations
     assert any("came up at" in n for n in report.notes), report.notes
     write_life(tmp_path, "bb", T + 8, T + 10, a=2)
+    write_observed(tmp_path, admitted(1.53), admitted(3.5, on=False), admitted(7.5))
     assert the_one(tmp_path, 4).lives == ("bb",)
 
 
-def test_after_a_hold_no_admission_in_flight_is_assumed(tmp_path):
-    """A Hold keeps the TrainJob, so a read after it says which A was in force; without one, the reads before
-    are all there is, and a higher A is a new execution."""
-    write_life(tmp_path, "aa", T + 2.8, T + 7, a=1, term=T + 2.9, rc=143)
+def test_after_a_stop_a_wrong_admission_is_flagged_though_one_more_a_was_once_allowed(tmp_path):
+    """Status read A=1 before the Stop and none answered after it. The checker once allowed one more A after every
+    Stop (an admission that may have been in flight), so one wrong admission per Stop went unseen. The watch saw
+    this one after the Stop returned, beyond its delay: flagged."""
+    write_life(tmp_path, "aa", T + 0.6, T + 2.6, a=1, term=T + 2.5, rc=143)
+    write_life(tmp_path, "bb", T + 4, T + 4.5, a=2, term=T + 4.1, rc=143)
+    write_calls(tmp_path, call("open", 0), {**status(1), "a": 1}, call("stop", 2, 2.5))
+    write_observed(tmp_path, admitted(0.5), admitted(2.7, on=False), admitted(3.6))
+    v = the_one(tmp_path, 4)
+    assert v.lives == ("bb",)
+    assert "after stop" in v.message
+
+
+def test_after_a_stop_a_late_process_is_excused_only_within_the_stop_latency(tmp_path):
+    bound = checker.STOP_LATENCY_SECONDS
+    write_life(tmp_path, "aa", T + 2.5 + bound, T + 2.5 + bound + 1, a=1)
+    write_calls(tmp_path, call("open", 0), call("stop", 2, 2.5))
+    write_observed(tmp_path, admitted(1.5))
+    assert check_run(tmp_path).ok
+    write_life(tmp_path, "aa", T + 2.6 + bound, T + 2.6 + bound + 1, a=1)
+    v = the_one(tmp_path, 4)
+    assert f"the bound is {bound:g} s" in v.message
+
+
+def test_after_a_hold_an_admission_seen_later_than_its_delay_is_a_new_execution(tmp_path):
+    """A Hold keeps the TrainJob and its admission: a process that comes up after it is excused only by an
+    admission the watch saw before the Hold returned, or within the watch's delay after it."""
+    write_life(tmp_path, "aa", T + 4, T + 7, a=1, term=T + 4.1, rc=143)
     write_calls(tmp_path, call("open", 0), {**status(1), "a": 0}, call("hold", 2, 2.5))
+    write_observed(tmp_path, admitted(3.5))  # may have happened at 2.5: when the Hold returned
+    assert check_run(tmp_path).ok
+    write_observed(tmp_path, admitted(3.6))
+    assert the_one(tmp_path, 4).lives == ("aa",)
+    write_observed(tmp_path, probe(0, 0.05), admitted(2.6))  # a measured delay of 0.05 s
     assert the_one(tmp_path, 4).lives == ("aa",)
 
 
-def test_a_late_process_whose_a_is_unknown_is_a_violation(tmp_path):
+def test_an_admission_found_by_a_list_after_a_broken_watch_may_be_as_old_as_the_break(tmp_path):
+    write_life(tmp_path, "aa", T + 4, T + 7, a=1, term=T + 4.1, rc=143)
+    write_calls(tmp_path, call("open", 0), call("hold", 2, 2.5))
+    write_observed(tmp_path, admitted(10, since=1.5))  # the watch broke at 1.5, the list came at 10
+    assert check_run(tmp_path).ok
+    write_observed(tmp_path, admitted(10, since=3.6))  # broken only after the Hold returned
+    assert the_one(tmp_path, 4).lives == ("aa",)
+
+
+def test_a_late_process_with_no_admission_seen_is_a_violation(tmp_path):
     write_life(tmp_path, "aa", T + 3, T + 7, a=1, term=T + 3.01, rc=143)
-    write_calls(tmp_path, call("open", 0), call("stop", 2, 2.5))  # no Status ever said A
+    write_calls(tmp_path, call("open", 0), {**status(4), "a": 1}, call("stop", 2, 2.5))  # Status says A=1: no excuse
     assert the_one(tmp_path, 4).lives == ("aa",)
+
+
+def test_the_watch_delay_is_the_largest_a_probe_measured():
+    records = [probe(0, 0.02), probe(1, 1.3), probe(2, 2.01), {"t": T, "kind": "watch", "event": "broken"}]
+    observed = checker.observe(records)
+    assert (observed.delay, observed.probes) == (pytest.approx(0.3), 3)
+    assert checker.observe([]).delay == checker.WATCH_DELAY_SECONDS
+
+
+def test_observe_counts_transitions_not_records():
+    records = [admitted(1), admitted(2), admitted(3, on=False), admitted(4), admitted(5, uid="uid-other"),
+               pod(1, "Running"), pod(2, "Failed"), pod(3, "Failed")]  # fmt: skip
+    observed = checker.observe(records, delay=0.5)
+    assert [(s.lo - T, s.hi - T) for s in observed.admissions[JOB]] == [(0.5, 1), (3.5, 4), (4.5, 5)]
+    assert [(s.lo - T, s.hi - T) for s in observed.failures[JOB]] == [(1.5, 2)]
 
 
 # -- rule 5 --------------------------------------------------------------------------------------------------
@@ -539,6 +672,27 @@ def test_python_m_chaos_checker(tmp_path):
     )
     assert done.returncode == 1, done.stderr
     assert "rule 4 (nothing starts before Open, while held or after Stop): 1" in done.stdout
+
+
+def _lives(run: Path) -> list[checker.Life]:
+    return load_ledger(run / "ledger")
+
+
+@pytest.mark.parametrize(
+    ("rule", "lives", "calls"),
+    [
+        (1, [("aa", 1, 5, 1, 0, 143), ("bb", 8, 12, 1, 0, None)], [call("open", 0)]),
+        (2, [("aa", 1, 5, 3, 0, 143), ("bb", 8, 12, 2, 0, None)], [call("open", 0)]),
+        (3, [("aa", 1, 9, 1, 0, None), ("bb", 8, 12, 2, 0, None)], [call("open", 0)]),
+        (4, [("aa", 5, 9, 1, 0, None)], [call("open", 10)]),
+        (5, [("aa", 1, 20, 1, 0, None)], [call("open", 0), status(10, ceased=True)]),
+    ],
+)
+def test_check_flags_each_rule_by_that_rule(tmp_path, rule, lives, calls):
+    for life, start, end, a, j, rc in lives:
+        write_life(tmp_path, life, T + start, T + end, a=a, j=j, rc=rc)
+    report = checker.check(_lives(tmp_path), calls, observed=checker.observe([admitted(0.5)]))
+    assert {v.rule for v in report.violations} == {rule}, [v.message for v in report.violations]
 
 
 def test_preflight_is_no_job_and_a_record_without_times_is_a_note():
