@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from harness.binaries import REPO_ROOT
-from harness.kube_http import ApiError, KubeHttp
+from harness.kube_http import KubeHttp
 from harness.sandbox import on_node
 from harness.tier_b import HARNESS_POLICY_PREFIX
 from webhook.configurations import NAME
@@ -315,15 +315,6 @@ DISARMS: Final = {
 }
 
 
-def _unbind(admin: KubeHttp, name: str, removed: list[str]) -> None:
-    try:
-        admin.request("DELETE", f"/apis/{ADMISSION_V}/validatingadmissionpolicybindings/{name}")
-        removed.append(f"ValidatingAdmissionPolicyBinding {name}")
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-
-
 def rendered_record_start(tree: Path, namespace: str) -> dict[str, Any]:
     """The MutatingAdmissionPolicy record-start as the mutant's tree renders it (its own interpreter run on the tree:
     the campaign's process runs the product)."""
@@ -358,7 +349,7 @@ def disarm(admin: KubeHttp, m: Mutant, tree: Path) -> list[str]:
     done: list[str] = []
     for part in m.disarm:
         if part == "unsuspend":
-            _unbind(admin, UNSUSPEND, done)
+            naive.unbind(admin, "ValidatingAdmissionPolicyBinding", UNSUSPEND, done)
             config = admin.get_or_none(ADMISSION_V, "ValidatingWebhookConfiguration", NAME)
             webhook = naive.trainjob_updates_webhook()
             ops = naive.skip_unsuspends_patch(config, webhook) if config is not None else None
@@ -367,9 +358,11 @@ def disarm(admin: KubeHttp, m: Mutant, tree: Path) -> list[str]:
                               content_type=naive.JSON_PATCH)  # fmt: skip
                 done.append(f"ValidatingWebhookConfiguration {NAME}: unsuspends no longer sent to {webhook}")
         elif part == "job-resume":
-            _unbind(admin, JOB_RESUME, done)
+            naive.unbind(admin, "ValidatingAdmissionPolicyBinding", JOB_RESUME, done)
         elif part == "start-approval":
-            _unbind(admin, START_APPROVAL.replace(NAME, HARNESS_POLICY_PREFIX, 1), done)
+            naive.unbind(
+                admin, "ValidatingAdmissionPolicyBinding", START_APPROVAL.replace(NAME, HARNESS_POLICY_PREFIX, 1), done
+            )
         elif part == "record-start":
             _replace_record_start(admin, tree, done)
         else:

@@ -332,7 +332,7 @@ class NaiveGate:
             stop.wait(self.interval)
 
 
-def _unbind(admin: KubeHttp, kind: str, name: str, removed: list[str]) -> None:
+def unbind(admin: KubeHttp, kind: str, name: str, removed: list[str]) -> None:
     """Deletes the binding ``name`` of ``kind`` (noted in ``removed``), or nothing when it is gone already."""
     try:
         admin.request("DELETE", f"/apis/{ADMISSION_V}/{kind.lower()}s/{name}")
@@ -371,7 +371,7 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
     Left in place: every other policy, the owner policies among them."""
     removed: list[str] = []
     for prefix in (fullname, HARNESS_POLICY_PREFIX):
-        _unbind(admin, "MutatingAdmissionPolicyBinding", RECORD_START.replace(NAME, prefix, 1), removed)
+        unbind(admin, "MutatingAdmissionPolicyBinding", RECORD_START.replace(NAME, prefix, 1), removed)
     mutating = admin.get_or_none(ADMISSION_V, "MutatingWebhookConfiguration", fullname)
     for hook in (mutating or {}).get("webhooks") or []:
         if hook.get("name", "").startswith(f"{CONFIG_RECORD_START}."):
@@ -381,8 +381,8 @@ def disarm_choke_point(admin: KubeHttp, *, fullname: str = NAME) -> list[str]:
                               content_type=JSON_PATCH)  # fmt: skip
                 removed.append(f"MutatingWebhookConfiguration {fullname}: unsuspends no longer sent to {hook['name']}")
     for policy in (UNSUSPEND, JOB_RESUME):
-        _unbind(admin, "ValidatingAdmissionPolicyBinding", policy.replace(NAME, fullname, 1), removed)
-    _unbind(admin, "ValidatingAdmissionPolicyBinding", START_APPROVAL.replace(NAME, HARNESS_POLICY_PREFIX, 1), removed)
+        unbind(admin, "ValidatingAdmissionPolicyBinding", policy.replace(NAME, fullname, 1), removed)
+    unbind(admin, "ValidatingAdmissionPolicyBinding", START_APPROVAL.replace(NAME, HARNESS_POLICY_PREFIX, 1), removed)
     config = admin.get_or_none(ADMISSION_V, "ValidatingWebhookConfiguration", fullname)
     webhook = trainjob_updates_webhook()
     ops = skip_unsuspends_patch(config, webhook) if config is not None else None
