@@ -263,9 +263,19 @@ def test_a_copy_started_before_contact_was_lost_and_regained_is_deleted(control_
         play.claim(old)
         eventually(lambda: ANNOTATION_UNVERIFIED not in annotations(kueue.get_trainjob(cp, old)),
                    what="the copy let start")  # fmt: skip
-        lease = cp.admin.get("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, namespace)
-        lease["spec"]["leaseTransitions"] += 1  # as the manager's renewal after a gap writes it
-        cp.admin.request("PUT", cp.admin.object_path(lease), lease)
+
+        def new_epoch() -> bool:
+            lease = cp.admin.get("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, namespace)
+            lease["spec"]["leaseTransitions"] += 1  # as the manager's renewal after a gap writes it
+            try:
+                cp.admin.request("PUT", cp.admin.object_path(lease), lease)
+            except ApiError as err:
+                if err.status != 409:  # the play renewed in between: read again
+                    raise
+                return False
+            return True
+
+        eventually(new_epoch, timeout=10, what="a new epoch written")
         eventually(lambda: _gone(cp, old), what="the copy of the earlier epoch deleted")
         said = eventually(
             lambda: [e for e in kueue.events_about(cp, old) if e["reason"] == REASON_OUT_OF_CONTACT], what="an Event"
