@@ -13,7 +13,7 @@ import datetime as dt
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -46,6 +46,20 @@ JSON_PATCH = "application/json-patch+json"
 
 CONTACT_SECONDS = 6
 """The contact Lease's duration here: short, so a loss of contact is seen within the test."""
+
+
+def lease_changed(cp: ControlPlane, name: str, namespace: str, change: Callable[[dict[str, Any]], None]) -> bool:
+    """The Lease read, changed by ``change`` and written back; False when another writer (the agent, the play's
+    renewal thread) wrote it in between (409), so that the caller reads it again."""
+    lease = cp.admin.get("coordination.k8s.io/v1", "Lease", name, namespace)
+    change(lease)
+    try:
+        cp.admin.request("PUT", cp.admin.object_path(lease), lease)
+    except ApiError as err:
+        if err.status != 409:
+            raise
+        return False
+    return True
 
 
 class ManagerPlay:
@@ -264,18 +278,11 @@ def test_a_copy_started_before_contact_was_lost_and_regained_is_deleted(control_
         eventually(lambda: ANNOTATION_UNVERIFIED not in annotations(kueue.get_trainjob(cp, old)),
                    what="the copy let start")  # fmt: skip
 
-        def new_epoch() -> bool:
-            lease = cp.admin.get("coordination.k8s.io/v1", "Lease", LEASE_MANAGER_CONTACT, namespace)
+        def new_epoch(lease: dict[str, Any]) -> None:
             lease["spec"]["leaseTransitions"] += 1  # as the manager's renewal after a gap writes it
-            try:
-                cp.admin.request("PUT", cp.admin.object_path(lease), lease)
-            except ApiError as err:
-                if err.status != 409:  # the play renewed in between: read again
-                    raise
-                return False
-            return True
 
-        eventually(new_epoch, timeout=10, what="a new epoch written")
+        eventually(lambda: lease_changed(cp, LEASE_MANAGER_CONTACT, namespace, new_epoch), timeout=10,
+                   what="a new epoch written")  # fmt: skip
         eventually(lambda: _gone(cp, old), what="the copy of the earlier epoch deleted")
         said = eventually(
             lambda: [e for e in kueue.events_about(cp, old) if e["reason"] == REASON_OUT_OF_CONTACT], what="an Event"
@@ -310,19 +317,12 @@ def test_a_worker_agent_that_leads_again_starts_no_copy_before_it_sees_a_renewal
         play.stop()
 
         # Another replica takes the agent's Lease for 4 s (as if this one had stalled past its deadline).
-        def take() -> bool:
-            lease = cp.admin.get("coordination.k8s.io/v1", "Lease", config.lease_name, namespace)
+        def take(lease: dict[str, Any]) -> None:
             lease["spec"].update(holderIdentity="another-replica", leaseDurationSeconds=4,
                                  renewTime=micro_time(dt.datetime.now(dt.UTC)))  # fmt: skip
-            try:
-                cp.admin.request("PUT", cp.admin.object_path(lease), lease)
-            except ApiError as err:
-                if err.status != 409:  # the agent renewed in between: read again
-                    raise
-                return False
-            return True
 
-        eventually(take, timeout=5, what="the agent's Lease taken")
+        eventually(lambda: lease_changed(cp, config.lease_name, namespace, take), timeout=5,
+                   what="the agent's Lease taken")  # fmt: skip
         agent.wait(lambda c: not c.leading, 5, "the agent to stop leading")
         play.renew()  # the manager renews while the agent does not lead
         agent.wait(lambda c: c.leading, 10, "the agent to lead again")
