@@ -349,6 +349,17 @@ def _install_multikueue(manager: TierB, names: Sequence[str]) -> None:
     admin.apply(queue)
 
 
+def _wait_multikueue_active(manager: TierB, names: Sequence[str], timeout: float, whose: str) -> None:
+    """Every MultiKueueCluster of ``names``, the MultiKueue AdmissionCheck and the ClusterQueue listing it Active."""
+    for name in names:
+        wait_until(lambda name=name: _is_active(manager.admin, "MultiKueueCluster", name), timeout,
+                   what=f"{whose} MultiKueueCluster {name} Active")  # fmt: skip
+    wait_until(lambda: _is_active(manager.admin, "AdmissionCheck", ADMISSION_CHECK), timeout,
+               what=f"{whose} AdmissionCheck {ADMISSION_CHECK} Active")  # fmt: skip
+    wait_until(lambda: _is_active(manager.admin, "ClusterQueue", CLUSTER_QUEUE), timeout,
+               what=f"{whose} ClusterQueue {CLUSTER_QUEUE} Active with the MultiKueue check")  # fmt: skip
+
+
 def start_multicluster(
     *,
     workers: int = 2,
@@ -392,13 +403,7 @@ def start_multicluster(
         _store_kueue_config(manager)
         connected = [_connect(manager, name, tb) for name, tb in zip(names, worker_tiers, strict=True)]
         _install_multikueue(manager, names)
-        for name in names:
-            wait_until(lambda name=name: _is_active(manager.admin, "MultiKueueCluster", name), timeout,
-                       what=f"MultiKueueCluster {name} Active")  # fmt: skip
-        wait_until(lambda: _is_active(manager.admin, "AdmissionCheck", ADMISSION_CHECK), timeout,
-                   what=f"AdmissionCheck {ADMISSION_CHECK} Active")  # fmt: skip
-        wait_until(lambda: _is_active(manager.admin, "ClusterQueue", CLUSTER_QUEUE), timeout,
-                   what=f"the manager's ClusterQueue {CLUSTER_QUEUE} Active with the MultiKueue check")  # fmt: skip
+        _wait_multikueue_active(manager, names, timeout, "the manager's")
         timings["multikueue_active"] = time.monotonic() - started
         return MultiCluster(manager=manager, workers=connected, timings=timings)
     except BaseException:
@@ -447,11 +452,7 @@ def start_second_manager(
         connected = [_connect(manager, w.name, w.tier_b) for w in shared]
         names = [w.name for w in connected]
         _install_multikueue(manager, names)
-        for name in names:
-            wait_until(lambda name=name: _is_active(manager.admin, "MultiKueueCluster", name), timeout,
-                       what=f"the second manager's MultiKueueCluster {name} Active")  # fmt: skip
-        wait_until(lambda: _is_active(manager.admin, "ClusterQueue", CLUSTER_QUEUE), timeout,
-                   what=f"the second manager's ClusterQueue {CLUSTER_QUEUE} Active")  # fmt: skip
+        _wait_multikueue_active(manager, names, timeout, "the second manager's")
         timings = {"multikueue_active": time.monotonic() - started}
         return SecondManager(manager=manager, workers=connected, timings=timings, origin=origin)
     except BaseException:
