@@ -178,6 +178,17 @@ def _timed_record(record: dict[str, Any]) -> bool:
     return isinstance(record.get("t"), int | float) and not isinstance(record.get("t"), bool)
 
 
+KUEUE_MANAGERS = frozenset({"kueue-admission", "kueue", "kueue.x-k8s.io/multikueue"})
+"""The field managers Kueue's controllers write a Workload's Admitted condition with (server-side apply)."""
+
+
+def _by_kueue(record: dict[str, Any]) -> bool:
+    """Admitted as Kueue wrote it: no manager but Kueue's owns the condition. A record without `admitted_by`
+    (a run older than that field) is taken as the watch saw it."""
+    owners = record.get("admitted_by")
+    return owners is None or (bool(owners) and set(owners) <= KUEUE_MANAGERS)
+
+
 def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Observed:
     """The transitions the checker uses, each as a Seen: a record received on a live watch happened within the
     delay before its receipt; one that a list after a broken watch found (`since`) happened after that stream
@@ -195,7 +206,7 @@ def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Ob
         seen = Seen(min(r["t"], since if since is not None else r["t"]) - d, float(r["t"]))
         job = f"{r.get('namespace', '')}/{r.get('job', '')}"
         if kind == "workload":
-            now = (r.get("conditions") or {}).get("Admitted") == "True"
+            now = (r.get("conditions") or {}).get("Admitted") == "True" and _by_kueue(r)
             if now and before.get((kind, uid)) is not True:
                 admissions[job].append(seen)
         else:

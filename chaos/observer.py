@@ -5,7 +5,8 @@ that admitted a job wrongly would also report it wrongly. So the campaign watche
 credentials and a plain HTTPS watch of its own (no agent code), the Workloads and pods of the arm's namespace,
 and records to RUN/observed.jsonl, on the host's clock at receipt, every change of what the checker reads:
 
-    workload  status.admission set or not, and the Admitted, QuotaReserved and Evicted conditions
+    workload  status.admission set or not, the Admitted, QuotaReserved and Evicted conditions, and the field
+              managers that own Admitted (managedFields)
     pod       its phase, its node, and whether it is being deleted
     probe     a ConfigMap the observer writes every PROBE_SECONDS: the time it sent the write, and the time the
               watch delivered it, so the run measures its own watch delay (docs/reliability.md)
@@ -52,9 +53,24 @@ def _owner_trainjob(obj: Mapping[str, Any]) -> str:
     return ""
 
 
+ADMITTED_FIELD = 'k:{"type":"Admitted"}'
+
+
+def admitted_by(obj: Mapping[str, Any]) -> list[str]:
+    """The field managers that own the Workload's Admitted condition (server-side apply's record of who last
+    applied it): the checker trusts an admission only from Kueue's manager, so a write of dispatch's (or of
+    anyone using another manager) that set Admitted is never taken as Kueue's."""
+    owners = []
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        conditions = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:conditions") or {}
+        if ADMITTED_FIELD in conditions:
+            owners.append(str(entry.get("manager", "")))
+    return sorted(set(owners))
+
+
 def workload_state(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A Workload as the checker reads it: whose it is (its TrainJob, by Kueue's owner reference), whether quota
-    is reserved for it (`status.admission`) and its admission conditions."""
+    is reserved for it (`status.admission`), its admission conditions and who wrote Admitted."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return {
@@ -65,6 +81,7 @@ def workload_state(obj: Mapping[str, Any]) -> dict[str, Any]:
         "job": _owner_trainjob(obj),
         "admission": bool(status.get("admission")),
         "conditions": {c: conds[c] for c in CONDITIONS if c in conds},
+        "admitted_by": admitted_by(obj),
     }
 
 

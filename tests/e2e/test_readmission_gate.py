@@ -193,7 +193,8 @@ def json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) 
 def open_trainjob(gate: Gate, tj: dict[str, Any]) -> None:
     """Open, as the supervisor API does it: remove dispatch's gate from the TrainJob (agent/operations.py),
     in a patch preconditioned on what was read; read again after a conflict (Kueue and Trainer write too)."""
-    for _ in range(10):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         fresh = get_trainjob(gate, tj)
         plan = plan_open(fresh)
         if not plan.patch:
@@ -204,7 +205,7 @@ def open_trainjob(gate: Gate, tj: dict[str, Any]) -> None:
             if exc.status != 409:
                 raise
             time.sleep(0.2)
-    raise AssertionError("Open kept conflicting")
+    raise AssertionError("Open kept conflicting for 30 s")
 
 
 def patch_workload(gate: Gate, tj: dict[str, Any], plan: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
@@ -212,7 +213,9 @@ def patch_workload(gate: Gate, tj: dict[str, Any], plan: Callable[[dict[str, Any
     record and the Workload's), in order, each preconditioned on what was read; read both again after a conflict
     (Kueue writes the Workload too) and send what is left."""
     ns, uid = tj["metadata"]["namespace"], tj["metadata"]["uid"]
-    for _ in range(10):
+    # A deadline, not a count: under load Kueue may rewrite the Workload (a J rise) many times in a row.
+    deadline, conflicts = time.monotonic() + 30, 0
+    while time.monotonic() < deadline:
         trainjob, wl = get_trainjob(gate, tj), kit.workload_of(gate.admin, ns, uid)
         writes = plan(trainjob, wl).writes
         if not writes:
@@ -223,8 +226,9 @@ def patch_workload(gate: Gate, tj: dict[str, Any], plan: Callable[[dict[str, Any
         except ApiError as exc:
             if exc.status != 409:
                 raise
+            conflicts += 1
             time.sleep(0.2)
-    raise AssertionError("the hold's writes kept conflicting")
+    raise AssertionError(f"the hold's writes kept conflicting ({conflicts} conflicts in 30 s)")
 
 
 def wait_running(gate: Gate, tj: dict[str, Any], a: int, j: int = 0, within: float = 90) -> list[dict[str, Any]]:

@@ -88,7 +88,8 @@ def admitted(t: float, *, uid: str = "uid-wl", since: float | None = None, on: b
     a list after a broken watch, last live at T + since."""
     record = {"t": T + t, "kind": "workload", "namespace": NS, "name": f"trainjob-{NAME}", "uid": uid, "job": NAME,
               "event": "LISTED" if since is not None else "MODIFIED", "admission": on,
-              "conditions": {"QuotaReserved": "True" if on else "False", "Admitted": "True" if on else "False"}}  # fmt: skip
+              "conditions": {"QuotaReserved": "True" if on else "False", "Admitted": "True" if on else "False"},
+              "admitted_by": ["kueue-admission"]}  # fmt: skip
     return {**record, "since": T + since} if since is not None else record
 
 

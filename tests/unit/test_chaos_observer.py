@@ -19,6 +19,20 @@ WORKLOAD: dict[str, Any] = {
         "uid": "wl-1",
         "resourceVersion": "10",
         "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "dj-x-s1"}],
+        "managedFields": [
+            {
+                "manager": "kueue-admission",
+                "operation": "Apply",
+                "subresource": "status",
+                "fieldsV1": {"f:status": {"f:admission": {}, "f:conditions": {'k:{"type":"Admitted"}': {}}}},
+            },
+            {
+                "manager": "dispatch.phpboyscout.uk/adapter",
+                "operation": "Update",
+                "subresource": "status",
+                "fieldsV1": {"f:status": {"f:admissionChecks": {}}},
+            },
+        ],
     },
     "status": {
         "admission": {"clusterQueue": "chaos-a"},
@@ -52,6 +66,7 @@ def test_a_workload_is_its_trainjob_its_quota_and_its_admission_conditions():
         "job": "dj-x-s1",
         "admission": True,
         "conditions": {"Admitted": "True", "QuotaReserved": "True"},
+        "admitted_by": ["kueue-admission"],
     }
     evicted = {**WORKLOAD, "status": {"conditions": [{"type": "Evicted", "status": "True"}]}}
     assert workload_state(evicted)["admission"] is False
@@ -96,3 +111,19 @@ def test_only_changes_of_what_the_checker_reads_are_recorded_and_the_checker_rea
     observed = checker.observe(records, delay=0.5)
     ((seen,),) = observed.admissions.values()
     assert (seen.lo, seen.hi) == (98.5, 101.0)
+
+
+def _owned_by(*managers: str) -> dict[str, Any]:
+    owned = {"f:status": {"f:conditions": {'k:{"type":"Admitted"}': {}}}}
+    entries = [{"manager": m, "operation": "Update", "subresource": "status", "fieldsV1": owned} for m in managers]
+    return {**WORKLOAD, "metadata": {**WORKLOAD["metadata"], "managedFields": entries}}
+
+
+def test_an_admitted_condition_another_manager_wrote_is_not_taken_as_an_admission():
+    """The checker's excuses rest on Kueue's admissions only: Admitted written under dispatch's manager (a
+    product that forged it) or beside Kueue's by anyone else is not an admission; Kueue's alone is."""
+    for managers, taken in ((("kueue-admission",), 1), (("dispatch.phpboyscout.uk/adapter",), 0),
+                            (("kueue-admission", "kubectl-edit"), 0), ((), 0)):  # fmt: skip
+        record = {**workload_state(_owned_by(*managers)), "t": 100.0, "event": "MODIFIED"}
+        observed = checker.observe([record], delay=0.5)
+        assert sum(len(v) for v in observed.admissions.values()) == taken, managers
