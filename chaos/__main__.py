@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from chaos import campaign, mutants, nemesis
+from chaos import campaign, mk_campaign, mk_env, mk_nemesis, mutants, nemesis
 from chaos import env as environment
 from harness.processes import stop_everything
 from harness.sandbox import on_node
@@ -61,11 +61,54 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--arm", type=arm_choice, default="dispatch", help=arms)
     p.add_argument("--faults", default="", help=f"a comma-separated subset of the fault menu: {','.join(nemesis.ALL)}")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where run folders go (default {DEFAULT_OUT})")
+    p.add_argument("--multicluster", action="store_true",
+                   help="the MultiKueue arm: a manager and two workers, each with a real node, and the faults of "
+                        f"chaos/mk_nemesis.py ({','.join(mk_nemesis.ALL)}) in --faults")  # fmt: skip
     return p
+
+
+def main_multicluster(args: argparse.Namespace) -> int:
+    """The MultiKueue arm (chaos/mk_campaign.py) alone, on its own three control planes."""
+    menu = [f for f in args.faults.split(",") if f] or list(mk_nemesis.ALL)
+    unknown = sorted(set(menu) - set(mk_nemesis.ALL))
+    if unknown or args.arm != "dispatch":
+        why = f"unknown faults {unknown}; the menu is {list(mk_nemesis.ALL)}" if unknown else "only --arm dispatch"
+        print(f"scripts/chaos --multicluster: {why}", file=sys.stderr)
+        return 2
+    image, why = on_node.available(kube_proxy=False)  # the trainers reach no Service
+    if image is None:
+        print(f"scripts/chaos: no real node can run here: {why}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_dir = args.out / f"chaos-mk-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
+    run_dir.mkdir()
+    print(f"chaos: MultiKueue arm, seed {args.seed}, {args.duration:.0f}s, {args.jobs} jobs; run folder {run_dir}")
+    env = None
+    result = None
+    try:
+        env = mk_env.start(run_dir, image=image)
+        print("  clusters: a manager and two workers (tier B each), a real node on each worker, dispatch's agents")
+        result = mk_campaign.run_arm(env, seed=args.seed, duration=args.duration, jobs=args.jobs, menu=menu)
+        for line in campaign.summary(result):
+            print(line)
+        if result.report:
+            print(result.report)
+    except KeyboardInterrupt:
+        print("\nchaos: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if env is not None:
+            env.stop()
+        stop_everything()
+    good = result is not None and result.ok
+    print("chaos: " + ("passed" if good else "FAILED") + f" (run folder {run_dir})")
+    return 0 if good else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.multicluster:
+        return main_multicluster(args)
     if args.nodes < 2:
         print("scripts/chaos: --nodes must be at least 2", file=sys.stderr)
         return 2

@@ -194,6 +194,11 @@ def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Ob
     delay before its receipt; one that a list after a broken watch found (`since`) happened after that stream
     was last known live, less the delay."""
     measured, probes = watch_delay(records)
+    # Each cluster's watch by its own probes (the MultiKueue arm watches each worker): a stalled API server on one
+    # widens that worker's resolution only.
+    clusters = {str(r.get("cluster", "")) for r in records}
+    by_cluster = {c: watch_delay([r for r in records if str(r.get("cluster", "")) == c]) for c in clusters}
+    delays = {c: (m if n else measured) for c, (m, n) in by_cluster.items()}
     d = measured if delay is None else delay
     admissions: dict[str, list[Seen]] = defaultdict(list)
     failures: dict[str, list[Seen]] = defaultdict(list)
@@ -203,7 +208,8 @@ def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Ob
         if kind not in ("workload", "pod") or r.get("event") == "DELETED":
             continue
         since = r.get("since") if isinstance(r.get("since"), int | float) else None
-        seen = Seen(min(r["t"], since if since is not None else r["t"]) - d, float(r["t"]))
+        own = d if delay is not None else delays.get(str(r.get("cluster", "")), d)
+        seen = Seen(min(r["t"], since if since is not None else r["t"]) - own, float(r["t"]))
         job = f"{r.get('namespace', '')}/{r.get('job', '')}"
         if kind == "workload":
             now = (r.get("conditions") or {}).get("Admitted") == "True" and _by_kueue(r)

@@ -126,15 +126,17 @@ class Planned:
         return KINDS[self.fault]
 
 
-def plan(seed: int, duration: float, workers: Sequence[str], menu: Sequence[str] = ALL) -> list[Planned]:
+def plan(seed: int, duration: float, workers: Sequence[str], menu: Sequence[str] = ALL,
+         kinds: dict[str, Kind] = KINDS) -> list[Planned]:  # fmt: skip
     """The schedule for a seed: the menu shuffled in rounds, one fault after another with random gaps and holds,
-    node faults on random healthy workers; each fault healed with HEAL_PROBABILITY when it may be left."""
-    unknown = sorted(set(menu) - set(KINDS))
+    node faults on random healthy workers; each fault healed with HEAL_PROBABILITY when it may be left. ``kinds``:
+    the menu's table (the MultiKueue arm's is chaos/mk_nemesis.py's, whose faults each target a worker)."""
+    unknown = sorted(set(menu) - set(kinds))
     if unknown:
-        raise ValueError(f"unknown faults {unknown}; the menu is {list(ALL)}")
+        raise ValueError(f"unknown faults {unknown}; the menu is {list(kinds)}")
     if not menu:
         return []
-    if any(KINDS[m].node for m in menu) and not workers:
+    if any(kinds[m].node for m in menu) and not workers:
         raise ValueError("node faults need at least one worker")
     rng = random.Random(seed)
     out: list[Planned] = []
@@ -144,11 +146,11 @@ def plan(seed: int, duration: float, workers: Sequence[str], menu: Sequence[str]
     while True:
         order = list(dict.fromkeys(menu))
         rng.shuffle(order)
-        draws = [(rng.uniform(*GAP), rng.uniform(*KINDS[k].hold)) for k in order]
+        draws = [(rng.uniform(*GAP), rng.uniform(*kinds[k].hold)) for k in order]
         if first:
-            draws = _fit(order, draws, duration * FIRST_ROUND_SHARE)
+            draws = _fit(order, draws, duration * FIRST_ROUND_SHARE, kinds)
         for kind, (gap, hold) in zip(order, draws, strict=True):
-            k = KINDS[kind]
+            k = kinds[kind]
             healthy = [w for w in workers if w not in left_on]
             if k.node and not healthy:
                 continue
@@ -166,15 +168,16 @@ def plan(seed: int, duration: float, workers: Sequence[str], menu: Sequence[str]
         first = False
 
 
-def _fit(order: list[str], draws: list[tuple[float, float]], budget: float) -> list[tuple[float, float]]:
+def _fit(order: list[str], draws: list[tuple[float, float]], budget: float,
+         kinds: dict[str, Kind] = KINDS) -> list[tuple[float, float]]:  # fmt: skip
     """Gaps and holds scaled towards their minimums, by one factor, so the round ends within `budget`."""
-    floor = sum(GAP[0] + KINDS[k].hold[0] + KINDS[k].settle for k in order)
-    slack = sum(gap - GAP[0] + hold - KINDS[k].hold[0] for k, (gap, hold) in zip(order, draws, strict=True))
+    floor = sum(GAP[0] + kinds[k].hold[0] + kinds[k].settle for k in order)
+    slack = sum(gap - GAP[0] + hold - kinds[k].hold[0] for k, (gap, hold) in zip(order, draws, strict=True))
     if floor + slack <= budget or slack <= 0:
         return draws
     f = max(0.0, (budget - floor) / slack)
     return [
-        (GAP[0] + (gap - GAP[0]) * f, KINDS[k].hold[0] + (hold - KINDS[k].hold[0]) * f)
+        (GAP[0] + (gap - GAP[0]) * f, kinds[k].hold[0] + (hold - kinds[k].hold[0]) * f)
         for k, (gap, hold) in zip(order, draws, strict=True)
     ]
 
@@ -204,6 +207,7 @@ class Nemesis:
         self._counts: Counter[str] = Counter()
         self._stop = threading.Event()
         self._closed = False
+        self.faults: dict[str, type[_Fault]] = FAULTS
 
     # --- the campaign's interface -------------------------------------------------------------------
 
@@ -248,10 +252,10 @@ class Nemesis:
     # --- one fault ----------------------------------------------------------------------------------
 
     def _inject(self, p: Planned) -> _Fault | None:
-        if p.fault not in FAULTS:
+        if p.fault not in self.faults:
             self._record(fault=p.fault, target=p.target, action="skipped", detail="no such fault")
             return None
-        fault = FAULTS[p.fault](self, p)
+        fault = self.faults[p.fault](self, p)
         try:
             fault.inject()
         except Exception as e:

@@ -99,20 +99,16 @@ def runtime(name: str, image: str, ledger: Path) -> dict[str, Any]:
 
 
 def prepare(cp: ControlPlane, tb: TierB, *, namespace: str, check: str, image: str, run_dir: Path,
-            runtime_name: str, roles: tuple[str, str]) -> Path:  # fmt: skip
+            runtime_name: str, roles: tuple[str, str], also: tuple[str, ...] = ()) -> Path:  # fmt: skip
     """The queues, priorities, runtime and namespace; the supervisor's ServiceAccount bound to the chart's
-    supervisor and Preflight roles. Returns the file holding the supervisor's token."""
-    admin = cp.admin
+    supervisor and Preflight roles. Returns the file holding the supervisor's token. ``also``: checks every queue
+    lists besides dispatch's (MultiKueue's, on a manager)."""
     ledger = ledger_dir(run_dir)
     ledger.mkdir(parents=True, exist_ok=True)
     ledger.chmod(0o1777)  # the trainer may run as any user
-    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    admin.apply(runtime(runtime_name, image, ledger))
-    for name, value in PRIORITIES.items():
-        admin.apply(site.priority_class(name, value))
-    for queue in QUEUES:
-        admin.apply(site.gated_cluster_queue(queue, check=check, flavor=tb.resource_flavor, quota=QUOTA))
-        admin.apply(site.local_queue(namespace, queue, queue))
+    prepare_queues(cp, tb, namespace=namespace, check=check, image=image, ledger=ledger, runtime_name=runtime_name,
+                   also=also)  # fmt: skip
+    admin = cp.admin
     supervisor_role, preflight_role = roles
     cp.ensure_service_account(namespace, "supervisor")
     subject = {"kind": "ServiceAccount", "name": "supervisor", "namespace": namespace}
@@ -122,6 +118,20 @@ def prepare(cp: ControlPlane, tb: TierB, *, namespace: str, check: str, image: s
     token.write_text(cp.service_account_token(namespace, "supervisor", expiration_seconds=TOKEN_SECONDS) + "\n")
     token.chmod(0o600)
     return token
+
+
+def prepare_queues(cp: ControlPlane, tb: TierB, *, namespace: str, check: str, image: str, ledger: Path,
+                   runtime_name: str, also: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """The namespace, the trainer's runtime, the priorities and the queues gated by ``check`` (and ``also``): what
+    a cluster that runs or queues the campaign's jobs needs (on MultiKueue, the manager and every worker)."""
+    admin = cp.admin
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    admin.apply(runtime(runtime_name, image, ledger))
+    for name, value in PRIORITIES.items():
+        admin.apply(site.priority_class(name, value))
+    for queue in QUEUES:
+        admin.apply(site.gated_cluster_queue(queue, check=check, flavor=tb.resource_flavor, quota=QUOTA, also=also))
+        admin.apply(site.local_queue(namespace, queue, queue))
 
 
 def others_job(name: str, namespace: str, queue: str, runtime_name: str) -> dict[str, Any]:

@@ -122,7 +122,7 @@ def bounce_move(
 class Traffic:
     def __init__(self, *, api_url: str, ca_file: Path, resolve: dict[str, str], token_file: Path, admin: KubeHttp,
                  namespace: str, image: str, runtime: str, others_runtime: str, jobs: int, seed: int,
-                 record: Callable[..., None], ledger: Path | None = None) -> None:  # fmt: skip
+                 record: Callable[..., None], ledger: Path | None = None, others: bool = True) -> None:  # fmt: skip
         self.api_url, self.ca_file, self.resolve, self.token_file = api_url, ca_file, resolve, token_file
         self.admin = admin
         self.namespace = namespace
@@ -134,6 +134,9 @@ class Traffic:
         self.record = record
         self.ledger = ledger
         """Where the trainers write (site.ledger_dir): a job ran once its folder holds a life."""
+        self.with_others = others
+        """Other parties' urgent jobs now and then (not on the MultiKueue arm, whose workers' kwok nodes would run
+        them through MultiKueue: load that tests nothing of dispatch there)."""
         self.jobs: list[Job] = []
         self.others: list[Others] = []
         self.counts = Counts()
@@ -297,7 +300,8 @@ class Traffic:
         async with self.client() as agent:
             while time.time() < until:
                 await self.tick(agent)
-                await asyncio.to_thread(self.others_round)
+                if self.with_others:
+                    await asyncio.to_thread(self.others_round)
                 if time.monotonic() - self._last_poll > 3:
                     self._last_poll = time.monotonic()
                     await self.poll(agent)

@@ -40,9 +40,12 @@ from harness.tier_b import (
     TierB,
     cluster_queue,
     install_owner_policies,
+    policy_config,
     start_tier_b,
 )
 from webhook.config import Principals
+from webhook.policies import UNSUSPEND as UNSUSPEND_POLICY
+from webhook.policies import admission_policies
 
 KUEUE_V: Final = "kueue.x-k8s.io/v1beta2"
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
@@ -224,6 +227,23 @@ class MultiCluster:
         # The manager first: stopped after the workers, its MultiKueue would only log their refused connections.
         for cp in self.control_planes:
             cp.stop()
+
+
+def worker_unsuspend_policy(name: str) -> list[dict[str, Any]]:
+    """The chart's unsuspend policy in role worker (a marked copy does not start; a start records A, never raises
+    it) and its binding, named ``name``: the tier Bs here install the owner policies only, so that a test may run
+    copies with no dispatch agent on the workers."""
+    config = policy_config(ROLE_WORKER, Principals(usernames=(MULTIKUEUE_USER,)),
+                           Principals(usernames=(MANAGER_AGENT_USER,)))  # fmt: skip
+    docs = [d for d in admission_policies(config, namespace="dispatch-system")
+            if UNSUSPEND_POLICY in (d["metadata"]["name"], d["spec"].get("policyName"))]  # fmt: skip
+    for doc in docs:
+        doc["metadata"]["name"] = name
+        if "policyName" in doc["spec"]:
+            doc["spec"]["policyName"] = name
+    if len(docs) != 2:
+        raise RuntimeError(f"the unsuspend policy and its binding, not {len(docs)} documents")
+    return docs
 
 
 def _find_condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:

@@ -42,14 +42,16 @@ class Image:
         return self.ref.rsplit(":", 1)[1]
 
 
-def available() -> tuple[Image | None, str]:
-    """The project's image when tier C can run here; else None and why not (said by the sandbox)."""
+def available(kube_proxy: bool = True) -> tuple[Image | None, str]:
+    """The project's image when tier C can run here; else None and why not (said by the sandbox).
+    ``kube_proxy=False``: real nodes without the machine's kube-proxy (no Service to reach on them), which may
+    run beside another run that holds it."""
     if os.geteuid() != 0:
         return None, "not root (a real node needs root)"
     missing = locate_node().missing()
     if missing:
         return None, f"controlplane/build-node.sh has not built {', '.join(missing)}"
-    holder = lock_holder()
+    holder = lock_holder() if kube_proxy else None
     if holder is not None:
         return None, f"another run (pid {holder}) has the machine's kube-proxy; a real node needs it"
     return available_image()

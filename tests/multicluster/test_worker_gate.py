@@ -44,9 +44,8 @@ from contract.objects import annotations
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, WORKER_CLUSTER_RULES, AgentProcess, grant, start_agent
 from harness.jobs import write_as_the_api
-from harness.multicluster import KUEUE_V, MANAGER_AGENT_USER, MULTIKUEUE_USER, MultiCluster, Worker
+from harness.multicluster import KUEUE_V, MultiCluster, Worker, worker_unsuspend_policy
 from harness.sandbox import site
-from harness.tier_b import policy_config
 from tests.e2e import kit
 from tests.e2e.kit import TRAINER_V, eventually
 from tests.multicluster.test_numbering import (
@@ -63,9 +62,6 @@ from tests.multicluster.test_numbering import (
     _true,
     preflight_on_the_manager,
 )
-from webhook.config import Principals
-from webhook.policies import UNSUSPEND as UNSUSPEND_POLICY
-from webhook.policies import admission_policies
 
 pytestmark = [pytest.mark.e2e, pytest.mark.multicluster]
 
@@ -107,19 +103,7 @@ def _start_agent(
 
 
 def _unsuspend_policy(suffix: str) -> list[dict[str, Any]]:
-    """The chart's unsuspend policy in role worker (a marked copy does not start; a start records A, never raises
-    it), named for the test: the tier Bs of harness.multicluster install the owner policies only, so that
-    test_numbering runs its copies with no agent on the workers."""
-    config = policy_config(ROLE_WORKER, Principals(usernames=(MULTIKUEUE_USER,)),
-                           Principals(usernames=(MANAGER_AGENT_USER,)))  # fmt: skip
-    docs = [d for d in admission_policies(config, namespace="dispatch-system")
-            if d["metadata"]["name"] == UNSUSPEND_POLICY or d["spec"].get("policyName") == UNSUSPEND_POLICY]  # fmt: skip
-    for doc in docs:
-        doc["metadata"]["name"] = f"dispatch-mkg-{suffix}-unsuspend"
-        if "policyName" in doc["spec"]:
-            doc["spec"]["policyName"] = doc["metadata"]["name"]
-    assert len(docs) == 2, docs
-    return docs
+    return worker_unsuspend_policy(f"dispatch-mkg-{suffix}-unsuspend")
 
 
 @pytest.fixture

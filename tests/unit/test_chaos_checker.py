@@ -258,6 +258,14 @@ def test_overlap(tmp_path):
     assert "1.000 s later" in v.message
 
 
+def test_two_copies_of_a_job_on_two_workers_overlap(tmp_path):
+    """Across clusters the ledger is one: a job's executions on every worker are judged together."""
+    write_life(tmp_path, "aa", T + 1, T + 9, a=4, node="chaos-mk-worker-1")
+    write_life(tmp_path, "bb", T + 8, T + 12, a=8, node="chaos-mk-worker-2")
+    write_calls(tmp_path, call("open", 0))
+    assert the_one(tmp_path, 3).lives == ("aa", "bb")
+
+
 @pytest.mark.parametrize(("start_b", "overlap"), [(9.0, True), (9.001, False)])
 def test_overlap_is_a_start_at_or_before_the_last_line(tmp_path, start_b, overlap):
     write_life(tmp_path, "aa", T + 1, T + 9, a=1, rc=143)
@@ -459,6 +467,16 @@ def test_the_watch_delay_is_the_largest_a_probe_measured():
     observed = checker.observe(records)
     assert (observed.delay, observed.probes) == (pytest.approx(0.3), 3)
     assert checker.observe([]).delay == checker.WATCH_DELAY_SECONDS
+
+
+def test_each_clusters_watch_has_its_own_delay():
+    """The MultiKueue arm watches each worker: a stalled API server on one widens only that worker's resolution."""
+    on = lambda r, c: {**r, "cluster": c}  # noqa: E731
+    records = [on(probe(0, 10), "worker-1"), on(probe(1, 1.2), "worker-2"),
+               on(admitted(5), "worker-2"), on(admitted(6, uid="uid-wl-2"), "worker-1")]  # fmt: skip
+    observed = checker.observe(records)
+    assert observed.delay == pytest.approx(10)
+    assert [(round(s.lo - T, 3), s.hi - T) for s in observed.admissions[JOB]] == [(4.8, 5), (-4.0, 6)]
 
 
 def test_observe_counts_transitions_not_records():
