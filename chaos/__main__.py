@@ -41,7 +41,7 @@ def arm_choice(text: str) -> str:
     name = text.removeprefix("mutant:")
     found = mutants.BY_NAME.get(name) if text.startswith("mutant:") else None
     if found is None:
-        known = ", ".join(mutants.RUNNABLE)
+        known = ", ".join((*mutants.RUNNABLE, *mutants.ACROSS))
         raise argparse.ArgumentTypeError(f"{text!r}: dispatch, naive, both, or mutant:NAME ({known})")
     if found.needs:
         raise argparse.ArgumentTypeError(f"mutant {name} needs {found.needs}")
@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=8, help="dispatch jobs alive at once")
     arms = (
         "the product (dispatch), a naive check controller in its place (naive), both in turn, or one mutant "
-        f"(mutant:NAME, alone; NAME one of {', '.join(mutants.RUNNABLE)})"
+        f"(mutant:NAME, alone; NAME one of {', '.join(mutants.RUNNABLE)}, or with --multicluster one of "
+        f"{', '.join(mutants.ACROSS)})"
     )
     p.add_argument("--arm", type=arm_choice, default="dispatch", help=arms)
     p.add_argument("--faults", default="", help=f"a comma-separated subset of the fault menu: {','.join(nemesis.ALL)}")
@@ -68,11 +69,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main_multicluster(args: argparse.Namespace) -> int:
-    """The MultiKueue arm (chaos/mk_campaign.py) alone, on its own three control planes."""
+    """The MultiKueue arm (chaos/mk_campaign.py) alone, on its own three control planes: the product, or one of
+    the mutants across clusters (its tree run by the agents)."""
     menu = [f for f in args.faults.split(",") if f] or list(mk_nemesis.ALL)
     unknown = sorted(set(menu) - set(mk_nemesis.ALL))
-    if unknown or args.arm != "dispatch":
-        why = f"unknown faults {unknown}; the menu is {list(mk_nemesis.ALL)}" if unknown else "only --arm dispatch"
+    name = args.arm.removeprefix("mutant:")
+    mutant = mutants.mutant(name) if args.arm.startswith("mutant:") else None
+    why = ""
+    if unknown:
+        why = f"unknown faults {unknown}; the menu is {list(mk_nemesis.ALL)}"
+    elif args.arm in ("naive", "both") or (mutant is not None and mutant.arm != mutants.MULTICLUSTER):
+        why = f"--arm dispatch or mutant:NAME of {', '.join(mutants.ACROSS)}"
+    if why:
         print(f"scripts/chaos --multicluster: {why}", file=sys.stderr)
         return 2
     image, why = on_node.available(kube_proxy=False)  # the trainers reach no Service
@@ -83,12 +91,16 @@ def main_multicluster(args: argparse.Namespace) -> int:
     run_dir = args.out / f"chaos-mk-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
     run_dir.mkdir()
     print(f"chaos: MultiKueue arm, seed {args.seed}, {args.duration:.0f}s, {args.jobs} jobs; run folder {run_dir}")
+    tree = mutants.make_tree(mutant, run_dir / "tree") if mutant is not None else None
+    if mutant is not None:
+        print(f"  mutant {mutant.name}: {mutant.mechanism}; the agents run {tree}")
     env = None
     result = None
     try:
-        env = mk_env.start(run_dir, image=image)
+        env = mk_env.start(run_dir, image=image, tree=tree)
         print("  clusters: a manager and two workers (tier B each), a real node on each worker, dispatch's agents")
-        result = mk_campaign.run_arm(env, seed=args.seed, duration=args.duration, jobs=args.jobs, menu=menu)
+        arm = mutants.arm_name(mutant) if mutant is not None else mk_campaign.ARM
+        result = mk_campaign.run_arm(env, seed=args.seed, duration=args.duration, jobs=args.jobs, menu=menu, arm=arm)
         for line in campaign.summary(result):
             print(line)
         if result.report:
@@ -100,7 +112,15 @@ def main_multicluster(args: argparse.Namespace) -> int:
         if env is not None:
             env.stop()
         stop_everything()
-    good = result is not None and result.ok
+    if mutant is not None:
+        found = result.violations_by_rule if result is not None else {}
+        rules = ", ".join(f"rule {k}: {v}" for k, v in sorted(found.items()))
+        good = result is not None and mutants.caught(found, mutant)
+        said = " or ".join(str(r) for r in mutant.rules)
+        print(f"chaos: mutant {mutant.name} {'caught' if good else 'NOT caught'} by rule {said} "
+              f"(violations: {rules or 'none'})")  # fmt: skip
+    else:
+        good = result is not None and result.ok
     print("chaos: " + ("passed" if good else "FAILED") + f" (run folder {run_dir})")
     return 0 if good else 1
 
@@ -111,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         return main_multicluster(args)
     if args.nodes < 2:
         print("scripts/chaos: --nodes must be at least 2", file=sys.stderr)
+        return 2
+    if args.arm.startswith("mutant:") and mutants.mutant(args.arm.removeprefix("mutant:")).arm != mutants.ONE_CLUSTER:
+        print(f"scripts/chaos: {args.arm} runs on the MultiKueue arm: add --multicluster", file=sys.stderr)
         return 2
     menu = [f for f in args.faults.split(",") if f] or list(nemesis.ALL)
     unknown = sorted(set(menu) - set(nemesis.ALL))

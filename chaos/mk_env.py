@@ -114,7 +114,7 @@ def _namespace(cp: ControlPlane, name: str) -> None:
 
 
 def _manager_agent(mc: MultiCluster, work: Path, credentials: dict[str, Path], port: int,
-                   tls: tuple[Path, Path, Path]) -> Callable[[], AgentProcess]:  # fmt: skip
+                   tls: tuple[Path, Path, Path], tree: Path | None) -> Callable[[], AgentProcess]:  # fmt: skip
     cp = mc.manager.control_plane
     _namespace(cp, SYSTEM)
     kubeconfig = grant(cp, SYSTEM, [*CLUSTER_RULES, *AGENT_RULES])
@@ -131,19 +131,20 @@ def _manager_agent(mc: MultiCluster, work: Path, credentials: dict[str, Path], p
     cert, key, _ = tls
     extra = ["--tls-cert-file", str(cert), "--tls-private-key-file", str(key), "--api-port", str(port)]
     return lambda: start_agent(cp, kubeconfig=kubeconfig, name="dispatch-agent-manager", config=config,
-                               workdir=work, extra=extra, until=LEADER)  # fmt: skip
+                               workdir=work, extra=extra, until=LEADER, cwd=tree)  # fmt: skip
 
 
-def _worker_agent(cp: ControlPlane, name: str, work: Path) -> Callable[[], AgentProcess]:
+def _worker_agent(cp: ControlPlane, name: str, work: Path, tree: Path | None) -> Callable[[], AgentProcess]:
     _namespace(cp, SYSTEM)
     kubeconfig = grant(cp, SYSTEM, WORKER_CLUSTER_RULES)
     config = {"leaseNamespace": SYSTEM, "leaseName": LEASE, "multiclusterRole": ROLE_WORKER}
     return lambda: start_agent(cp, kubeconfig=kubeconfig, name=f"dispatch-agent-{name}", config=config,
-                               workdir=work, until=LEADER)  # fmt: skip
+                               workdir=work, until=LEADER, cwd=tree)  # fmt: skip
 
 
-def start(run_dir: Path, *, image: on_node.Image) -> MkEnv:
-    """Three control planes connected by MultiKueue, a real node on each worker, dispatch's agent on each."""
+def start(run_dir: Path, *, image: on_node.Image, tree: Path | None = None) -> MkEnv:
+    """Three control planes connected by MultiKueue, a real node on each worker, dispatch's agent on each (run
+    from ``tree`` when given: a mutant's, chaos/mutants.py)."""
     artifacts = locate_node().require()
     mc = start_multicluster()
     nodes: dict[str, RealNode] = {}
@@ -165,9 +166,9 @@ def start(run_dir: Path, *, image: on_node.Image) -> MkEnv:
         credentials = mc.agent_kubeconfigs(work)
         port = free_port()
         tls = _tls(work / "tls")
-        starters[MANAGER] = _manager_agent(mc, work, credentials, port, tls)
+        starters[MANAGER] = _manager_agent(mc, work, credentials, port, tls, tree)
         for w in mc.workers:
-            starters[w.name] = _worker_agent(w.control_plane, w.name, work)
+            starters[w.name] = _worker_agent(w.control_plane, w.name, work, tree)
         for name, starter in starters.items():
             agents[name] = starter()
         for cp in mc.control_planes:

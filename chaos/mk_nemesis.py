@@ -11,9 +11,10 @@ them; `plan(..., kinds=KINDS)` draws them).
     agent-kill      the worker's dispatch agent killed (SIGKILL), then started again
     agent-stop      the worker's dispatch agent hung (SIGSTOP), then resumed
     dropped         the worker removed from the MultiKueueConfig, then added back
-    fence           the worker's real node powered off, then fenced `powered-off` by the operator as the docs
-                    ask (only once it is shut down); healed: the node powered on, the worker comes back (its
-                    agent runs throughout, as the docs require of a worker that rejoins), the fence taken off
+    fence           the worker shut down (its real node powered off, Kueue and the manager agent both cut off),
+                    then fenced `powered-off` by the operator as the docs ask (only once it is shut down); healed:
+                    the node boots, the network comes back, the fence is taken off (its agent runs throughout,
+                    as the docs require of a worker that rejoins)
 """
 
 from __future__ import annotations
@@ -165,26 +166,31 @@ class _Dropped(_MkFault):
         return f"added back to the MultiKueueConfig ({', '.join(now)})"
 
 
-class _Fence(_MkFault):
+class _Fence(_Partition):
+    """The worker shut down: its real node powered off and the worker out of reach (Kueue's connection and the
+    manager agent's both cut), then fenced `powered-off` by the operator. Its control plane and dispatch agent run
+    on (a worker that rejoins must start its agent before its workloads: docs/multicluster.md). Healed as a
+    machine comes back: the node boots, then the network, then the operator takes the fence off."""
+
     def inject(self) -> None:
-        mk = self.mk
-        node = mk.nodes[self.target]
+        node = self.mk.nodes[self.target]
         running = len(node.container_pids())
         node.power_off()
-        self.began(f"{node.name} powered off ({running} container processes killed)")
-        mk.admin.merge_patch(KUEUE_V, "MultiKueueCluster", self.target,
-                             {"metadata": {"annotations": {ANNOTATION_FENCED: FENCED_POWERED_OFF}}})  # fmt: skip
+        super().inject()
+        self.notes.append(f"{node.name} powered off ({running} container processes killed)")
+        self.mk.admin.merge_patch(KUEUE_V, "MultiKueueCluster", self.target,
+                                  {"metadata": {"annotations": {ANNOTATION_FENCED: FENCED_POWERED_OFF}}})  # fmt: skip
         self.notes.append(f"fenced {FENCED_POWERED_OFF} once it was shut down")
 
     def heal(self) -> str:
-        mk = self.mk
-        node = mk.nodes[self.target]
+        node = self.mk.nodes[self.target]
         started = time.monotonic()
         node.power_on(READY_TIMEOUT)
-        on = time.monotonic() - started
-        mk.admin.merge_patch(KUEUE_V, "MultiKueueCluster", self.target,
-                             {"metadata": {"annotations": {ANNOTATION_FENCED: None}}})  # fmt: skip
-        return f"{node.name} powered on, Ready after {on:.1f} s; the fence taken off"
+        on = f"{node.name} powered on, Ready after {time.monotonic() - started:.1f} s"
+        reach = super().heal()
+        self.mk.admin.merge_patch(KUEUE_V, "MultiKueueCluster", self.target,
+                                  {"metadata": {"annotations": {ANNOTATION_FENCED: None}}})  # fmt: skip
+        return f"{on}; {reach}; the fence taken off"
 
 
 FAULTS: dict[str, type[_Fault]] = {

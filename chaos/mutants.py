@@ -37,6 +37,8 @@ PRODUCT: Final = ("contract", "serving", "webhook", "agent", "certs", "prologue"
 """The product's packages: every one the Dockerfile copies (tests/chart/test_image.py keeps that list complete)."""
 CONTEXT_FILES: Final = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "requirements/lock.txt")
 IMAGE_REPOSITORY: Final = "dispatch-k8s.local/dispatch-k8s-mutant"
+ONE_CLUSTER: Final = "one-cluster"
+MULTICLUSTER: Final = "multicluster"
 
 
 class MutantError(RuntimeError):
@@ -64,6 +66,16 @@ class Mutant:
     """Parts of the choke point removed after the arm's Preflight (``DISARMS``)."""
     needs: str = ""
     """Empty when the campaign can run it here; else what it needs that the campaign does not have."""
+    arm: str = ONE_CLUSTER
+    """Where it runs: the one-cluster campaign (its image installed by the chart) or the MultiKueue arm (its tree
+    run by the agents)."""
+    also: tuple[int, ...] = ()
+    """Other rules that catch the same mechanism off (across clusters a copy that may not run shows as an overlap,
+    a repeated identity or a falling R, depending on the timing)."""
+
+    @property
+    def rules(self) -> tuple[int, ...]:
+        return (self.rule, *self.also)
 
 
 # -- the table ------------------------------------------------------------------------------------------------------
@@ -175,20 +187,65 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             ),
         ),
     ),
-    # Across clusters: defined, but the campaign has no MultiKueue arm to run them in.
+    # Across clusters: run on the MultiKueue arm (scripts/chaos --multicluster), whose agents run from the tree.
+    Mutant(
+        "no-worker-look",
+        "the manager's look at the workers before a dispatch: the gate approves a dispatch whatever of an earlier "
+        "execution may still run on a worker (it still prepares each worker's replica, so the job can run)",
+        3,
+        (
+            Edit(
+                "agent/reconcile.py",
+                "        blockers = [*blockers, *remote]\n",
+                "        blockers = [*blockers, *(b for b in remote if b.unprepared)]\n",
+            ),
+        ),
+        arm=MULTICLUSTER,
+        also=(1, 2),
+    ),
+    Mutant(
+        "no-claim-check",
+        "the worker's check of the manager's claim and contact: a copy starts without a live claim or a renewal "
+        "seen, and no copy is deleted as unclaimed or out of contact",
+        3,
+        (
+            Edit(
+                "contract/multicluster.py",
+                "    if contact is None:\n        return CopyVerdict(CopyAction.WAIT, NO_CONTACT)\n",
+                "    if contact is None:\n        contact = 0\n",
+            ),
+            Edit(
+                "contract/multicluster.py",
+                "    if claim != needs[1]:\n"
+                "        return CopyVerdict(CopyAction.WAIT, unclaimed_message(needs, claim))\n",
+                "",
+            ),
+            Edit(
+                "agent/contact.py",
+                "                if verdict.action is not CopyAction.DELETE:\n",
+                "                if True:\n",
+            ),
+        ),
+        arm=MULTICLUSTER,
+        also=(1, 2),
+    ),
     Mutant(
         "raise-by-one",
         "MultiKueue mode's raise by K = maxRestarts + 1: the gate raises A by 1, so a worker's restarts (J) can "
         "repeat the R of the next dispatch",
         1,
         (Edit(_GATE, "    return k, raise_dispatch(trainjob, k)\n", "    return k, raise_dispatch(trainjob, 1)\n"),),
-        needs="the MultiKueue arm (a manager and workers), which the campaign does not have",
+        arm=MULTICLUSTER,
+        also=(2, 3),
     ),
 )
 """Every mutant, by name. ``needs`` marks those the campaign cannot run here."""
 
 BY_NAME: Final[Mapping[str, Mutant]] = {m.name: m for m in MUTANTS}
-RUNNABLE: Final = tuple(m.name for m in MUTANTS if not m.needs)
+RUNNABLE: Final = tuple(m.name for m in MUTANTS if not m.needs and m.arm == ONE_CLUSTER)
+"""Those the one-cluster campaign runs (scripts/chaos --arm mutant:NAME)."""
+ACROSS: Final = tuple(m.name for m in MUTANTS if not m.needs and m.arm == MULTICLUSTER)
+"""Those the MultiKueue arm runs (scripts/chaos --multicluster --arm mutant:NAME)."""
 
 
 def mutant(name: str) -> Mutant:
@@ -371,8 +428,8 @@ def disarm(admin: KubeHttp, m: Mutant, tree: Path) -> list[str]:
 
 
 def caught(violations_by_rule: Mapping[str, int], m: Mutant) -> bool:
-    """The checker caught ``m`` by the rule that guards its mechanism."""
-    return violations_by_rule.get(str(m.rule), 0) > 0
+    """The checker caught ``m`` by a rule that guards its mechanism."""
+    return any(violations_by_rule.get(str(rule), 0) > 0 for rule in m.rules)
 
 
 def arm_name(m: Mutant) -> str:

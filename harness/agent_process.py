@@ -113,14 +113,16 @@ def start_agent(
     extra: Sequence[str] = (),
     until: tuple[int, str] | None = None,
     timeout: float = 60,
+    cwd: Path | None = None,
 ) -> AgentProcess:
-    """Start the agent and wait until /readyz answers 200 (or exactly ``until``, e.g. LEADER)."""
+    """Start the agent and wait until /readyz answers 200 (or exactly ``until``, e.g. LEADER). ``cwd``: a tree
+    whose packages the agent runs instead of the installed ones (a chaos mutant's)."""
     config_file = workdir / f"{name}.yaml"
     config_file.write_text(yaml.safe_dump(config))
     port = free_port()
     argv = [sys.executable, "-m", "agent", "serve", "--kubeconfig", kubeconfig, "--config", config_file,
             "--health-port", str(port), "--bind-address", "127.0.0.1", "--identity", name, *extra]  # fmt: skip
-    agent = AgentProcess(name, cp.supervisor.start(name, argv), port)
+    agent = AgentProcess(name, cp.supervisor.start(name, argv, cwd=cwd), port)
     deadline = time.monotonic() + timeout
     while (agent.get("/readyz") != until) if until else (agent.get("/readyz")[0] != 200):
         if not agent.process.alive() or time.monotonic() > deadline:
