@@ -203,6 +203,9 @@ def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Ob
     admissions: dict[str, list[Seen]] = defaultdict(list)
     failures: dict[str, list[Seen]] = defaultdict(list)
     before: dict[tuple[str, str], Any] = {}
+    # Whose an object is, by its uid, from any record that says: a worker's copy of a Workload is admitted before
+    # MultiKueue creates the TrainJob there that owns it, so its first records name no job.
+    owner = {str(r.get("uid", "")): str(r["job"]) for r in records if r.get("job") and r.get("uid")}
     for r in sorted((r for r in records if _timed_record(r)), key=lambda r: r["t"]):
         kind, uid = r.get("kind"), str(r.get("uid", ""))
         if kind not in ("workload", "pod") or r.get("event") == "DELETED":
@@ -210,7 +213,7 @@ def observe(records: Sequence[dict[str, Any]], delay: float | None = None) -> Ob
         since = r.get("since") if isinstance(r.get("since"), int | float) else None
         own = d if delay is not None else delays.get(str(r.get("cluster", "")), d)
         seen = Seen(min(r["t"], since if since is not None else r["t"]) - own, float(r["t"]))
-        job = f"{r.get('namespace', '')}/{r.get('job', '')}"
+        job = f"{r.get('namespace', '')}/{r.get('job') or owner.get(uid, '')}"
         if kind == "workload":
             now = (r.get("conditions") or {}).get("Admitted") == "True" and _by_kueue(r)
             if now and before.get((kind, uid)) is not True:

@@ -1,7 +1,8 @@
 """The supervisor's traffic: what dispatch would do to many jobs at once, through the agent's API only (a token of
 a ServiceAccount bound to the chart's supervisor roles), with every call recorded in calls.jsonl.
 
-Jobs are started on a few ClusterQueues at random priorities and opened at once, so that they preempt each
+Jobs are started on a few ClusterQueues at random priorities and opened at once (a quarter some seconds later,
+LATE_OPEN_SHARE), so that they preempt each
 other and other parties' jobs preempt them; some finish, some fail their rank so JobSet restarts them (J
 rises), some run until stopped; Hold, Release and Stop come at random. The other parties' urgent TrainJobs run
 on kwok's nodes; the harness plays their kubelet and completes them.
@@ -41,6 +42,10 @@ BOUNCES = 2
 """Jobs per arm held once their trainer ran, and released: readmissions of a job that ran, whatever chance does."""
 HELD_SECONDS = 8
 """How long a hold lasts at least before a Release may lift it."""
+LATE_OPEN_SHARE = 0.25
+LATE_OPEN_SECONDS = (3.0, 10.0)
+"""A quarter of the jobs are opened some seconds after their Start, as a supervisor that starts now and opens
+later: the start gate must keep each closed all that while (an execution before its Open is rule 4's)."""
 
 
 @dataclass
@@ -53,6 +58,8 @@ class Job:
     kind: str
     """finish | fail | long: what its trainer does (see site.TRAINER)."""
     opened: bool = False
+    open_at: float | None = None
+    """A late Open's time (monotonic); None: opened at its Start, or already."""
     held_since: float | None = None
     bounced: bool = False
     """Held once its trainer ran, to be released HELD_SECONDS later (the module doc)."""
@@ -203,6 +210,13 @@ class Traffic:
         self.counts.started += 1
         if self.rng.random() < 0.15:
             await self.hold(agent, job)  # held before it ever opens
+        if self.rng.random() < LATE_OPEN_SHARE:
+            job.open_at = time.monotonic() + self.rng.uniform(*LATE_OPEN_SECONDS)
+            return
+        await self.open(agent, job)
+
+    async def open(self, agent: AgentClient, job: Job) -> None:
+        job.open_at = None
         if await self.call("open", job.name, job.uid, lambda: agent.open(job.ref)) is not None:
             job.opened = True
             self.counts.opened += 1
@@ -280,6 +294,10 @@ class Traffic:
 
     async def tick(self, agent: AgentClient) -> None:
         live = [j for j in self.jobs if j.live]
+        late = [j for j in live if j.open_at is not None and j.open_at <= time.monotonic()]
+        if late:
+            await self.open(agent, late[0])
+            return
         if await self.bounce(agent, live):
             return
         if len(live) < self.target:

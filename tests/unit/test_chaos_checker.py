@@ -479,6 +479,15 @@ def test_each_clusters_watch_has_its_own_delay():
     assert [(round(s.lo - T, 3), s.hi - T) for s in observed.admissions[JOB]] == [(4.8, 5), (-4.0, 6)]
 
 
+def test_a_workers_copy_admitted_before_its_trainjob_exists_is_the_jobs_admission():
+    """On a worker, MultiKueue's copy of the Workload is admitted before the TrainJob that owns it is created
+    there: its first records name no job; the uid, once a record names its job, says whose they were."""
+    early = {**admitted(1), "job": ""}
+    later = {**admitted(3), "event": "MODIFIED"}
+    observed = checker.observe([early, later], delay=0.5)
+    assert [(s.lo - T, s.hi - T) for s in observed.admissions[JOB]] == [(0.5, 1)]
+
+
 def test_observe_counts_transitions_not_records():
     records = [admitted(1), admitted(2), admitted(3, on=False), admitted(4), admitted(5, uid="uid-other"),
                pod(1, "Running"), pod(2, "Failed"), pod(3, "Failed")]  # fmt: skip
