@@ -13,6 +13,8 @@ and unsuspend policies are the choke point here, as on the test suite's three co
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,9 +144,21 @@ def _worker_agent(cp: ControlPlane, name: str, work: Path, tree: Path | None) ->
                                workdir=work, until=LEADER, cwd=tree)  # fmt: skip
 
 
+def runs_from(tree: Path) -> None:
+    """Raises unless `python -m agent` started in ``tree`` imports the tree's packages, not the installed ones: a
+    mutant the agents did not run would pass for a product that was not caught."""
+    code = "import agent, contract; print(agent.__file__); print(contract.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True)
+    outside = [f for f in out.stdout.split() if not Path(f).resolve().is_relative_to(tree.resolve())]
+    if outside:
+        raise RuntimeError(f"the agent started in {tree} would import {outside}, not the tree's")
+
+
 def start(run_dir: Path, *, image: on_node.Image, tree: Path | None = None) -> MkEnv:
     """Three control planes connected by MultiKueue, a real node on each worker, dispatch's agent on each (run
     from ``tree`` when given: a mutant's, chaos/mutants.py)."""
+    if tree is not None:
+        runs_from(tree)
     artifacts = locate_node().require()
     mc = start_multicluster()
     nodes: dict[str, RealNode] = {}

@@ -5,6 +5,9 @@ them; `plan(..., kinds=KINDS)` draws them).
                     while the manager agent's own credential works: after workerLostTimeout Kueue gives the job up
                     there and dispatches it elsewhere, and only dispatch's look and contact Lease stand between
                     the old copy and the new one
+    kueue-cut-node-hung  the same, while the worker's real node is hung (its kubelet SIGSTOPped): the copies
+                    there are deleted, their containers run on, and only the manager's look stands between them
+                    and the next copy
     agent-cut       the reverse: the manager agent's credential for the worker broken, Kueue's works
     partition       both at once: the worker out of the manager's reach
     apiserver-stop  the worker's kube-apiserver hung (SIGSTOP), then resumed
@@ -24,9 +27,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from chaos.nemesis import READY_TIMEOUT, Kind, Nemesis, Planned, _Fault
+from chaos.nemesis import API_TIMEOUT, READY_TIMEOUT, Kind, Nemesis, Planned, Skip, _Fault
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF
+from harness.kube_http import KubeHttp
 from harness.multicluster import KUEUE_V, MULTIKUEUE_CONFIG
+from harness.real_node import RealNode
 
 if TYPE_CHECKING:
     from chaos.mk_env import MkEnv
@@ -37,6 +42,7 @@ KINDS: dict[str, Kind] = {
     for k in (
         # Kueue's workerLostTimeout is 15 s (harness/multicluster.py): a cut must outlast it to move the job.
         Kind("kueue-cut", (20, 60), 15, **_WORKER),
+        Kind("kueue-cut-node-hung", (25, 60), 20, **_WORKER),
         Kind("agent-cut", (20, 60), 10, **_WORKER),
         Kind("partition", (20, 60), 15, **_WORKER),
         Kind("apiserver-stop", (10, 40), 15, **_WORKER),
@@ -56,6 +62,20 @@ class MkNemesis(Nemesis):
         super().__init__(env, planned, record)  # type: ignore[arg-type]  # it reads env.cp only
         self.mk = env
         self.faults = FAULTS
+        self._apis = {w.name: KubeHttp(w.admin.credentials, timeout=API_TIMEOUT) for w in env.mc.workers}
+
+    def node(self, name: str) -> RealNode:
+        """A worker's real node, by the worker's name (what the plan targets) or the node's."""
+        for worker, node in self.mk.nodes.items():
+            if name in (worker, node.name):
+                return node
+        raise Skip(f"no real node {name}")
+
+    def api_of(self, node: str) -> KubeHttp:
+        for worker, real in self.mk.nodes.items():
+            if node in (worker, real.name):
+                return self._apis[worker]
+        return self.api
 
 
 class _MkFault(_Fault):
@@ -93,6 +113,26 @@ class _Cut(_MkFault):
 
 class _KueueCut(_Cut):
     kueue = True
+
+
+class _KueueCutNodeHung(_Cut):
+    """Kueue cut off from a worker whose real node is hung (its kubelet SIGSTOPped): the copies there are deleted
+    when the manager stops claiming them, but their containers run on, and Kueue moves the job after
+    workerLostTimeout. Only the manager's look at the worker (its pods, which dispatch's finalizer keeps) stands
+    between them and the next copy."""
+
+    kueue = True
+
+    def inject(self) -> None:
+        self.nem.node(self.target).pause_kubelet()
+        super().inject()
+        self.notes.append("the worker's real node's kubelet hung (SIGSTOP)")
+
+    def heal(self) -> str:
+        reach = super().heal()
+        node = self.nem.node(self.target)
+        node.resume_kubelet()
+        return f"{reach}; SIGCONT to the kubelet; {self.nem.node_back(node)}"
 
 
 class _AgentCut(_Cut):
@@ -195,6 +235,7 @@ class _Fence(_Partition):
 
 FAULTS: dict[str, type[_Fault]] = {
     "kueue-cut": _KueueCut,
+    "kueue-cut-node-hung": _KueueCutNodeHung,
     "agent-cut": _AgentCut,
     "partition": _Partition,
     "apiserver-stop": _ApiserverStop,

@@ -310,6 +310,10 @@ class Nemesis:
                 return None
             time.sleep(0.5)
 
+    def api_of(self, node: str) -> KubeHttp:
+        """The client of the cluster the node ``node`` belongs to (the MultiKueue arm has several)."""
+        return self.api
+
     def node(self, name: str) -> RealNode:
         for n in [self.env.system, *self.env.workers]:
             if n.name == name:
@@ -317,12 +321,12 @@ class Nemesis:
         raise Skip(f"no real node {name}")
 
     def ready(self, name: str) -> bool:
-        node = self.api.get_or_none("v1", "Node", name)
+        node = self.api_of(name).get_or_none("v1", "Node", name)
         return _conditions(node or {}).get("Ready") == "True"
 
     def renewed(self, name: str, since: float) -> bool:
         """The kubelet renewed its node Lease after `since` (epoch seconds): it runs and reaches the API."""
-        lease = self.api.get_or_none("coordination.k8s.io/v1", "Lease", name, "kube-node-lease") or {}
+        lease = self.api_of(name).get_or_none("coordination.k8s.io/v1", "Lease", name, "kube-node-lease") or {}
         renew = (lease.get("spec") or {}).get("renewTime")
         return bool(renew) and dt.datetime.fromisoformat(renew).timestamp() >= since
 
@@ -350,7 +354,7 @@ class Nemesis:
 
     def healthy(self, name: str) -> bool:
         """Ready, and the node lifecycle controller has taken its node-loss taints off."""
-        node = self.api.get_or_none("v1", "Node", name) or {}
+        node = self.api_of(name).get_or_none("v1", "Node", name) or {}
         taints = {t["key"] for t in (node.get("spec") or {}).get("taints") or []}
         return _conditions(node).get("Ready") == "True" and not taints & set(NODE_LOSS_TAINTS)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import mutants
+from chaos import mk_env, mutants
 from chaos.__main__ import arm_choice
 from harness.binaries import REPO_ROOT
 from webhook.policies import record_start_policy
@@ -88,3 +88,13 @@ def test_the_command_line_takes_runnable_mutants_only() -> None:
     for bad in ("mutant:nothing", "no-raise"):
         with pytest.raises(argparse.ArgumentTypeError):
             arm_choice(bad)
+
+
+def test_the_multicluster_arms_agents_run_the_mutants_tree(tmp_path: Path) -> None:
+    """The MultiKueue arm runs the agents from the mutant's tree (chaos/mk_env.py): its packages, not the
+    installed ones, are what `python -m agent` imports there; an empty folder would import the installed ones."""
+    tree = mutants.make_tree(mutants.mutant("raise-by-one"), tmp_path / "tree")
+    mk_env.runs_from(tree)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError, match="not the tree's"):
+        mk_env.runs_from(tmp_path / "empty")
