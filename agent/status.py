@@ -104,7 +104,7 @@ class Status:
     TrainJob of the job's name there is not MultiKueue's copy of this job."""
     workers: tuple[Remains, ...] = ()
     """On a MultiKueue manager, while the TrainJob is being deleted (Stop): what of the job is left on each worker
-    (agent/workerremains.py), which then decides Ceased (``stopping_on_workers``)."""
+    (agent/workerremains.py), which then decides Ceased (``idle_on_workers``)."""
 
 
 def _count(read: Any, obj: object) -> int | None:
@@ -146,7 +146,7 @@ def _held_suspended(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | N
     return dig(trainjob, "spec", "suspend") is True and (is_held(trainjob) or is_held(workload))
 
 
-def _restartable(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
+def idle_because(trainjob: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
     """Why no new execution of the TrainJob can start without a dispatch call, or None when one can.
 
     Never opened: the start gate. Ended: Trainer starts nothing more. Being deleted: nothing is recreated.
@@ -219,12 +219,12 @@ def ceased(
     1. no pod the API lists may still run (``blockers_of``, the gate's own: the node-loss classification says
        Ended, NotScheduled or Ceased of each). A trainer pod no longer listed has ended: it carries dispatch's
        finalizer, which only the agent removes, once its processes are proven gone (agent/podfinalizer.py);
-    2. no new execution can start by itself (``_restartable``): never opened, ended, being deleted, or held;
+    2. no new execution can start by itself (``idle_because``): never opened, ended, being deleted, or held;
     3. the current execution creates no more pods (``pods_may_appear``): a pod not created yet is not listed
        either. The gate has this from Kueue, which reserves quota again only once the job is inactive.
 
-    A TrainJob MultiKueue runs (on a manager) is not Ceased once an execution was admitted: its pods are on a
-    worker this agent does not read.
+    A TrainJob MultiKueue runs (on a manager) is not Ceased here once an execution was admitted: its pods are on
+    a worker, which only the API's Status reads (agent/workerremains.py ``idle_on_workers``).
 
     A TrainJob whose trainer pods do not carry the finalizer (created before it existed) keeps the older
     rule: a pod gone from the API is no evidence, so a trainer pod of the current A must be listed.
@@ -232,7 +232,7 @@ def ceased(
     waiting = blockers_of(assessment)
     if waiting:
         return False, f"{len(waiting)} pod(s) may still run: " + ", ".join(b.pod for b in waiting)
-    why_not = _restartable(trainjob, workload)
+    why_not = idle_because(trainjob, workload)
     if why_not is None:
         return False, "a new execution may start without a dispatch call (it is queued, admitted or running)"
     floor, a = _count(admission_floor, trainjob), _count(admission_count, trainjob)

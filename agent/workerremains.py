@@ -197,17 +197,17 @@ def ceased_when_gone(left_here: Sequence[str], workers: Sequence[Remains]) -> tu
     return False, f"the TrainJob is gone, but something of it may still run on a worker: {why}"
 
 
-def stopping_on_workers(s: Status, workers: Sequence[Remains]) -> Status:
-    """Status ``s`` of a TrainJob MultiKueue runs that is being deleted (Stop), computed from the manager's objects
-    (before ``on_worker``: its pods are the manager's), with what is left on the workers: being deleted, it starts
-    nothing more by itself, so it is Ceased once no pod of the manager may still run and ``ceased_on_workers``
-    holds; the rule that never takes a dispatched job for Ceased on a manager is this, read over every worker."""
+def idle_on_workers(s: Status, idle: str, workers: Sequence[Remains]) -> Status:
+    """Status ``s`` of a TrainJob MultiKueue runs that starts nothing more by itself (``idle``: why; being deleted,
+    ended, held), computed from the manager's objects (before ``on_worker``: its pods are the manager's), with what
+    is left on the workers: Ceased once no pod of the manager may still run and ``ceased_on_workers`` holds; the
+    rule that never takes a dispatched job for Ceased on a manager is this, read over every worker."""
     waiting = [p.name for p in s.pods if p.may_still_run]
     if waiting:
         why = f"{len(waiting)} pod(s) may still run on this cluster: {', '.join(waiting)}"
         return replace(s, workers=tuple(workers), ceased=False, ceased_reason=why)
     ok, found = ceased_on_workers(workers)
-    why = f"it is being deleted, and {found}"
+    why = f"{idle}, and {found}"
     if not ok:
-        why = f"it is being deleted, but something of it may still run on a worker: {found}"
+        why = f"{idle}, but something of it may still run on a worker: {found}"
     return replace(s, workers=tuple(workers), ceased=ok, ceased_reason=why)

@@ -71,16 +71,16 @@ from agent.start import (
     readback_changes,
     workload_problems,
 )
-from agent.status import Status, copy_of, on_worker, orphans, status
+from agent.status import Status, copy_of, idle_because, on_worker, orphans, status
 from agent.workerproof import all_proven, fenced_apart, proof_problems, worker_lines
 from agent.workerremains import (
     Remains,
     ceased_when_gone,
+    idle_on_workers,
     plan_remains,
     planned,
     remains,
     start_refusal,
-    stopping_on_workers,
     unread,
 )
 from agent.workers import plan_workers
@@ -650,8 +650,11 @@ class Service:
         s = replace(s, foreign=(*s.foreign, *(p.report() for p in owned.foreign)))
         deleting = dig(trainjob, "metadata", "deletionTimestamp")
         if kueue and managed_by_multikueue(trainjob):
-            if deleting and self.kube.workers is not None:  # Stopped: read over every worker, not only its own
-                s = stopping_on_workers(s, await self._remains(ns, name))
+            # Stopped, ended or held: it starts nothing more by itself, so Ceased is decided over every worker
+            # (not only the one it ran on last), as Stop's answer is.
+            idle = "it is being deleted" if deleting else idle_because(trainjob, workload)
+            if self.kube.workers is not None and idle is not None and (deleting or not s.ceased):
+                s = idle_on_workers(s, idle, await self._remains(ns, name))
             s = await self._on_worker(s, ns, name, workload)
         return StatusResponse.of(ref, s).model_copy(update={"deletion_timestamp": deleting})
 

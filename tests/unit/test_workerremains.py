@@ -11,12 +11,12 @@ from agent.workerremains import (
     Remains,
     ceased_on_workers,
     ceased_when_gone,
+    idle_on_workers,
     left_on_workers,
     plan_remains,
     planned,
     remains,
     start_refusal,
-    stopping_on_workers,
     unread,
 )
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
@@ -176,6 +176,7 @@ def _status(*pods: PodStatus) -> Status:
 
 
 def test_a_stopping_trainjob_is_ceased_once_nothing_may_run_on_any_worker_or_here():
+    stopping_on_workers = lambda s, ws: idle_on_workers(s, "it is being deleted", ws)  # noqa: E731
     empty = [remains("w-1", NS, NAME, find())]
     s = stopping_on_workers(_status(), empty)
     assert (s.ceased, s.workers) == (True, tuple(empty))
@@ -187,6 +188,20 @@ def test_a_stopping_trainjob_is_ceased_once_nothing_may_run_on_any_worker_or_her
     )
     here = PodStatus("p", "n1", "Running", "Running", True, "running", 3, 0)
     assert not stopping_on_workers(_status(here), empty).ceased
+
+
+def test_an_ended_or_held_trainjob_is_ceased_only_once_no_worker_holds_anything_of_it_that_may_run():
+    """On a manager, a job that ended (or is held) starts nothing more by itself, but its copies' pods are on the
+    workers: Ceased is read over every worker, as after a Stop."""
+    done = remains("w-2", NS, NAME, find(copy(conditions=[{"type": "Complete", "status": "True"}])))
+    s = idle_on_workers(_status(), "it ended (Complete)", [remains("w-1", NS, NAME, find()), done])
+    assert s.ceased
+    assert s.ceased_reason == "it ended (Complete), and nothing of it may run on any worker (read: w-1, w-2)"
+    running = remains("w-2", NS, NAME, find(copy()))
+    s = idle_on_workers(_status(), "its Workload is held (inactive)", [running])
+    assert not s.ceased
+    assert s.ceased_reason.startswith("its Workload is held (inactive), but something of it may still run on a worker")
+    assert not idle_on_workers(_status(), "it ended (Complete)", [unread("w-1", "cannot be read: x")]).ceased
 
 
 def test_start_refuses_naming_the_worker_that_holds_something_of_an_earlier_trainjob_of_the_name():
