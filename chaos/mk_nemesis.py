@@ -5,9 +5,11 @@ them; `plan(..., kinds=KINDS)` draws them).
                     while the manager agent's own credential works: after workerLostTimeout Kueue gives the job up
                     there and dispatches it elsewhere, and only dispatch's look and contact Lease stand between
                     the old copy and the new one
-    kueue-cut-node-hung  the same, while the worker's real node is hung (its kubelet SIGSTOPped): the copies
-                    there are deleted, their containers run on, and only the manager's look stands between them
-                    and the next copy
+    kueue-cut-node-lost  the same, while the worker's real node is lost (its kubelet killed): the copies there
+                    are deleted, their containers run on, and only the manager's look stands between them and
+                    the next copy
+    kubelet-kill    the worker's real node's kubelet killed for a while (its containers run on): a Hold and
+                    Release, or a preemption, meanwhile must wait for them
     agent-cut       the reverse: the manager agent's credential for the worker broken, Kueue's works
     partition       both at once: the worker out of the manager's reach
     apiserver-stop  the worker's kube-apiserver hung (SIGSTOP), then resumed
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from chaos.nemesis import API_TIMEOUT, READY_TIMEOUT, Kind, Nemesis, Planned, Skip, _Fault
+from chaos.nemesis import API_TIMEOUT, READY_TIMEOUT, Kind, Nemesis, Planned, Skip, _Fault, _KubeletKill
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF
 from harness.kube_http import KubeHttp
 from harness.multicluster import KUEUE_V, MULTIKUEUE_CONFIG
@@ -42,7 +44,8 @@ KINDS: dict[str, Kind] = {
     for k in (
         # Kueue's workerLostTimeout is 15 s (harness/multicluster.py): a cut must outlast it to move the job.
         Kind("kueue-cut", (20, 60), 15, **_WORKER),
-        Kind("kueue-cut-node-hung", (25, 60), 20, **_WORKER),
+        Kind("kueue-cut-node-lost", (25, 60), 20, **_WORKER),
+        Kind("kubelet-kill", (20, 60), 15, **_WORKER),
         Kind("agent-cut", (20, 60), 10, **_WORKER),
         Kind("partition", (20, 60), 15, **_WORKER),
         Kind("apiserver-stop", (10, 40), 15, **_WORKER),
@@ -115,24 +118,25 @@ class _KueueCut(_Cut):
     kueue = True
 
 
-class _KueueCutNodeHung(_Cut):
-    """Kueue cut off from a worker whose real node is hung (its kubelet SIGSTOPped): the copies there are deleted
-    when the manager stops claiming them, but their containers run on, and Kueue moves the job after
-    workerLostTimeout. Only the manager's look at the worker (its pods, which dispatch's finalizer keeps) stands
-    between them and the next copy."""
+class _KueueCutNodeLost(_Cut):
+    """Kueue cut off from a worker whose real node is lost (its kubelet killed, its containers running on): the
+    copies there are deleted when the manager stops claiming them, but nothing stops their containers, and Kueue
+    moves the job after workerLostTimeout. Only the manager's look at the worker (its pods, which dispatch's
+    finalizer keeps) stands between them and the next copy. (Killed, not SIGSTOPped: a stopped kubelet is resumed
+    by the kernel when a process of its orphaned process group exits, which ends the fault early.)"""
 
     kueue = True
 
     def inject(self) -> None:
-        self.nem.node(self.target).pause_kubelet()
+        self.nem.node(self.target).kill_kubelet()
         super().inject()
-        self.notes.append("the worker's real node's kubelet hung (SIGSTOP)")
+        self.notes.append("the worker's real node's kubelet killed (SIGKILL): its containers run on")
 
     def heal(self) -> str:
         reach = super().heal()
         node = self.nem.node(self.target)
-        node.resume_kubelet()
-        return f"{reach}; SIGCONT to the kubelet; {self.nem.node_back(node)}"
+        node.restart_kubelet()
+        return f"{reach}; the kubelet started again; {self.nem.node_back(node)}"
 
 
 class _AgentCut(_Cut):
@@ -235,7 +239,8 @@ class _Fence(_Partition):
 
 FAULTS: dict[str, type[_Fault]] = {
     "kueue-cut": _KueueCut,
-    "kueue-cut-node-hung": _KueueCutNodeHung,
+    "kueue-cut-node-lost": _KueueCutNodeLost,
+    "kubelet-kill": _KubeletKill,
     "agent-cut": _AgentCut,
     "partition": _Partition,
     "apiserver-stop": _ApiserverStop,

@@ -37,5 +37,5 @@ def test_one_fault_at_a_time():
 
 
 def test_an_unknown_fault_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"unknown faults \['kubelet-kill'\]; the menu is \['kueue-cut'"):
-        nemesis.plan(1, 60, WORKERS, ["kubelet-kill"], kinds=mk_nemesis.KINDS)
+    with pytest.raises(ValueError, match=r"unknown faults \['etcd-pause'\]; the menu is \['kueue-cut'"):
+        nemesis.plan(1, 60, WORKERS, ["etcd-pause"], kinds=mk_nemesis.KINDS)
