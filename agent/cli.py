@@ -27,10 +27,10 @@ from agent.kube import Kube
 from agent.metrics import AgentMetrics
 from agent.server import HealthServer, serving
 from agent.workerreads import WorkerClients
-from certs.reload import CertificateLoadError, ReloadingServerContext
 from serving import flags, logs
 from serving.kube import KubeConfigError, api_client
 from serving.prometheus import CertificateCollector
+from serving.tls import CertificateLoadError, ReloadingServerContext
 
 PROG = "dispatch-agent"
 log = logging.getLogger(PROG)

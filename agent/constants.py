@@ -70,8 +70,6 @@ DEFAULT_WORKERS: Final = 16
 """Passes at once. Concurrent passes share one consistent LIST of pods (agent/podlists.py), so a burst of
 readmissions is bound by the API server, not by a per-pass LIST wait (docs/performance.md, issue 13)."""
 DEFAULT_HEALTH_PORT: Final = 8081
-BACKOFF_BASE_SECONDS: Final = 0.2
-BACKOFF_CAP_SECONDS: Final = 30.0
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
 """Every request but a watch; the client's default is no timeout at all."""
 WORKER_ROUND_SECONDS: Final = 60.0
@@ -85,6 +83,3 @@ CONTACT_SWEEP_SECONDS: Final = 10.0
 MultiKueue's TrainJobs): copies MultiKueue made just before the loss are deleted too."""
 """On a MultiKueue manager, how often the leader goes round its workers: it deletes the replicas of runtime copies
 whose TrainJob is gone, and releases the quota Kueue keeps for a job evicted from a lost worker."""
-WATCH_TIMEOUT_SECONDS: Final = 300
-"""A watch asks the API server to close it after this long (jittered), and is then resumed."""
-LIST_PAGE_SIZE: Final = 500

@@ -40,7 +40,6 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent import watch
 from agent.admissioncheck import AdmissionCheckCache, active_patch
 from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.claims import ClaimRenewer
@@ -53,14 +52,17 @@ from agent.jobsetrecord import JobSetRecorder
 from agent.kube import Kube
 from agent.leader import LeaderElector
 from agent.metrics import AgentMetrics
-from agent.queue import Backoff, QueueShutDown, RateLimiter, WorkQueue
+from agent.queue import QueueShutDown, RateLimiter, WorkQueue
 from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
 from agent.releaser import FinalizerReleaser
-from agent.workerreads import WorkerClients, release_kept_quota, sweep_replicas
+from agent.workerpass import release_kept_quota, sweep_replicas
+from agent.workerreads import WorkerClients
 from agent.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
 from contract.keys import LABEL_JOBSET_NAME
 from contract.multicluster import ROLE_WORKER
 from contract.objects import dig, labels, parse_rfc3339
+from serving import watch
+from serving.backoff import Backoff
 from serving.kube import describe_error
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.caches import Reads
 from agent.constants import (
@@ -35,7 +34,7 @@ from agent.podlists import SharedPodLists
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
 from contract.multicluster import is_fenced
 from contract.objects import dig
-from serving.kube import read_json
+from serving.kube import or_none, read_json
 
 if TYPE_CHECKING:
     from agent.workerreads import WorkerClients
@@ -53,16 +52,6 @@ class CheckNames(Protocol):
     def synced(self) -> bool: ...
 
     def ours(self) -> frozenset[str]: ...
-
-
-async def or_none(call: Awaitable[Any]) -> Any:
-    """The call's JSON object, or None when it is not found (404); any other failure raises."""
-    try:
-        return await read_json(call)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 class Kube:

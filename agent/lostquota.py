@@ -1,5 +1,5 @@
 """A lost worker's quota on a MultiKueue manager, decided (docs/multicluster.md, "A lost worker's quota"). Pure
-functions of the objects as read; agent/workerreads.py reads them and writes the release.
+functions of the objects as read; agent/workerpass.py reads them and writes the release.
 
 Kueue evicts a Workload on the manager when its worker is lost (MultiKueue's check goes to Retry once the worker
 has been unreachable for ``workerLostTimeout``) or when a Hold evicts it; it suspends the TrainJob and releases the

@@ -1,4 +1,4 @@
-"""The work queue and the backoffs: client-go's workqueue semantics, on asyncio.
+"""The work queue and its per-key backoff: client-go's workqueue semantics, on asyncio.
 
 * A key queued twice before a worker takes it runs once (``dirty``).
 * A key queued while a worker processes it is not handed to a second worker; it runs again after the
@@ -10,24 +10,15 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.constants import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS
+from serving.backoff import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, backoff_delay
 
 K = TypeVar("K", bound=Hashable)
-
-
-def backoff_delay(failures: int, base: float = BACKOFF_BASE_SECONDS, cap: float = BACKOFF_CAP_SECONDS) -> float:
-    """Seconds to wait after ``failures`` consecutive failures (0 for the first retry's base): doubling, capped."""
-    if failures < 0:
-        raise ValueError("failures cannot be negative")
-    # 2**failures grows without bound; cap the exponent first so a long outage cannot overflow a float.
-    return min(cap, base * 2 ** min(failures, 64))
 
 
 class RateLimiter(Generic[K]):
@@ -47,25 +38,6 @@ class RateLimiter(Generic[K]):
 
     def forget(self, key: K) -> None:
         self._failures.pop(key, None)
-
-
-class Backoff:
-    """One stream's backoff (a watch's reconnects): doubling with jitter, reset on success.
-
-    The jitter (up to +50 %) keeps many replicas, or many watches, from reconnecting in lockstep after an
-    API server restart.
-    """
-
-    def __init__(self, base: float = BACKOFF_BASE_SECONDS, cap: float = BACKOFF_CAP_SECONDS) -> None:
-        self.base, self.cap, self.failures = base, cap, 0
-
-    def next(self, rand: float | None = None) -> float:
-        delay = backoff_delay(self.failures, self.base, self.cap)
-        self.failures += 1
-        return min(self.cap, delay * (1 + 0.5 * (random.random() if rand is None else rand)))
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class QueueShutDown(Exception):

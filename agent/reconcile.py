@@ -9,8 +9,9 @@ b. What the decision needs: the owning TrainJob and its JobSet (watch caches, el
    dispatch's own: MultiKueue mode is the TrainJob's ``spec.managedBy``, and these reads name its MultiKueue checks
    (a check not there or not readable is a hold: agent/gate.py ``dispatch_mode``, never the AdmissionCheck cache,
    which misses a check just made). In MultiKueue mode, for a dispatch TrainJob, also every worker it may have run
-   on (agent/workerreads.py: fresh reads of its MultiKueue checks, their MultiKueueConfigs and the fences, then
-   each worker's pods, Jobs and Nodes with the agent's own credential there), likewise after the pass began.
+   on (agent/workerpass.py: fresh reads of its MultiKueue checks, their MultiKueueConfigs and the fences, then
+   each worker's pods, Jobs and Nodes with the agent's own credential there: agent/workerreads.py), likewise
+   after the pass began.
 c. The decision (agent/gate.py, pure).
 d. The writes, in this order: on a worker, the record of a copy's first admission in the Workload (agent/gate.py
    ``worker_copy``; the Ready then carries the resourceVersion that record's response gives); the JobSet UID
@@ -62,7 +63,7 @@ from agent.gate import Action, Blocker, Decision, Mode, blockers_of, decide, dis
 from agent.kube import Kube
 from agent.nodeloss import assess
 from agent.replicas import replica
-from agent.workerreads import look_at_workers, read_checks
+from agent.workerpass import look_at_workers, read_checks
 from agent.workers import is_remote
 from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
 from contract.admission import admission_count

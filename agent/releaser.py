@@ -18,8 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.kube import Kube
 from agent.podfinalizer import carries, release_ops
-from agent.queue import Backoff
 from contract.objects import dig
+from serving.backoff import Backoff
 from serving.kube import describe_error
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@
 
 The agent runs as its own process (``python -m agent serve``, admin credentials, default settings but
 ``--workers``). This process writes Workload status as Kueue does (server-side apply on workloads/status by
-the field manager ``kueue-admission``, strict on resourceVersion; tests/agent/kueue_double.py) and watches
+the field manager ``kueue-admission``, strict on resourceVersion; harness/doubles.py) and watches
 the Workloads. The jobs have no JobSet and no pods, so the gate never holds and has no JobSet UID to record:
 a pass of the agent reads the Workload and the TrainJob from its watches, LISTs the pods (a consistent LIST)
 and writes the check Ready. A is not the agent's to raise: dispatch's MutatingAdmissionPolicy
@@ -81,10 +81,10 @@ from harness.agent_process import LEADER, AgentProcess
 from harness.agent_process import start_agent as start_process
 from harness.async_client import api_client
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
+from harness.doubles import status_body as kueue_status
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError, KubeHttp
 from serving.kube import read_json
-from tests.agent.kueue_double import status_body as kueue_status
-from tests.unit.fixtures import runtime, submission
 from webhook.policies import record_start_policy
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.agent_cache_bench [--count 2000]   (from the repository root)
 
-A dispatch TrainJob as Start builds it and Open opens it (tests/unit/fixtures: the runtime patch with its pod
+A dispatch TrainJob as Start builds it and Open opens it (harness/fixtures: the runtime patch with its pod
 template), with a managedFields entry as the API server returns it; and another job's TrainJob, of which only
 the uid is kept. Reported: bytes traced per entry, the object's JSON size, and the time to keep one and to
 read one back.
@@ -24,8 +24,8 @@ from agent.caches import Store, keep_trainjob
 
 def dispatch_trainjob(i: int) -> dict[str, Any]:
     from contract.trainjob import build_trainjob
-    from tests.agent.kueue_double import opened
-    from tests.unit.fixtures import runtime, submission
+    from harness.doubles import opened
+    from harness.fixtures import runtime, submission
 
     tj = opened(build_trainjob(submission(namespace="team-a"), runtime()["spec"]))
     tj["metadata"].update(

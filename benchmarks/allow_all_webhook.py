@@ -16,7 +16,7 @@ import json
 
 from aiohttp import web
 
-from certs.reload import server_context
+from serving.tls import server_context
 
 
 async def review(request: web.Request) -> web.Response:

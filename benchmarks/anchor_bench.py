@@ -85,11 +85,11 @@ from contract.trainer import trainer_spec
 from contract.trainjob import Submission
 from harness import cluster
 from harness.cluster import ADMIN_USER, ControlPlane, new_run_dir, start_control_plane
+from harness.jobs import create_as_start
 from harness.kube_http import ApiError, KubeHttp
 from harness.processes import ManagedProcess, stop_everything, wait_until
 from harness.sandbox import install, site
 from harness.tier_b import HARNESS_POLICY_PREFIX, TierB, kwok_node, node_ready, start_tier_b
-from tests.e2e.kit import create_as_start
 
 KUEUE_V, TRAINER_V = site.KUEUE_V, site.TRAINER_V
 RUNTIME = "anchor-train"

@@ -26,9 +26,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.constants import WORKLOADS
 from agent.kube import Kube
-from agent.watch import run as watch
 from contract.objects import dig
 from serving.kube import api_client
+from serving.watch import run as watch
 
 Key = tuple[str, str]
 

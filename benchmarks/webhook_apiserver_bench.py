@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from contract.trainjob import build_runtime_copy, build_trainjob
+from harness import webhook_process
+from harness.chart_admission import chart_policies, kueue, opened_and_raised, unsuspend, wait_recorded
 from harness.cluster import ControlPlane, free_port, new_run_dir, start_control_plane
+from harness.fixtures import runtime, submission
 from harness.kube_http import KubeHttp
-from tests.cluster import webhook_process
-from tests.cluster.chart_admission import chart_policies, kueue, opened_and_raised, unsuspend, wait_recorded
-from tests.cluster.principals import EDIT_RULES, Principals, principals
-from tests.cluster.webhook_process import WebhookProcess, register, reviews, start_webhook, wait_enforced
-from tests.unit.fixtures import runtime, submission
+from harness.principals import EDIT_RULES, Principals, principals
+from harness.webhook_process import WebhookProcess, register, reviews, start_webhook, wait_enforced
 from webhook.configurations import MIRRORED, RECORD_START
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -221,7 +221,7 @@ def client_main(args: argparse.Namespace) -> None:
 async def https_runs(
     body_file: Path, ca_file: Path, tls_dir: Path, runtime_copy: dict[str, Any], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    from certs.reload import ReloadingServerContext
+    from serving.tls import ReloadingServerContext
     from webhook.config import Config
     from webhook.server import Webhook, serving
 

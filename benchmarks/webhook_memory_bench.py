@@ -5,8 +5,8 @@
 
 Each size runs in a fresh child process, which builds the webhook's store of runtime copies
 (webhook/kube.py ``RuntimeCopies``) and feeds it as a fresh webhook's watch does, through the real code
-path: agent/watch.py's ``list_all`` calls the store's ``list_page``, which reads each page of 500 as the API
-server's JSON bytes (serving/kube.py ``read_json``) and hands it to the store; then agent/watch.py's
+path: serving/watch.py's ``list_all`` calls the store's ``list_page``, which reads each page of 500 as the API
+server's JSON bytes (serving/kube.py ``read_json``) and hands it to the store; then serving/watch.py's
 ``stream`` reads one MODIFIED event line per copy (Start adding the copy's ownerReference to its TrainJob),
 as the watch does. Reported: VmRSS idle, after the LIST (and its peak, VmHWM), after the events, the peak,
 and per copy.
@@ -246,7 +246,7 @@ def runtime_copy(i: int, *, owned: bool = False) -> dict[str, Any]:
 
 class _Body:
     """What kubernetes_asyncio returns with ``_preload_content=False``: aiohttp's response, as far as
-    serving/kube.py ``read_json`` and agent/watch.py ``stream`` read it."""
+    serving/kube.py ``read_json`` and serving/watch.py ``stream`` read it."""
 
     status, reason = 200, "OK"
 
@@ -286,7 +286,7 @@ class FakeServer:
 
 def child(n: int, root: str, page: int | None) -> None:
     sys.path.insert(0, root)
-    from agent import watch
+    from serving import watch
     from webhook import kube
     from webhook.kube import RuntimeCopies
 

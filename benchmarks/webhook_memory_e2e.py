@@ -32,7 +32,7 @@ import yaml
 from benchmarks.webhook_memory_bench import copy_json
 from harness.async_client import api_client
 from harness.cluster import ControlPlane, free_port, new_run_dir, start_control_plane
-from tests.cluster.webhook_process import LOOKUP_RULES, serving_files
+from harness.webhook_process import LOOKUP_RULES, serving_files
 
 DISPATCH = "bench-dispatch"
 CONCURRENCY = 16

@@ -36,10 +36,10 @@ from certs.controller import CertController, Target
 from certs.files import write_plain
 from certs.injection import LABEL, LABEL_VALUE, is_ours
 from certs.metrics import certs_registry
+from contract.keys import NAME
 from serving import flags, logs
 from serving.kube import KubeConfigError, api_client, describe_api_error
 from serving.prometheus import CONTENT_TYPE, exposition
-from webhook.configurations import NAME
 
 PROG: Final = "dispatch-certs"
 DEFAULT_SECRET: Final = f"{NAME}-certs"

@@ -30,8 +30,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from certs import lifecycle
 from certs.files import write_served
 from certs.injection import LABEL, LABEL_VALUE, all_injected, injection_patch, is_ours
+from contract.keys import NAME
 from serving.kube import describe_api_error
-from webhook.configurations import NAME
 
 FIELD_MANAGER: Final = "dispatch.phpboyscout.uk/adapter"
 MAX_ATTEMPTS: Final = 10

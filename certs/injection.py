@@ -15,7 +15,7 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from webhook.configurations import NAME
+from contract.keys import NAME
 
 LABEL: Final = "app.kubernetes.io/name"
 LABEL_VALUE: Final = NAME

@@ -29,7 +29,8 @@ from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
     ANNOTATION_APPROVED_ADMISSION,
 )
-from contract.objects import add_op, annotations, dig, pointer
+from contract.objects import add_op, dig, pointer
+from contract.objects import annotations as annotations_of
 from contract.ownership import dispatch_patch_index, runtime_patches
 
 _CANONICAL = re.compile(r"0|[1-9][0-9]{0,17}")
@@ -69,14 +70,14 @@ def admission_count(trainjob: object) -> int | None:
 
 def admission_floor(trainjob: object) -> int | None:
     """The highest A raised so far, or None before the first raise."""
-    value = annotations(trainjob).get(ANNOTATION_ADMISSION_FLOOR)
+    value = annotations_of(trainjob).get(ANNOTATION_ADMISSION_FLOOR)
     return None if value is None else parse_count(f"annotation {ANNOTATION_ADMISSION_FLOOR}", value)
 
 
 def admission_started(trainjob: object) -> int | None:
     """The A the last execution started with (recorded in the write that unsuspended it), or None before the
     first."""
-    value = annotations(trainjob).get(ANNOTATION_ADMISSION_STARTED)
+    value = annotations_of(trainjob).get(ANNOTATION_ADMISSION_STARTED)
     return None if value is None else parse_count(f"annotation {ANNOTATION_ADMISSION_STARTED}", value)
 
 
@@ -210,7 +211,7 @@ def approval(a: int, workload_uid: str) -> str:
 
 def approved_admission(trainjob: object) -> int | None:
     """The A the readmission gate last approved (``approved-admission``), or None when it approved none."""
-    value = annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION)
+    value = annotations_of(trainjob).get(ANNOTATION_APPROVED_ADMISSION)
     if value is None:
         return None
     a, _, uid = value.partition("/")
@@ -222,6 +223,6 @@ def approved_admission(trainjob: object) -> int | None:
 def approval_ops(trainjob: Mapping[str, Any], a: int, workload_uid: str) -> list[dict[str, Any]]:
     """The JSON Patch op that records the gate's approval of ``a`` on ``workload_uid`` (none when recorded)."""
     value = approval(a, workload_uid)
-    if annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION) == value:
+    if annotations_of(trainjob).get(ANNOTATION_APPROVED_ADMISSION) == value:
         return []
     return [add_op(trainjob, ("metadata", "annotations", ANNOTATION_APPROVED_ADMISSION), value)]

@@ -30,7 +30,8 @@ from contract.keys import (
     HOLD_ANNOTATIONS,
     LABEL_CLAIM,
 )
-from contract.objects import add_op, annotations, dig, labels, micro_time, parse_rfc3339, pointer
+from contract.objects import add_op, dig, labels, micro_time, parse_rfc3339, pointer
+from contract.objects import annotations as annotations_of
 
 DEFAULT_ORIGIN: Final = "multikueue"
 """Kueue's default ``multiKueue.origin``: the value of the origin label on the remote objects a manager makes."""
@@ -44,7 +45,7 @@ def claim_name(workload_uid: str) -> str:
 def copy_claim(copy: Mapping[str, Any] | None) -> tuple[str, str] | None:
     """The claim a worker's copy needs: ``(claim name, approval)`` from the gate's approval it carries (MultiKueue
     copies the manager TrainJob's annotations); None when it carries none (it never starts)."""
-    value = annotations(copy).get(ANNOTATION_APPROVED_ADMISSION)
+    value = annotations_of(copy).get(ANNOTATION_APPROVED_ADMISSION)
     if not isinstance(value, str):
         return None
     a, _, uid = value.partition("/")
@@ -111,14 +112,14 @@ def wanted_claim(
     worker = dispatched_worker(workload)
     if worker is None or worker in set(fenced) or not cluster_active(clusters.get(worker)):
         return None
-    if any(k in annotations(o) for o in (trainjob, workload) for k in HOLD_ANNOTATIONS):
+    if any(k in annotations_of(o) for o in (trainjob, workload) for k in HOLD_ANNOTATIONS):
         return None
-    approval = annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION)
+    approval = annotations_of(trainjob).get(ANNOTATION_APPROVED_ADMISSION)
     uid = str(dig(workload, "metadata", "uid") or "")
     if not isinstance(approval, str) or not uid:
         return None
     a, _, approved_uid = approval.partition("/")
-    if approved_uid != uid or annotations(workload).get(ANNOTATION_DISPATCHED) != a:
+    if approved_uid != uid or annotations_of(workload).get(ANNOTATION_DISPATCHED) != a:
         return None
     job = f"{dig(trainjob, 'metadata', 'namespace')}/{dig(trainjob, 'metadata', 'name')}"
     return Want(worker, claim_name(uid), approval, job)
@@ -168,7 +169,7 @@ def fresh_by_manager(lease: Mapping[str, Any] | None, now: dt.datetime) -> bool:
 
 def dispatched_to(trainjob: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The workers the record on the manager's TrainJob lists (``ANNOTATION_DISPATCHED_TO``)."""
-    value = annotations(trainjob).get(ANNOTATION_DISPATCHED_TO)
+    value = annotations_of(trainjob).get(ANNOTATION_DISPATCHED_TO)
     if not isinstance(value, str):
         return ()
     return tuple(sorted({w.strip() for w in value.split(",") if w.strip()}))
@@ -178,7 +179,7 @@ def record_ops(trainjob: Mapping[str, Any], workers: Iterable[str]) -> list[dict
     """The JSON Patch that makes the record list exactly ``workers``, preconditioned on the TrainJob as read;
     empty when it already does."""
     want = tuple(sorted(set(workers)))
-    if want == dispatched_to(trainjob) and (want or ANNOTATION_DISPATCHED_TO not in annotations(trainjob)):
+    if want == dispatched_to(trainjob) and (want or ANNOTATION_DISPATCHED_TO not in annotations_of(trainjob)):
         return []
     if not want:
         path = pointer("metadata", "annotations", ANNOTATION_DISPATCHED_TO)

@@ -10,7 +10,8 @@ from typing import Any
 from contract.admission import admission_floor, parse_count
 from contract.errors import ContractError
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_JOBSET_UID, LABEL_REPLICATED_JOB_NAME
-from contract.objects import add_op, annotations, dig, labels
+from contract.objects import add_op, dig, labels
+from contract.objects import annotations as annotations_of
 from contract.ownership import dispatch_patch
 
 
@@ -48,7 +49,7 @@ def jobset_uid_ops(trainjob: Mapping[str, Any], jobset: object) -> list[dict[str
     for a JobSet that is not the TrainJob's own (``owns_jobset``), whose UID would later be reported as a
     reset of J that never happened."""
     uid = dig(jobset, "metadata", "uid")
-    if not isinstance(uid, str) or not uid or annotations(trainjob).get(ANNOTATION_JOBSET_UID):
+    if not isinstance(uid, str) or not uid or annotations_of(trainjob).get(ANNOTATION_JOBSET_UID):
         return []
     if not owns_jobset(trainjob, jobset):
         return []
@@ -56,7 +57,7 @@ def jobset_uid_ops(trainjob: Mapping[str, Any], jobset: object) -> list[dict[str
 
 
 def jobset_uid_reason(trainjob: object, jobset: object) -> str | None:
-    recorded, seen = annotations(trainjob).get(ANNOTATION_JOBSET_UID), dig(jobset, "metadata", "uid")
+    recorded, seen = annotations_of(trainjob).get(ANNOTATION_JOBSET_UID), dig(jobset, "metadata", "uid")
     if recorded and seen and recorded != seen:
         return f"JobSet UID {seen} is not the recorded {recorded}: J may have been reset."
     return None
@@ -79,7 +80,7 @@ def pod_reasons(trainjob: object, pods: Iterable[Mapping[str, Any]]) -> list[str
     reasons = []
     for pod in trainer_pods(trainjob, pods):
         name = dig(pod, "metadata", "name")
-        value = annotations(pod).get(ANNOTATION_ADMISSION)
+        value = annotations_of(pod).get(ANNOTATION_ADMISSION)
         if value is None:
             reasons.append(
                 f"Pod {name} has no admission annotation {ANNOTATION_ADMISSION}: it was not started through a gate."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED, GATE, OPENED_TRUE
-from contract.objects import annotations
+from contract.objects import annotations as annotations_of
 
 
 def parse_gates(value: object) -> list[str]:
@@ -14,7 +14,7 @@ def parse_gates(value: object) -> list[str]:
 
 
 def gates_of(obj: object) -> list[str]:
-    return parse_gates(annotations(obj).get(ANNOTATION_ADMISSION_GATED_BY))
+    return parse_gates(annotations_of(obj).get(ANNOTATION_ADMISSION_GATED_BY))
 
 
 def has_dispatch_gate(obj: object) -> bool:
@@ -41,4 +41,4 @@ def is_opened_by_dispatch(obj: object) -> bool:
     Were the gate to approve a job the unsuspend rules refuse, Kueue would admit it, reserve its quota, and
     its unsuspend would be refused for ever. A job past Kueue's gate without the mark (opened before Open
     wrote it) is not opened by this answer, whatever its floor: Open writes the mark for it."""
-    return annotations(obj).get(ANNOTATION_OPENED) == OPENED_TRUE and not has_dispatch_gate(obj)
+    return annotations_of(obj).get(ANNOTATION_OPENED) == OPENED_TRUE and not has_dispatch_gate(obj)

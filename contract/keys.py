@@ -178,6 +178,9 @@ RESERVED_KEY_PREFIXES: Final = (
 )
 
 # -- Other fixed names ---------------------------------------------------------------------------
+NAME: Final = "dispatch-k8s"
+"""The name of dispatch's webhook configurations and Service, and their ``app.kubernetes.io/name`` label: the
+certificate controller injects its CA into the configurations so named and labelled."""
 TRAINER_CONTAINER: Final = "node"
 LEASE_NAMESPACE: Final = "dispatch-system"
 LEASE_NAME: Final = "dispatch-admission"

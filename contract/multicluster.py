@@ -33,7 +33,8 @@ from contract.keys import (
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
-from contract.objects import add_op, annotations, dig, labels, micro_time, parse_rfc3339, pointer
+from contract.objects import add_op, dig, labels, micro_time, parse_rfc3339, pointer
+from contract.objects import annotations as annotations_of
 
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
 """The ``spec.controllerName`` of Kueue's MultiKueue AdmissionCheck."""
@@ -63,7 +64,7 @@ runs the copies a manager dispatched to it and never numbers them."""
 def managed_by_multikueue(trainjob: Mapping[str, Any] | None) -> bool:
     """The TrainJob is a manager's, run by MultiKueue on a worker: Kueue's defaulting set its ``spec.managedBy``
     (immutable) because its queue lists a MultiKueue check."""
-    return dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY
+    return bool(dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY)
 
 
 def is_copy(obj: Mapping[str, Any] | None) -> bool:
@@ -136,7 +137,7 @@ def is_fenced(cluster: Mapping[str, Any] | None) -> bool:
 
 def is_powered_off(cluster: Mapping[str, Any] | None) -> bool:
     """The fence declares the worker shut down (``FENCED_POWERED_OFF``): nothing of it runs, read or not."""
-    return dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) == FENCED_POWERED_OFF
+    return bool(dig(cluster, "metadata", "annotations", ANNOTATION_FENCED) == FENCED_POWERED_OFF)
 
 
 def listed_multikueue_checks(workload: Mapping[str, Any] | None, checks: Collection[str]) -> list[str]:
@@ -222,13 +223,13 @@ def budget_problem(runtime_spec: Mapping[str, Any], a: int, min_dispatches: int)
 def unverified(obj: Mapping[str, Any] | None) -> bool:
     """MultiKueue's copy carries dispatch's mark ``ANNOTATION_UNVERIFIED`` (any value: only its absence lets it
     start)."""
-    return ANNOTATION_UNVERIFIED in annotations(obj)
+    return ANNOTATION_UNVERIFIED in annotations_of(obj)
 
 
 def prebuilt_workload(copy: Mapping[str, Any] | None) -> str | None:
     """The remote Workload a worker's copy names as its prebuilt one: a label, or (Kueue's
     ``WorkloadIdentifierAnnotations``) an annotation of the same key; None when it names none."""
-    for found in (labels(copy), annotations(copy)):
+    for found in (labels(copy), annotations_of(copy)):
         value = found.get(PREBUILT_WORKLOAD)
         if isinstance(value, str) and value:
             return value
@@ -287,7 +288,7 @@ def verify_copy(
         return CopyVerdict(CopyAction.WAIT, NO_CONTACT)
     try:
         a = admission_count(copy)
-        stamp = annotations(workload).get(ANNOTATION_DISPATCHED)
+        stamp = annotations_of(workload).get(ANNOTATION_DISPATCHED)
         if stamp is None:
             return CopyVerdict(
                 CopyAction.WAIT,
@@ -314,7 +315,7 @@ def verify_copy(
     if claim != needs[1]:
         return CopyVerdict(CopyAction.WAIT, unclaimed_message(needs, claim))
     uid = dig(copy, "metadata", "uid")
-    verified = annotations(workload).get(ANNOTATION_VERIFIED_COPY)
+    verified = annotations_of(workload).get(ANNOTATION_VERIFIED_COPY)
     if verified is not None and verified != uid:
         return CopyVerdict(
             CopyAction.WAIT,
@@ -413,7 +414,7 @@ def outlived_contact(
         return CopyVerdict(CopyAction.NOTHING, "not a running copy")
     if workload is None or dig(workload, "metadata", "deletionTimestamp"):
         return CopyVerdict(CopyAction.NOTHING, "its remote Workload is gone")
-    if annotations(workload).get(ANNOTATION_VERIFIED_COPY) != dig(copy, "metadata", "uid"):
+    if annotations_of(workload).get(ANNOTATION_VERIFIED_COPY) != dig(copy, "metadata", "uid"):
         return CopyVerdict(CopyAction.NOTHING, "not the copy let start under its remote Workload")
     if any(
         c.get("type") == "Finished" and c.get("status") == "True" for c in dig(workload, "status", "conditions") or []
@@ -425,7 +426,7 @@ def outlived_contact(
             f"the manager's dispatch agent has not renewed its contact Lease {LEASE_MANAGER_CONTACT} here within its "
             "duration: the manager may dispatch the job to another worker; deleted, so it does not run on",
         )
-    started = annotations(workload).get(ANNOTATION_VERIFIED_CONTACT)
+    started = annotations_of(workload).get(ANNOTATION_VERIFIED_CONTACT)
     try:
         under = parse_count(f"annotation {ANNOTATION_VERIFIED_CONTACT}", started) if started is not None else -1
     except ContractError:
@@ -457,7 +458,7 @@ def unclaimed(copy: Mapping[str, Any], workload: Mapping[str, Any] | None, *, cl
     status from it)."""
     if not is_copy(copy) or unverified(copy) or dig(copy, "metadata", "deletionTimestamp"):
         return CopyVerdict(CopyAction.NOTHING, "not a running copy")
-    if workload is not None and annotations(workload).get(ANNOTATION_VERIFIED_COPY) != dig(copy, "metadata", "uid"):
+    if workload is not None and annotations_of(workload).get(ANNOTATION_VERIFIED_COPY) != dig(copy, "metadata", "uid"):
         return CopyVerdict(CopyAction.NOTHING, "not the copy let start under its remote Workload")
     if _finished(copy) or _finished(workload):
         return CopyVerdict(CopyAction.NOTHING, "finished")

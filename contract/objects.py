@@ -4,8 +4,7 @@ The webhook sees whatever a client sends, so every reader here answers ``None`` 
 wrongly-typed step instead of raising.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: mypy would take ``annotations`` for it, not the function below.
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -17,9 +16,11 @@ def dig(obj: object, *path: str | int) -> Any:
         if isinstance(step, int):
             if not isinstance(obj, list) or not -len(obj) <= step < len(obj):
                 return None
+            obj = obj[step]
         elif not isinstance(obj, Mapping) or step not in obj:
             return None
-        obj = obj[step]
+        else:
+            obj = obj[step]
     return obj
 
 

@@ -49,7 +49,8 @@ def owner_trainjob_name(obj: object) -> str | None:
         if isinstance(ref, Mapping) and ref.get("kind") == KIND_TRAINJOB and isinstance(ref.get("name"), str):
             api_version = ref.get("apiVersion")
             if isinstance(api_version, str) and api_version.startswith(TRAINER_GROUP + "/"):
-                return ref["name"]
+                name: str = ref["name"]
+                return name
     return None
 
 

@@ -79,7 +79,8 @@ def trainer_replicated_job(runtime_spec: object) -> Mapping[str, Any]:
         )
     if not isinstance(found[0].get("name"), str) or not found[0]["name"]:
         raise ContractError("runtime.spec.template.spec.replicatedJobs", "the trainer replicated job has no name")
-    return found[0]
+    trainer: Mapping[str, Any] = found[0]
+    return trainer
 
 
 def canonical_path(path: str) -> bool:
@@ -134,7 +135,7 @@ def check_credentials(credentials: Sequence[Credential]) -> None:
         seen.append(path)
 
 
-def _init_container_names(job: Mapping[str, Any]) -> set[str]:
+def _init_container_names(job: Mapping[str, Any]) -> set[Any]:
     inits = dig(job, "template", "spec", "template", "spec", "initContainers")
     return {c.get("name") for c in inits if isinstance(c, Mapping)} if isinstance(inits, list) else set()
 

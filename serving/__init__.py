@@ -1,1 +1,2 @@
-"""What the webhook and the agent both need to serve: the Kubernetes client and Prometheus text."""
+"""What the servers (the webhook, the agent and the certificate controller) need to serve: the Kubernetes client,
+the list-then-watch, TLS that follows its files, logs, flags and Prometheus text."""

@@ -122,3 +122,13 @@ async def read_json(call: Awaitable[Any]) -> Any:
         exc.body = raw.decode("utf-8", "replace")
         raise exc
     return json.loads(raw) if raw else None
+
+
+async def or_none(call: Awaitable[Any]) -> Any:
+    """The call's JSON object, or None when it is not found (404); any other failure raises."""
+    try:
+        return await read_json(call)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise

@@ -121,7 +121,7 @@ class Histogram(_Wrapped):
 
 
 class CertificateState(Protocol):
-    """What a server knows of the certificate it serves (certs.reload.ReloadingServerContext)."""
+    """What a server knows of the certificate it serves (serving.tls.ReloadingServerContext)."""
 
     reloads: int
     failures: int

@@ -13,9 +13,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from certs.reload import CertificateLoadError, ReloadingServerContext
 from serving import flags, logs
 from serving.kube import KubeConfigError, api_client
+from serving.tls import CertificateLoadError, ReloadingServerContext
 from webhook import selftest
 from webhook.config import Config, ConfigError, load_config
 from webhook.kube import LookupReadiness, RuntimeCopies, RuntimeReader

@@ -18,12 +18,12 @@ from contract.keys import (
     JOBSET_GROUP,
     KIND_TRAINJOB,
     LABEL_QUEUE_NAME,
+    NAME,
     PREFIX,
     RUNTIME_PATCH_MANAGER,
     TRAINJOB_NAME_PREFIX,
 )
 
-NAME: Final = "dispatch-k8s"
 TIMEOUT_SECONDS: Final = 5
 PATHS: Final = {"validate": "/validate", "mutate": "/mutate"}
 

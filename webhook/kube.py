@@ -11,9 +11,9 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent import watch
 from contract.keys import LABEL_JOB_ID
 from contract.objects import dig
+from serving import watch
 from serving.kube import describe_api_error, read_json
 from webhook.runtime_facts import RuntimeFacts, runtime_facts, uid_of
 
@@ -22,7 +22,7 @@ TRAINER_VERSION: Final = "v1alpha1"
 RUNTIMES: Final = "trainingruntimes"
 
 LIST_PAGE: Final = 100
-"""Copies per page of the LIST (agent/watch.py asks for 500, which suits Workloads). A copy carries a whole
+"""Copies per page of the LIST (serving/watch.py asks for 500, which suits Workloads). A copy carries a whole
 training runtime, ≈ 30 KB of JSON with its managedFields, ten times a Workload; a page's decoded objects,
 once freed, leave the heap fragmented at about their own size (CPython's arenas stay pinned by the few
 objects kept of each copy), so the page size bounds the RSS above what is kept: 500 a page held ≈ 95 MiB of
@@ -109,7 +109,7 @@ class RuntimeCopies:
         return None if found is None else runtime_facts(found)
 
     async def run(self) -> None:
-        """List and watch the copies until cancelled (agent/watch.py: backoff, resume, re-list on 410)."""
+        """List and watch the copies until cancelled (serving/watch.py: backoff, resume, re-list on 410)."""
 
         def call(**kwargs: Any) -> Awaitable[Any]:
             return self._custom.list_cluster_custom_object(
@@ -125,7 +125,7 @@ class RuntimeCopies:
     def _on_live(self, live: bool) -> None:
         self.live = live and self._listing is None
 
-    # -- agent.watch.Handler --------------------------------------------------------------------------
+    # -- serving.watch.Handler --------------------------------------------------------------------------
 
     def begin(self) -> None:
         self.live = False

@@ -22,11 +22,11 @@ from aiohttp import web
 from kubernetes_asyncio.client.exceptions import ApiException
 
 import webhook.admission as admission  # through the module, so tests can replace a rule
-from certs.reload import ReloadingServerContext
 from serving.drain import close_when
 from serving.flags import parse_duration
 from serving.kube import describe_api_error
 from serving.logs import fields
+from serving.tls import ReloadingServerContext
 from webhook.config import Config
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics

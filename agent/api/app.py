@@ -3,7 +3,7 @@
 Mount it in the agent's ``serve``::
 
     api = ApiServer(Kube(api_client, timeout=settings.request_timeout), settings)
-    async with serving(api.app(), host, settings.port, tls):  # tls: certs.reload.ReloadingServerContext
+    async with serving(api.app(), host, settings.port, tls):  # tls: serving.tls.ReloadingServerContext
         ...
 
 Order of checks, for every route but the OpenAPI document: a bearer token (401), TokenReview (401), the
@@ -37,9 +37,9 @@ from agent.api.openapi import document
 from agent.api.routes import OPENAPI_PATH, ROUTES, Route
 from agent.api.service import Service
 from agent.api.settings import ApiSettings
-from certs.reload import ReloadingServerContext
 from serving.drain import close_when
 from serving.prometheus import Counter, Histogram, exposition, registry
+from serving.tls import ReloadingServerContext
 
 MAX_BODY: Final = 1024 * 1024
 """Bytes: a StartRequest is a few KiB; the API server refuses objects over 1.5 MiB anyway."""

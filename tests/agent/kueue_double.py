@@ -5,7 +5,6 @@ manager ``kueue-admission``, all check entries re-applied) — but no Kueue runn
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -13,19 +12,17 @@ from typing import Any
 from contract.admission import admission_count, admission_floor, admission_started, preconditions, unsuspend_ops
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
-    ANNOTATION_ADMISSION_GATED_BY,
     ANNOTATION_ADMISSION_STARTED,
-    ANNOTATION_OPENED,
     KUEUE_RUNTIME_PATCH_MANAGER,
     LABEL_JOBSET_NAME,
-    OPENED_TRUE,
     POD_FINALIZER,
 )
 from contract.objects import pointer
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
+from harness.doubles import KUEUE_V, now, opened, status_body
+from harness.fixtures import runtime, submission
 from harness.kube_http import KubeHttp
-from tests.unit.fixtures import runtime, submission
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_webhook_rules import KUEUE, request
 from webhook.admission import validate
@@ -33,16 +30,11 @@ from webhook.config import Config
 from webhook.review import Lookups, Verdict
 from webhook.rules.updates import approval_problems
 
-KUEUE_V = "kueue.x-k8s.io/v1beta2"
 TRAINER_V = "trainer.kubeflow.org/v1alpha1"
 KUEUE_MANAGER = "kueue-admission"
 
 created_checks: list[str] = []
 """AdmissionChecks made by the current test (tests/agent/conftest.py deletes them)."""
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def create_admission_check(cp: ControlPlane) -> str:
@@ -70,13 +62,6 @@ def create_dispatch_trainjob(cp: ControlPlane, namespace: str, **overrides: Any)
         {"manager": KUEUE_RUNTIME_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
     )
     return cp.admin.create(tj)
-
-
-def opened(tj: dict[str, Any]) -> dict[str, Any]:
-    """The TrainJob as dispatch's Open leaves it in Kueue mode (agent/operations.py plan_open)."""
-    tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
-    tj["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE
-    return tj
 
 
 def create_plain_trainjob(cp: ControlPlane, namespace: str, name: str = "someone-elses-job") -> dict[str, Any]:
@@ -147,57 +132,6 @@ def create_workload(cp: ControlPlane, owner: dict[str, Any], checks: list[str]) 
         }
     )
     return write_status(cp, wl, checks={c: ("Pending", "") for c in checks}, reserved=False)
-
-
-def status_body(
-    wl: Mapping[str, Any], checks: Mapping[str, tuple[str, str]], *, reserved: bool, evicted: bool = False
-) -> dict[str, Any]:
-    """Kueue's status write: every check entry, the conditions, the admission; strict (resourceVersion)."""
-    old = {c["name"]: c for c in wl.get("status", {}).get("admissionChecks", [])}
-    stamp = now()
-    entries = [
-        {
-            "name": name,
-            "state": state,
-            "message": message,
-            "lastTransitionTime": old[name]["lastTransitionTime"] if old.get(name, {}).get("state") == state else stamp,
-        }
-        for name, (state, message) in sorted(checks.items())
-    ]
-    conditions = [
-        {
-            "type": "QuotaReserved",
-            "status": "True" if reserved else "False",
-            "reason": "QuotaReserved" if reserved else "Pending",
-            "message": "Quota reserved in ClusterQueue cq" if reserved else "waiting for quota",
-            "lastTransitionTime": stamp,
-        }
-    ]
-    if evicted:
-        conditions.append(
-            {
-                "type": "Evicted",
-                "status": "True",
-                "reason": "Preempted",
-                "message": "Preempted",
-                "lastTransitionTime": stamp,
-            }
-        )
-    status: dict[str, Any] = {"conditions": conditions, "admissionChecks": entries}
-    if reserved:
-        status["admission"] = {
-            "clusterQueue": "cq",
-            "podSetAssignments": [
-                {"name": "node", "count": 1, "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": "1"}}
-            ],
-        }
-    meta = wl["metadata"]
-    return {
-        "apiVersion": KUEUE_V,
-        "kind": "Workload",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
-        "status": status,
-    }
 
 
 def write_status(

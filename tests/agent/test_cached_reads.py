@@ -23,10 +23,10 @@ from agent.kube import Kube
 from agent.reconcile import WorkloadKey, reconcile
 from contract.keys import ANNOTATION_HOLD_INSTANCE, ANNOTATION_HOLD_REASON, ANNOTATION_HOLD_WHO, ANNOTATION_JOBSET_UID
 from contract.objects import pointer
+from harness.principals import json_patch
 from tests.agent import kueue_double as kueue
 from tests.agent.running import RunningController
 from tests.agent.test_reconcile import create_jobset
-from tests.cluster.principals import json_patch
 from tests.unit.test_agent_caches import live
 
 pytestmark = pytest.mark.cluster

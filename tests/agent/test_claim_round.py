@@ -26,9 +26,9 @@ from contract.keys import (
 from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime, submission
 from tests.agent import kueue_double as kueue
 from tests.e2e.kit import eventually
-from tests.unit.fixtures import runtime, submission
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 LEASE = "coordination.k8s.io/v1"

@@ -1,4 +1,4 @@
-"""The release of a lost worker's quota on a manager (agent/workerreads.py ``release_kept_quota``) against the real
+"""The release of a lost worker's quota on a manager (agent/workerpass.py ``release_kept_quota``) against the real
 API server, the test playing Kueue's part: the MultiKueue checks whose workers the release looks at are identified
 by fresh reads of the checks the Workload lists, never by the agent's AdmissionCheck watch cache
 (docs/multicluster.md, "A lost worker's quota").
@@ -17,14 +17,14 @@ import pytest
 
 from agent.admissioncheck import AdmissionCheckCache
 from agent.kube import Kube
-from agent.workerreads import release_kept_quota
+from agent.workerpass import release_kept_quota
 from contract.keys import KUEUE_RUNTIME_PATCH_MANAGER
 from contract.multicluster import MULTIKUEUE_CONFIG_KIND, MULTIKUEUE_CONTROLLER, MULTIKUEUE_MANAGED_BY
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime, submission
 from tests.agent import kueue_double as kueue
 from tests.e2e.kit import eventually
-from tests.unit.fixtures import runtime, submission
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 

@@ -18,8 +18,8 @@ from agent.reconcile import Hooks, WorkloadKey, reconcile
 from contract.admission import admission_path, approved_admission
 from contract.keys import ANNOTATION_APPROVED_ADMISSION, ANNOTATION_JOBSET_UID, FIELD_MANAGER
 from contract.objects import pointer
+from harness.principals import json_patch
 from tests.agent import kueue_double as kueue
-from tests.cluster.principals import json_patch
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
 

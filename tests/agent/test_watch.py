@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agent import watch
+from serving import watch
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 

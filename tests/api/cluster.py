@@ -20,11 +20,11 @@ from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
 from agent.workerreads import WorkerClients
 from certs import pki
-from certs.reload import ReloadingServerContext
 from harness.async_client import api_client
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime
 from harness.kube_http import ApiError, Credentials
-from tests.unit.fixtures import runtime
+from serving.tls import ReloadingServerContext
 
 HOST = "127.0.0.1"
 AGENT_NAMESPACE = "dispatch-system"

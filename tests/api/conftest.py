@@ -16,9 +16,9 @@ from agent.api.client import AgentClient
 from agent.api.kube import CLUSTER_TRAINING_RUNTIMES, Kube
 from agent.api.settings import ApiSettings
 from certs import pki
-from certs.reload import ReloadingServerContext
+from harness.fixtures import runtime
+from serving.tls import ReloadingServerContext
 from tests.api.fake_kube import FakeKube, Grant, running
-from tests.unit.fixtures import runtime
 
 HOST = "127.0.0.1"
 NAMESPACE = "team-a"

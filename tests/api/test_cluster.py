@@ -24,6 +24,7 @@ from contract.keys import ANNOTATION_OPENED, FIELD_MANAGER
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime, submission
 from tests.api.cluster import (
     RunningAgent,
     Supervisors,
@@ -34,7 +35,6 @@ from tests.api.cluster import (
     supervisors,
 )
 from tests.api.requests import fresh_job_id, start_request
-from tests.unit.fixtures import runtime, submission
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 TRAINER = "trainer.kubeflow.org/v1alpha1"

@@ -30,11 +30,11 @@ from agent.api.kube import CLUSTER_TRAINING_RUNTIMES, Kube
 from agent.api.openapi import document
 from agent.api.settings import ApiSettings
 from certs import pki
-from certs.reload import ReloadingServerContext
+from harness.fixtures import runtime
+from serving.tls import ReloadingServerContext
 from tests.api import controllers as c
 from tests.api.conftest import HOST, NAMESPACE, SUPERVISOR, SUPERVISOR_TOKEN, supervisor_grants
 from tests.api.fake_kube import FakeKube, Grant, running
-from tests.unit.fixtures import runtime
 
 SCHEMA = schemathesis.openapi.from_dict(document())
 SETTINGS = ApiSettings(workloadTimeout=0.2, probeSeconds=0.1)

@@ -15,8 +15,8 @@ from agent.api.models import ObjectRef
 from agent.operations import Refused
 from contract.keys import PROBE_NODE_SELECTOR_KEY
 from contract.trainjob import build_trainjob, runtime_copy_owner_reference
+from harness.fixtures import runtime, runtime_copy, submission, trainjob
 from tests.api.objects import apply_patch
-from tests.unit.fixtures import runtime, runtime_copy, submission, trainjob
 
 NOW = dt.datetime(2026, 11, 29, 10, 0, 0, tzinfo=dt.UTC)
 

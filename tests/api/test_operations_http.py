@@ -18,10 +18,10 @@ from contract.keys import (
     ANNOTATION_OPENED,
     LABEL_JOBSET_NAME,
 )
+from harness.fixtures import runtime
 from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, Agent, supervisor_grants
 from tests.api.requests import start_request
-from tests.unit.fixtures import runtime
 
 pytestmark = pytest.mark.asyncio
 TJS = TRAINJOBS.path(NAMESPACE)

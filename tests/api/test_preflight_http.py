@@ -243,7 +243,7 @@ async def test_the_verdict_is_cluster_state_every_replica_reads(agent: Agent, fa
 
     from agent.api.app import ApiServer, serving
     from agent.api.kube import Kube
-    from certs.reload import ReloadingServerContext
+    from serving.tls import ReloadingServerContext
     from tests.api.conftest import HOST, TEST_SETTINGS
     from tests.api.fake_kube import running
 

@@ -19,9 +19,9 @@ from agent.api.errors import ErrorKind
 from agent.api.kube import JOBS, MULTIKUEUE_CLUSTERS, PODS, TRAINING_RUNTIMES, TRAINJOBS, Kube
 from agent.api.models import ObjectRef, StartResponse
 from agent.workerreads import WorkerClients
-from certs.reload import ReloadingServerContext
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF, LABEL_JOBSET_NAME
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
+from serving.tls import ReloadingServerContext
 from tests.api import controllers as c
 from tests.api.conftest import HOST, NAMESPACE, SUPERVISOR_TOKEN, TEST_SETTINGS, Tls
 from tests.api.fake_kube import FakeKube, running

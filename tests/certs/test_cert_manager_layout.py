@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from certs import pki
 from certs.files import DATA_LINK, write_served
 from certs.lifecycle import service_dns_names
-from certs.reload import ReloadingServerContext
+from serving.tls import ReloadingServerContext
 
 NAME = "dispatch-k8s.dispatch-system.svc"
 

@@ -16,7 +16,7 @@ from cryptography import x509
 
 from certs import injection
 from certs.files import DATA_LINK, write_plain, write_served
-from certs.reload import ReloadingServerContext
+from serving.tls import ReloadingServerContext
 from webhook.configurations import webhook_configurations
 
 BUNDLE = b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"

@@ -27,10 +27,10 @@ from kubernetes_asyncio import client
 from certs import lifecycle as lc
 from certs.controller import FIELD_MANAGER, CertController, SecretMissingError, Target, utcnow
 from certs.metrics import certs_registry
-from certs.reload import ReloadingServerContext
 from harness.async_client import api_client as admin_api_client
 from serving.kube import api_client
 from serving.prometheus import exposition, version
+from serving.tls import ReloadingServerContext
 from tests.webhook.test_protocol import parse_exposition
 from webhook.configurations import webhook_configurations
 

@@ -203,7 +203,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
     """Every call the chart's ServiceAccount makes, and where in the code it is made."""
     lease_ns, lease_name = lease
     checks: list[tuple[str, Check]] = [
-        # agent/kube.py and agent/watch.py: the watches (LIST then WATCH, all namespaces).
+        # agent/kube.py and serving/watch.py: the watches (LIST then WATCH, all namespaces).
         ("agent: watch Workloads", ("list", KUEUE, "workloads", {})),
         ("agent: watch Workloads", ("watch", KUEUE, "workloads", {})),
         ("agent: watch AdmissionChecks", ("list", KUEUE, "admissionchecks", {})),

@@ -14,8 +14,7 @@ from contract.admission import admission_count, approval_ops, preconditions
 from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED, ANNOTATION_HOLD_INSTANCE
 from contract.objects import annotations
 from contract.trainjob import build_runtime_copy, build_trainjob
-from harness.kube_http import ApiError, KubeHttp
-from tests.cluster.chart_admission import (
+from harness.chart_admission import (
     chart_policies,
     kueue,
     opened_and_raised,
@@ -23,9 +22,10 @@ from tests.cluster.chart_admission import (
     wait_recorded,
     wait_refused,
 )
-from tests.cluster.principals import Principals, merge_patch, principals
-from tests.cluster.webhook_process import WebhookProcess, reviews, start_webhook, wait_enforced
-from tests.unit.fixtures import runtime, submission
+from harness.fixtures import runtime, submission
+from harness.kube_http import ApiError, KubeHttp
+from harness.principals import Principals, merge_patch, principals
+from harness.webhook_process import WebhookProcess, reviews, start_webhook, wait_enforced
 
 pytestmark = pytest.mark.cluster
 

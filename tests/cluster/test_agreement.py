@@ -40,11 +40,11 @@ from contract.keys import (
     LABEL_QUEUE_NAME,
 )
 from contract.trainjob import build_trainjob
+from harness import chart_admission
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError
-from tests.cluster import chart_admission
-from tests.cluster.principals import Principals, principals
+from harness.principals import Principals, principals
 from tests.cluster.test_record_start import set_a
-from tests.unit.fixtures import runtime, submission
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, workload
 from tests.unit.test_webhook_rules import request

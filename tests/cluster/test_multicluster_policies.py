@@ -47,9 +47,9 @@ from contract.multicluster import (
 from contract.prologue import prologue_configmap
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError, KubeHttp
-from tests.cluster.principals import bound_here
-from tests.unit.fixtures import runtime, submission
+from harness.principals import bound_here
 from webhook.config import Config, Principals
 from webhook.policies import (
     MANAGER_AGENT_MESSAGE,

@@ -20,7 +20,7 @@ from ulid import ULID
 from contract.keys import POD_FINALIZER
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
-from tests.cluster.principals import bound_here
+from harness.principals import bound_here
 from tests.cluster.test_owners import NODE, RBAC, ROLES, STRANGER, _config, _user
 from webhook import owners
 from webhook.policies import admission_policies, owner_policy_name

@@ -22,9 +22,9 @@ from contract.multicluster import MULTIKUEUE_MANAGED_BY, raise_dispatch
 from contract.runtime_patch import trainer_replicated_job
 from contract.runtime_requirements import prologue_mount_problems
 from contract.trainjob import build_runtime_copy, build_trainjob
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError
-from tests.cluster.principals import Principals, bound_here, json_patch, merge_patch, principals
-from tests.unit.fixtures import runtime, submission
+from harness.principals import Principals, bound_here, json_patch, merge_patch, principals
 from webhook.config import Config
 from webhook.config import Principals as ConfigPrincipals
 from webhook.policies import admission_policies

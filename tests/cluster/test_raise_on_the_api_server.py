@@ -9,9 +9,9 @@ import pytest
 
 from contract.admission import admission_count, admission_floor, raise_admission
 from contract.trainjob import build_runtime_copy, build_trainjob
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError
-from tests.cluster.principals import json_patch, merge_patch
-from tests.unit.fixtures import runtime, submission
+from harness.principals import json_patch, merge_patch
 
 pytestmark = pytest.mark.cluster
 

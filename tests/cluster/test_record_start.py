@@ -18,8 +18,8 @@ from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_START
 from contract.objects import annotations, dig
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError
-from tests.unit.fixtures import runtime, submission
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_webhook_rules import request
 from webhook.admission import mutate

@@ -20,10 +20,10 @@ from contract.keys import (
     GATE,
 )
 from contract.trainjob import build_runtime_copy, build_trainjob
+from harness.fixtures import JOB_ID, runtime, submission
 from harness.kube_http import ApiError
-from tests.cluster.principals import Principals, json_patch, merge_patch, principals
-from tests.cluster.webhook_process import WebhookProcess, start_webhook, wait_enforced
-from tests.unit.fixtures import JOB_ID, runtime, submission
+from harness.principals import Principals, json_patch, merge_patch, principals
+from harness.webhook_process import WebhookProcess, start_webhook, wait_enforced
 
 pytestmark = pytest.mark.cluster
 TRAINJOB = "trainer.kubeflow.org/v1alpha1"

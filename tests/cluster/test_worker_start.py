@@ -39,9 +39,9 @@ from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_SINGLE, ROLE_WOR
 from contract.objects import annotations
 from contract.trainjob import build_trainjob
 from harness.cluster import ControlPlane
+from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError, KubeHttp
-from tests.cluster.principals import bound_here
-from tests.unit.fixtures import runtime, submission
+from harness.principals import bound_here
 from tests.unit.kubelet import apply_json_patch
 from webhook.config import Config, Principals
 from webhook.policies import admission_policies

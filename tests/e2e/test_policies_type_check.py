@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from contract.multicluster import ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
+from harness.principals import bound_here
 from harness.tier_b import TierB
-from tests.cluster.principals import bound_here
 from webhook.config import Config, Principals
 from webhook.policies import admission_policies
 

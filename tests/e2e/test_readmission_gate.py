@@ -36,9 +36,9 @@ from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, AgentProcess, grant, start_agent
 from harness.kube_http import ApiError, KubeHttp
+from harness.principals import principals
 from harness.sandbox import site
 from harness.tier_b import KWOK_COMPLETE_ANNOTATION, TierB
-from tests.cluster.principals import principals
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
 from webhook.config import Config

@@ -27,9 +27,9 @@ from contract.keys import ANNOTATION_ADMISSION_STARTED, LABEL_JOBSET_NAME, LABEL
 from contract.trainjob import Submission, build_runtime_copy
 from harness.cluster import ADMIN_USER, free_port
 from harness.kube_http import ApiError, KubeHttp
+from harness.principals import EDIT_RULES
 from harness.tier_b import KWOK_COMPLETE_ANNOTATION
-from tests.cluster.principals import EDIT_RULES
-from tests.cluster.webhook_process import WebhookProcess, start_webhook
+from harness.webhook_process import WebhookProcess, start_webhook
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
 from tests.e2e.test_readmission_gate import (  # noqa: F401 (the fixtures)

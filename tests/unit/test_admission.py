@@ -17,7 +17,7 @@ from contract.admission import (
 from contract.errors import ContractError
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_STARTED
 from contract.ownership import runtime_patches
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.kubelet import PatchTestFailed, apply_json_patch
 
 A_PATH = (

@@ -1,7 +1,7 @@
 """The stores a pass reads the Workload, the TrainJob and the JobSet from (agent/caches.py): newer-only
 replacement, answers only while live, uid-checked deletes, and entries that decide as the full object does.
 
-The watch loop itself (list, watch, resume, re-list) is agent/watch.py's, tested in tests/agent/test_watch.py;
+The watch loop itself (list, watch, resume, re-list) is serving/watch.py's, tested in tests/agent/test_watch.py;
 here the stores are driven through the handler calls that loop makes. The passes reading from deliberately
 stale entries on a real API server are tests/agent/test_cached_reads.py."""
 

@@ -16,7 +16,7 @@ from agent.events import event_body
 from agent.metrics import AgentMetrics
 from agent.reconcile import WorkloadKey, due_checks
 from agent.workload import check_state_apply, keep_our_entries
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.test_gate import CHECK, workload
 from tests.webhook.test_protocol import parse_exposition
 

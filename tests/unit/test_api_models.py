@@ -5,7 +5,7 @@ from agent.api.errors import ApiError, ErrorKind
 from agent.api.models import ObjectRef, StartRequest, StatusResponse
 from agent.status import status
 from contract.trainjob import build_trainjob
-from tests.unit.fixtures import JOB_ID, runtime, trainjob
+from harness.fixtures import JOB_ID, runtime, trainjob
 
 REQUEST = {
     "jobId": JOB_ID,

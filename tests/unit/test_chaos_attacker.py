@@ -42,9 +42,9 @@ from contract.keys import (
     POD_FINALIZER,
 )
 from contract.objects import dig
+from harness import fixtures
 from harness.kube_http import ApiError
 from tests.api.objects import apply_patch
-from tests.unit import fixtures
 
 NS = "team-a"
 CHECK = "dispatch-admission"

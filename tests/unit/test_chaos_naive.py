@@ -20,7 +20,7 @@ from chaos.naive import (
 )
 from contract.admission import admission_count, admission_floor, admission_path
 from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_PREFLIGHT_KUEUE, ANNOTATION_PREFLIGHT_PLAIN
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from webhook.configurations import webhook_configurations
 

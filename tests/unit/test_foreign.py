@@ -9,7 +9,7 @@ from contract.foreign import (
     trainer_pods,
 )
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_FLOOR, ANNOTATION_JOBSET_UID
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 
 
 def pod(name, a, job="node"):

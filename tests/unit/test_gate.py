@@ -35,7 +35,7 @@ from contract.keys import (
     OPENED_TRUE,
 )
 from contract.ownership import is_dispatch, is_kueue_mode
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from webhook.rules.updates import unsuspend_problems
 

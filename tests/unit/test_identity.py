@@ -16,7 +16,7 @@ from contract.identity import (
     r_of,
     token_prefix,
 )
-from tests.unit.fixtures import JOB_ID
+from harness.fixtures import JOB_ID
 
 
 def concatenated(g: int, n: int, r: int) -> str:

@@ -54,6 +54,7 @@ def test_runtime_patch_and_copy():
 
 
 def test_read_from_others_and_fixed_names():
+    assert keys.NAME == "dispatch-k8s"
     assert keys.LABEL_WORKLOAD_JOB_UID == "kueue.x-k8s.io/job-uid"
     assert keys.LABEL_JOBSET_NAME == "jobset.sigs.k8s.io/jobset-name"
     assert keys.LABEL_RESTART_ATTEMPT == "jobset.sigs.k8s.io/restart-attempt"

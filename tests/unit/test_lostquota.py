@@ -12,7 +12,7 @@ import pytest
 from agent.controller import WorkloadIndex, hint_of, key_of
 from agent.lostquota import kept_active, kept_message, release_patch, released_message
 from contract.multicluster import MULTIKUEUE_MANAGED_BY
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import workload
 

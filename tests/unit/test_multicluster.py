@@ -40,7 +40,7 @@ from contract.multicluster import (
 )
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import build_runtime_copy, build_trainjob
-from tests.unit.fixtures import as_read, runtime, submission
+from harness.fixtures import as_read, runtime, submission
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import APPROVAL_PATH, CHECK, NOW, _unsuspended, _with_counts, go, opened, workload
 from webhook.rules.creation import creation_problems

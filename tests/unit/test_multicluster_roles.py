@@ -12,7 +12,7 @@ import pytest
 from contract.keys import ANNOTATION_UNVERIFIED, LABEL_REPLICA_OF, UNVERIFIED_TRUE
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from contract.prologue import PROLOGUE_CONFIGMAP
-from tests.unit.fixtures import runtime_copy, trainjob
+from harness.fixtures import runtime_copy, trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_webhook_rules import DISPATCH, KUEUE, STRANGER, admit, decide, denied_by, request
 from webhook import owners

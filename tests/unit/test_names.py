@@ -4,7 +4,7 @@ import pytest
 
 from contract.errors import ContractError
 from contract.names import TrainJobName, build_name, is_dispatch_name, parse_name, validate_job_id
-from tests.unit.fixtures import JOB_ID
+from harness.fixtures import JOB_ID
 
 
 def test_build_and_parse_round_trip():

@@ -17,7 +17,7 @@ from contract.keys import (
     GATE,
     HOLD_ANNOTATIONS,
 )
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import go, workload
 from tests.unit.test_gate import opened as opened_trainjob

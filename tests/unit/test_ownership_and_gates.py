@@ -9,7 +9,7 @@ from contract.ownership import (
     is_kueue_mode,
     runtime_patches,
 )
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 
 
 def test_dispatch_trainjob_is_dispatchs():

@@ -14,7 +14,7 @@ from contract.runtime_patch import (
     trainer_replicated_job,
 )
 from contract.trainer import trainer_command
-from tests.unit.fixtures import JOB_ID, runtime
+from harness.fixtures import JOB_ID, runtime
 
 PROLOGUE_VOLUME = {
     "name": "dispatch-prologue",

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 
 from contract.runtime_requirements import runtime_problems
-from tests.unit.fixtures import runtime
+from harness.fixtures import runtime
 
 
 def spec() -> dict[str, Any]:

@@ -29,7 +29,7 @@ from contract.multicluster import (
     unclaimed_marked,
     verify_copy,
 )
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 
 WORKLOAD = "trainjob-dj-01arz3ndektsv4rrffq69g5fav-s1-abcde"

@@ -11,7 +11,7 @@ from agent.start import (
 )
 from contract.keys import GATE
 from contract.trainjob import build_trainjob
-from tests.unit.fixtures import as_read, runtime, submission
+from harness.fixtures import as_read, runtime, submission
 from tests.unit.test_gate import CHECK, workload
 
 

@@ -10,7 +10,7 @@ from agent.status import copy_of, on_worker, orphans, phase, status
 from contract.admission import raise_admission
 from contract.identity import Execution
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED
-from tests.unit.fixtures import JOB_ID, runtime_copy, trainjob
+from harness.fixtures import JOB_ID, runtime_copy, trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, workload
 

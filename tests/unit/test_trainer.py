@@ -14,7 +14,7 @@ from contract.trainer import (
     trainer_env,
     trainer_spec,
 )
-from tests.unit.fixtures import JOB_ID
+from harness.fixtures import JOB_ID
 from tests.unit.kubelet import expand
 
 ENV = {"HOME": "/root", "DISPATCH_JOB_ID": JOB_ID, "X": "$(HOME)"}

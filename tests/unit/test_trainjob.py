@@ -3,7 +3,7 @@ import pytest
 from contract.errors import ContractError
 from contract.keys import GATE
 from contract.trainjob import build_runtime_copy, build_trainjob, runtime_copy_owner_reference, runtime_source
-from tests.unit.fixtures import JOB_ID, runtime, submission, trainjob
+from harness.fixtures import JOB_ID, runtime, submission, trainjob
 
 
 def test_kueue_mode_trainjob():

@@ -22,7 +22,7 @@ from contract.objects import dig
 from contract.prologue import PROLOGUE, SPEC_PROLOGUE, inline_prologue_argv
 from contract.trainer import escape_expansion
 from contract.trainjob import build_trainjob
-from tests.unit.fixtures import gate_approved, runtime, runtime_copy, submission, trainjob
+from harness.fixtures import gate_approved, runtime, runtime_copy, submission, trainjob
 from tests.unit.kubelet import apply_json_patch
 from webhook.admission import lookups_needed, mutate, validate
 from webhook.config import DEFAULT_DISPATCH_USERNAME, DEFAULT_KUEUE_USERNAME, Config

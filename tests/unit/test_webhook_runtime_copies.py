@@ -2,7 +2,7 @@
 the watch has shown while the watch is open; everything else is a fresh read, and memory never allows what
 a fresh read of the same object would refuse.
 
-The watch loop itself (list, watch, resume, re-list) is agent/watch.py's, tested in tests/agent/test_watch.py;
+The watch loop itself (list, watch, resume, re-list) is serving/watch.py's, tested in tests/agent/test_watch.py;
 here the cache is driven through the handler calls that loop makes. Every answer, memory's or a GET's, is the
 copy's facts (webhook/runtime_facts.py); tests/unit/test_webhook_runtime_facts.py shows the rules answer on
 them as on the whole copy."""
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contract.trainjob import build_runtime_copy, build_trainjob
-from tests.unit.fixtures import runtime, submission
+from harness.fixtures import runtime, submission
 from webhook.config import Config
 from webhook.kube import LIST_PAGE, RuntimeCopies
 from webhook.rules.creation import creation_problems
@@ -136,7 +136,7 @@ def test_a_relist_drops_what_is_gone():
 
 
 def test_the_list_asks_for_pages_of_copies_not_of_workloads():
-    """agent/watch.py asks for 500 a page; a copy is ten times a Workload, and the page bounds the memory."""
+    """serving/watch.py asks for 500 a page; a copy is ten times a Workload, and the page bounds the memory."""
     asked: list[dict[str, Any]] = []
 
     class Body:

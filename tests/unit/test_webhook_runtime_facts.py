@@ -15,7 +15,7 @@ from contract.errors import ContractError
 from contract.runtime_patch import trainer_replicated_job
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import build_trainjob
-from tests.unit.fixtures import runtime, submission
+from harness.fixtures import runtime, submission
 from tests.unit.test_webhook_rules import DISPATCH, request
 from webhook.admission import lookups_needed, validate
 from webhook.config import Config

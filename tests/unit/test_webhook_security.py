@@ -22,7 +22,7 @@ from contract.keys import (
     LABEL_QUEUE_NAME,
 )
 from contract.patches import UNKNOWN, merged_admission
-from tests.unit.fixtures import gate_approved, trainjob
+from harness.fixtures import gate_approved, trainjob
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_webhook_rules import (
     DISPATCH,

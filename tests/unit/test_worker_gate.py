@@ -15,7 +15,7 @@ from contract.admission import admission_count, admission_started, preconditions
 from contract.identity import attempt_token, epoch, r_of
 from contract.keys import ANNOTATION_WORKER_ADMITTED
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
-from tests.unit.fixtures import gate_approved
+from harness.fixtures import gate_approved
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, opened, workload
 from tests.unit.test_multicluster_roles import WORKER, remote

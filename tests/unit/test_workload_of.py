@@ -7,7 +7,7 @@ import pytest
 
 from agent.api import decisions as d
 from agent.api.errors import ApiError, ErrorKind
-from tests.unit.fixtures import trainjob
+from harness.fixtures import trainjob
 from tests.unit.test_gate import workload
 
 OWNER = {

@@ -15,9 +15,9 @@ import pytest
 import pytest_asyncio
 
 from certs import pki
-from certs.reload import ReloadingServerContext
 from contract.trainjob import build_trainjob
-from tests.unit.fixtures import runtime, runtime_copy, submission
+from harness.fixtures import runtime, runtime_copy, submission
+from serving.tls import ReloadingServerContext
 from webhook.config import Config
 from webhook.server import Webhook, serving
 

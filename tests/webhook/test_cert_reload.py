@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from cryptography import x509
 
-from certs.reload import CertificateLoadError, ReloadingServerContext
+from serving.tls import CertificateLoadError, ReloadingServerContext
 from tests.webhook.conftest import HOST, Pki, Running, admission_review
 
 
@@ -62,7 +62,7 @@ class Connection:
 
 
 def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "certs.reload" and r.levelno == logging.ERROR]
+    return [r.getMessage() for r in caplog.records if r.name == "serving.tls" and r.levelno == logging.ERROR]
 
 
 def test_only_consistent_pairs_are_loaded(tls_files: Pki, caplog: pytest.LogCaptureFixture):

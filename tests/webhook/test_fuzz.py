@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from contract import keys
-from tests.unit.fixtures import runtime_copy, trainjob
+from harness.fixtures import runtime_copy, trainjob
 from tests.webhook.conftest import DISPATCH, HOST, Pki, ServerThread
 from webhook.config import DEFAULT_KUEUE_USERNAME
 from webhook.review import OPERATIONS, MalformedReview, parse_review

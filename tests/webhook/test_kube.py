@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from harness.fixtures import runtime_copy
 from serving.kube import KubeConfigError, api_client, describe_api_error
-from tests.unit.fixtures import runtime_copy
 from tests.webhook.fake_api import FakeApi, running
 from webhook.kube import LookupReadiness, RuntimeReader
 

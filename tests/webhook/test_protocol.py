@@ -17,8 +17,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 import webhook.admission
 from certs import pki
+from harness.fixtures import runtime_copy
 from serving.prometheus import version
-from tests.unit.fixtures import runtime_copy
 from tests.webhook.conftest import HOST, Running, admission_review
 from webhook.review import Lookups, Verdict
 

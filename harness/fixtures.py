@@ -1,4 +1,4 @@
-"""Plain objects shaped as the API returns them, for the contract's and the webhook's unit tests."""
+"""Plain objects shaped as the API returns them, for the contract's and the webhook's unit tests and the benchmarks."""
 
 from __future__ import annotations
 

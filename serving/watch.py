@@ -19,18 +19,26 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.constants import LIST_PAGE_SIZE, WATCH_TIMEOUT_SECONDS
-from agent.kube import Kube
-from agent.queue import Backoff
 from contract.objects import dig
+from serving.backoff import Backoff
 from serving.kube import describe_api_error
 
+WATCH_TIMEOUT_SECONDS: Final = 300
+"""A watch asks the API server to close it after this long (jittered), and is then resumed."""
+LIST_PAGE_SIZE: Final = 500
+
 log = logging.getLogger(__name__)
+
+
+class Lister(Protocol):
+    async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Mapping[str, Any]:
+        """One page of ``call``'s LIST, as the API's JSON, with the caller's request options."""
+        ...
 
 
 class Handler(Protocol):
@@ -47,7 +55,7 @@ class Handler(Protocol):
         """One ADDED, MODIFIED or DELETED event."""
 
 
-async def list_all(kube: Kube, call: Callable[..., Awaitable[Any]], handler: Handler) -> tuple[int, str]:
+async def list_all(kube: Lister, call: Callable[..., Awaitable[Any]], handler: Handler) -> tuple[int, str]:
     """Every item, in pages (10,000 Workloads in one response would be tens of MB), each handed over as it
     arrives and then dropped; how many there were and the list's resourceVersion."""
     token: str | None = None
@@ -100,7 +108,7 @@ async def stream(
             if kind == "ERROR":
                 obj = obj if isinstance(obj, Mapping) else {}
                 exc = ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
-                exc.body = json.dumps(obj)
+                exc.body = json.dumps(obj)  # type: ignore[assignment]  # describe_api_error reads str and bytes alike
                 raise exc
             if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, Mapping):
                 handler.event(kind, obj)
@@ -115,7 +123,7 @@ async def stream(
 
 async def run(
     name: str,
-    kube: Kube,
+    kube: Lister,
     call: Callable[..., Awaitable[Any]],
     handler: Handler,
     synced: asyncio.Event,

@@ -14,7 +14,7 @@ from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_ADMISSION_ST
 from contract.objects import annotations
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
-from tests.cluster.principals import Principals
+from harness.principals import Principals
 from webhook.config import Config
 from webhook.config import Principals as ConfigPrincipals
 from webhook.policies import admission_policies
