@@ -45,7 +45,7 @@ KINDS: dict[str, Kind] = {
         # Kueue's workerLostTimeout is 15 s (harness/multicluster.py): a cut must outlast it to move the job.
         Kind("kueue-cut", (20, 60), 15, **_WORKER),
         Kind("kueue-cut-node-lost", (25, 60), 20, **_WORKER),
-        Kind("kubelet-kill", (20, 60), 15, **_WORKER),
+        Kind("kubelet-kill", (40, 90), 15, **_WORKER),
         Kind("agent-cut", (20, 60), 10, **_WORKER),
         Kind("partition", (20, 60), 15, **_WORKER),
         Kind("apiserver-stop", (10, 40), 15, **_WORKER),
