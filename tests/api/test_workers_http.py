@@ -18,13 +18,18 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.kube import JOBS, MULTIKUEUE_CLUSTERS, PODS, TRAINING_RUNTIMES, TRAINJOBS, Kube
 from agent.api.models import ObjectRef, StartResponse
+from agent.operations import plan_open
 from agent.workerreads import WorkerClients
+from contract.admission import admission_path
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF, LABEL_JOBSET_NAME
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
+from harness import fixtures
+from harness.multicluster import MULTIKUEUE_CONTROLLER
 from serving.tls import ReloadingServerContext
 from tests.api import controllers as c
 from tests.api.conftest import HOST, NAMESPACE, SUPERVISOR_TOKEN, TEST_SETTINGS, Tls
 from tests.api.fake_kube import FakeKube, running
+from tests.api.objects import apply_patch
 from tests.api.requests import start_request
 
 pytestmark = pytest.mark.asyncio
@@ -196,3 +201,39 @@ async def test_start_on_a_manager_refuses_while_a_worker_holds_something_of_an_e
         # Every worker read and empty: Start goes.
         manager.credentials.down.clear()
         assert (await api.start(req)).name == started.name
+
+
+def ended_on_a_manager(fake: FakeKube, a: int) -> dict[str, Any]:
+    """A dispatch TrainJob MultiKueue ran (on a manager), opened, dispatched with A ``a``, and Complete."""
+    tj = fixtures.trainjob(namespace=NAMESPACE)
+    tj = apply_patch(tj, plan_open(tj).patch)
+    tj["spec"]["managedBy"] = MULTIKUEUE_CONTROLLER
+    annotations = tj
+    for key in admission_path(tj)[:-1]:
+        annotations = annotations[key]
+    annotations[admission_path(tj)[-1]] = str(a)
+    tj["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    return fake.put(TRAINJOBS.path(NAMESPACE), tj)
+
+
+async def test_status_of_an_ended_job_on_a_manager_is_ceased_only_once_no_worker_holds_anything_that_may_run(
+    manager: Manager,
+):
+    """It starts nothing more by itself, but its copies' pods are on the workers: Status reads every worker, as
+    after a Stop, and says Ceased only when every one was read and holds nothing of it that may run."""
+    tj = ended_on_a_manager(manager.fake, 4)
+    meta = tj["metadata"]
+    job = ObjectRef(namespace=NAMESPACE, name=meta["name"], uid=meta["uid"])
+    leave_a_copy(manager.workers["worker-1"], meta["name"])
+    async with manager.client() as api:
+        running = await api.status(job)
+        assert (running.phase, running.ceased) == ("Complete", False)
+        assert (running.ceased_reason or "").startswith(
+            "it ended (Complete), but something of it may still run on a worker: worker worker-1: 1 pod(s) may "
+        ), running.ceased_reason
+        clear(manager.workers["worker-1"])
+        done = await api.status(job)
+        assert done.ceased is True, done.ceased_reason
+        assert done.ceased_reason == (
+            "it ended (Complete), and nothing of it may run on any worker (read: worker-1, worker-2)"
+        )
