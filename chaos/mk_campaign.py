@@ -83,8 +83,9 @@ def run_arm(env: MkEnv, *, seed: int, duration: float, jobs: int, menu: list[str
                             "heartbeat_seconds": site.HEARTBEAT_SECONDS}  # fmt: skip
     (dir_ / "campaign.json").write_text(json.dumps(meta, indent=1))
     traffic = Traffic(api_url=env.api_url, ca_file=env.ca_file, resolve={}, token_file=token, admin=env.admin,
-                      namespace=namespace, image=env.image.ref, runtime=runtime, others_runtime="", jobs=jobs,
-                      seed=seed, record=rec.to("calls"), ledger=site.ledger_dir(dir_), others=False)  # fmt: skip
+                      namespace=namespace, image=env.image.ref, runtime=runtime,
+                      others_runtime=env.mc.manager.training_runtime, jobs=jobs, seed=seed, record=rec.to("calls"),
+                      ledger=site.ledger_dir(dir_))  # fmt: skip
     asyncio.run(traffic.preflight_once())
     planned = nemesis.plan(seed, duration, workers, menu or list(mk_nemesis.ALL), kinds=mk_nemesis.KINDS)
     nem = mk_nemesis.MkNemesis(env, planned, rec.to("schedule"))

@@ -142,8 +142,8 @@ class Traffic:
         self.ledger = ledger
         """Where the trainers write (site.ledger_dir): a job ran once its folder holds a life."""
         self.with_others = others
-        """Other parties' urgent jobs now and then (not on the MultiKueue arm, whose workers' kwok nodes would run
-        them through MultiKueue: load that tests nothing of dispatch there)."""
+        """Other parties' urgent jobs now and then, which preempt dispatch's (on the MultiKueue arm MultiKueue
+        runs them on the workers' kwok nodes; ended by deleting them on the manager)."""
         self.jobs: list[Job] = []
         self.others: list[Others] = []
         self.counts = Counts()
