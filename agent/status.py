@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from agent.gate import blockers_of
 from agent.nodeloss import Assessment, assess
@@ -35,8 +35,23 @@ from contract.objects import annotations, dig, labels, parse_rfc3339
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.trainer import prefixes_from_env
 
-if TYPE_CHECKING:
-    from agent.workerremains import Remains
+
+@dataclass(frozen=True)
+class Remains:
+    """What of the job is left on one worker (agent/workerremains.py finds it; a Status carries it)."""
+
+    cluster: str
+    read: bool
+    """The worker was read; False: it has no credential, or cannot be read (``reason`` says which), or is fenced."""
+    orphans: tuple[str, ...] = field(default_factory=tuple)
+    """What of the job is there, named as orphans are (``<namespace>/<kind>/<name>``): MultiKueue's copy
+    (``…/trainjob/…``), its JobSet, its Jobs, and its pods that may still run."""
+    may_still_run: bool = False
+    """Something of the job may still run there, or start: a pod that may still run, or what may create one.
+    True for a worker that could not be read (never taken as empty); False for a fenced one."""
+    reason: str = ""
+    """Why ``may_still_run`` is what it is, or why the worker was not read."""
+    fenced: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.status import Status
+from agent.status import Remains, Status
 from agent.workers import look_at
 from contract.multicluster import is_powered_off
 from contract.objects import dig
@@ -63,24 +63,6 @@ def plan_remains(credentials: Collection[str], clusters: Sequence[Mapping[str, A
         fenced=tuple(sorted(fenced)),
         uncredentialed=tuple(sorted(named - set(credentials) - fenced)),
     )
-
-
-@dataclass(frozen=True)
-class Remains:
-    """What of the job is left on one worker."""
-
-    cluster: str
-    read: bool
-    """The worker was read; False: it has no credential, or cannot be read (``reason`` says which), or is fenced."""
-    orphans: tuple[str, ...] = field(default_factory=tuple)
-    """What of the job is there, named as orphans are (``<namespace>/<kind>/<name>``): MultiKueue's copy
-    (``…/trainjob/…``), its JobSet, its Jobs, and its pods that may still run."""
-    may_still_run: bool = False
-    """Something of the job may still run there, or start: a pod that may still run, or what may create one.
-    True for a worker that could not be read (never taken as empty); False for a fenced one."""
-    reason: str = ""
-    """Why ``may_still_run`` is what it is, or why the worker was not read."""
-    fenced: bool = False
 
 
 def remains(

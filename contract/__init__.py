@@ -13,7 +13,17 @@ Modules, by what they hold:
 * ``trainjob``: the TrainJob and its runtime copy, as Start creates them.
 * ``site``: the reserved-prefix check for a site's labels and annotations.
 * ``prologue``: the prologue's text, embedded from prologue/dispatch-prologue.sh.
+* ``runtime_requirements``: what a runtime must not allow (a trainer restarting in place, a mount over the prologue).
+* ``patches``: the merged pod template Trainer renders from the runtime and the runtime-patch entries.
+* ``foreign``: resets of the execution identity that the agent detects and reports.
+* ``multicluster``: MultiKueue's names and the numbering of each dispatch on the manager.
+* ``claims``: the claim, under which a MultiKueue worker runs a copy only while the manager wants it there.
+* ``workerlook``: what of a job may still run on a MultiKueue worker.
+* ``objects``: reading plain objects as the API returns them, without trusting their shape.
+* ``errors``: ``ContractError``.
 
 Everything here is a pure function of plain data (objects as the API returns them, as dicts) and raises
 ``ContractError`` naming the field when a value breaks the contract.
+
+Layer: the bottom one; imports none of this project's other packages.
 """

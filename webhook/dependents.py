@@ -23,7 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from webhook import owners, policies
+from webhook import owners
+from webhook.cel import is_principal, q, validating_policy
 from webhook.config import Config
 from webhook.configurations import NAME
 
@@ -73,10 +74,6 @@ WHAT_TO_DO: Final = (
 )
 
 
-def _q(text: str) -> str:
-    return json.dumps(text)
-
-
 def _prefix(pattern: str) -> str:
     """The literal start of a name pattern (``^dj-[0-9a-z]...`` -> ``dj-``): the match condition's cheap test."""
     return pattern[1 : pattern.index("[")]
@@ -89,7 +86,7 @@ def _prefixes() -> tuple[str, ...]:
 def _names_one(r: str) -> str:
     """CEL: owner reference ``r`` names a dispatch job's object, by its name's start alone."""
     name = f"{r}.?name.orValue('')"
-    return " || ".join(f"{name}.startsWith({_q(p)})" for p in _prefixes())
+    return " || ".join(f"{name}.startsWith({q(p)})" for p in _prefixes())
 
 
 def _blocks(r: str) -> str:
@@ -108,15 +105,15 @@ def match_condition() -> str:
 
 def _group(r: str, group: str) -> str:
     version = f"{r}.?apiVersion.orValue('')"
-    return f"{version} == 'v1'" if group == "" else f"{version}.startsWith({_q(group + '/')})"
+    return f"{version} == 'v1'" if group == "" else f"{version}.startsWith({q(group + '/')})"
 
 
 def _to(owned: Owned) -> str:
     """CEL: the new blocking references to objects of ``owned``'s kind of a dispatch job."""
     k = owned.kind
     return (
-        f"variables.added.filter(r, r.?kind.orValue('') == {_q(k.kind)} && {_group('r', k.group)} && "
-        f"r.?name.orValue('').matches({_q(owned.pattern)}))"
+        f"variables.added.filter(r, r.?kind.orValue('') == {q(k.kind)} && {_group('r', k.group)} && "
+        f"r.?name.orValue('').matches({q(owned.pattern)}))"
     )
 
 
@@ -153,8 +150,8 @@ def _validation(owned: Owned) -> dict[str, str]:
     return {
         "expression": f"size({v}) == 0 || {_maker_test(owned)}",
         "messageExpression": "request.kind.kind + ' ' + object.metadata.?name.orValue(object.metadata.?generateName"
-        f".orValue('')) + ': its owner reference to {kind} ' + {v}[0].?name.orValue('') + ' ' + {_q(PINS)} + '; ' + "
-        f"{_q(made_by)} + ', and ' + request.userInfo.username + ' is none of them. ' + {_q(WHAT_TO_DO)}",
+        f".orValue('')) + ': its owner reference to {kind} ' + {v}[0].?name.orValue('') + ' ' + {q(PINS)} + '; ' + "
+        f"{q(made_by)} + ', and ' + request.userInfo.username + ' is none of them. ' + {q(WHAT_TO_DO)}",
         "reason": "Forbidden",
     }
 
@@ -164,14 +161,14 @@ def dependents_policy(config: Config) -> dict[str, Any]:
     variables = [
         {"name": "added", "expression": ADDED},
         *({"name": _variable(o), "expression": _to(o)} for o in OWNED),
-        *({"name": r, "expression": policies._is(config.principals(r))} for r in _roles()),
+        *({"name": r, "expression": is_principal(config.principals(r))} for r in _roles()),
     ]
     spec = {
         "matchConditions": [{"name": "blocking-references-to-dispatch-objects", "expression": match_condition()}],
         "variables": variables,
         "validations": [_validation(o) for o in OWNED],
     }
-    policy = policies._policy(DEPENDENTS, [], ["CREATE", "UPDATE"], spec)
+    policy = validating_policy(DEPENDENTS, [], ["CREATE", "UPDATE"], spec)
     # Every namespaced kind (an owner is in its dependent's namespace). Not the subresources: a status write keeps
     # the owner references as they were (ResetObjectMetaForStatus, and pods/status's own).
     policy["spec"]["matchConstraints"]["resourceRules"] = [

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from contract.keys import (
-    ANNOTATION_ADMISSION_GATED_BY,
-    GATE,
     JOBSET_GROUP,
     KIND_TRAINJOB,
     LABEL_JOBSET_NAME,
@@ -36,6 +34,7 @@ from contract.keys import (
     TRAINER_GROUP,
 )
 from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL
+from webhook.cel import mentions_gate, q
 
 BELONGS: Final = "belongs to a dispatch job"
 """In every refusal of an owner policy (dispatch-webhook selftest recognises it)."""
@@ -139,24 +138,24 @@ them): a kubelet is a node's user, and only its own node's (``ONLY_ON``)."""
 
 
 def _origin(o: str) -> str:
-    return f"{o}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
+    return f"{o}.metadata.?labels[?{q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
 
 
 def _managed_by_multikueue(o: str) -> str:
-    return f"{o}.?spec.?managedBy.orValue('') == {_q(MULTIKUEUE_MANAGED_BY)}"
+    return f"{o}.?spec.?managedBy.orValue('') == {q(MULTIKUEUE_MANAGED_BY)}"
 
 
 def _replica_or_prologue(o: str) -> str:
     return (
-        f"{o}.metadata.?labels[?{_q(LABEL_REPLICA_OF)}].orValue('') != '' || "
-        f"{o}.metadata.?name.orValue('').startsWith({_q(PROLOGUE_CONFIGMAP_PREFIX)})"
+        f"{o}.metadata.?labels[?{q(LABEL_REPLICA_OF)}].orValue('') != '' || "
+        f"{o}.metadata.?name.orValue('').startsWith({q(PROLOGUE_CONFIGMAP_PREFIX)})"
     )
 
 
 def _on_its_node(o: str) -> str:
     # Equal to the user's whole name, so no name but system:node:<nodeName> passes; an unbound pod is nobody's.
     node = f"{o}.?spec.?nodeName.orValue('')"
-    return f"{node} != '' && request.userInfo.username == {_q(NODE_USER_PREFIX)} + {node}"
+    return f"{node} != '' && request.userInfo.username == {q(NODE_USER_PREFIX)} + {node}"
 
 
 ONLY_ON: Final[dict[str, Callable[[str], str]]] = {
@@ -202,12 +201,8 @@ CHILD_NAME_PATTERN: Final = "^dj-[0-9a-z]{26}-s[0-9]+-"
 WORKLOAD_NAME_PATTERN: Final = "^trainjob-dj-[0-9a-z]{26}-s[0-9]+-"
 
 
-def _q(text: str) -> str:
-    return json.dumps(text)
-
-
 def _named(o: str, pattern: str = NAME_PATTERN) -> str:
-    return f"{o}.metadata.?name.orValue('').matches({_q(pattern)})"
+    return f"{o}.metadata.?name.orValue('').matches({q(pattern)})"
 
 
 def _meta(o: str, where: str) -> str:
@@ -219,33 +214,28 @@ def _keys(o: str, where: str = "metadata") -> str:
     """Labels or annotations under dispatch.phpboyscout.uk/."""
     m = _meta(o, where)
     return (
-        f"{m}.?labels.orValue({{}}).exists(k, k.startsWith({_q(PREFIX)})) || "
-        f"{m}.?annotations.orValue({{}}).exists(k, k.startsWith({_q(PREFIX)}))"
+        f"{m}.?labels.orValue({{}}).exists(k, k.startsWith({q(PREFIX)})) || "
+        f"{m}.?annotations.orValue({{}}).exists(k, k.startsWith({q(PREFIX)}))"
     )
-
-
-def _gated(o: str) -> str:
-    """dispatch's gate in Kueue's admission-gated-by (a TrainJob's, and the copy on its Workload)."""
-    return f"{o}.metadata.?annotations[?{_q(ANNOTATION_ADMISSION_GATED_BY)}].orValue('').contains({_q(GATE)})"
 
 
 def _owner(o: str, kind: str, pattern: str) -> str:
     return (
-        f"{o}.metadata.?ownerReferences.orValue([]).exists(r, r.?kind.orValue('') == {_q(kind)} && "
-        f"r.?name.orValue('').matches({_q(pattern)}))"
+        f"{o}.metadata.?ownerReferences.orValue([]).exists(r, r.?kind.orValue('') == {q(kind)} && "
+        f"r.?name.orValue('').matches({q(pattern)}))"
     )
 
 
 def _finalized(o: str, where: str = "metadata") -> str:
-    return f"{_q(POD_FINALIZER)} in {_meta(o, where)}.?finalizers.orValue([])"
+    return f"{q(POD_FINALIZER)} in {_meta(o, where)}.?finalizers.orValue([])"
 
 
 def _jobset_label(o: str, where: str = "metadata") -> str:
-    return f"{_meta(o, where)}.?labels[?{_q(LABEL_JOBSET_NAME)}].orValue('').matches({_q(NAME_PATTERN)})"
+    return f"{_meta(o, where)}.?labels[?{q(LABEL_JOBSET_NAME)}].orValue('').matches({q(NAME_PATTERN)})"
 
 
 def _dispatch_patch(o: str) -> str:
-    return f"{o}.?spec.?runtimePatches.orValue([]).exists(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+    return f"{o}.?spec.?runtimePatches.orValue([]).exists(p, p.?manager.orValue('') == {q(RUNTIME_PATCH_MANAGER)})"
 
 
 def _any(*parts: str) -> str:
@@ -272,7 +262,7 @@ TRAINJOBS: Final = Kind(
         # by dispatch's finalizer until their processes are proven gone.
         ("DELETE", ""): (DISPATCH, KUEUE, GARBAGE_COLLECTOR, MULTIKUEUE),
     },
-    lambda o: _any(_named(o), _dispatch_patch(o), _keys(o), _gated(o)),
+    lambda o: _any(_named(o), _dispatch_patch(o), _keys(o), mentions_gate(o)),
 )
 RUNTIME_COPIES: Final = Kind(
     "TrainingRuntime",
@@ -307,7 +297,7 @@ WORKLOADS: Final = Kind(
         _owner(o, KIND_TRAINJOB, NAME_PATTERN),
         _named(o, WORKLOAD_NAME_PATTERN),
         _keys(o),
-        _gated(o),
+        mentions_gate(o),
     ),
 )
 JOBSETS: Final = Kind(
@@ -387,7 +377,7 @@ PROLOGUES: Final = Kind(
         ("CREATE", ""): (DISPATCH, MANAGER_AGENT),
         ("DELETE", ""): (DISPATCH, GARBAGE_COLLECTOR),
     },
-    lambda o: f"{o}.metadata.?name.orValue('').startsWith({_q(PROLOGUE_CONFIGMAP_PREFIX)})",
+    lambda o: f"{o}.metadata.?name.orValue('').startsWith({q(PROLOGUE_CONFIGMAP_PREFIX)})",
 )
 """The prologue's ConfigMap (contract/prologue.py), one per namespace and prologue version: shared by the
 namespace's dispatch jobs, so a job's object only in that the runtime patch mounts it. webhook.policies adds to

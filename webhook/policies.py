@@ -88,8 +88,10 @@ from contract.multicluster import (
 from contract.patches import FOREIGN_POD_SPEC
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
 from webhook import owners
+from webhook.cel import annotation, is_principal, lists_gate, q, validating_policy
 from webhook.config import Config, Principals
 from webhook.configurations import JOBSETS, NAME, RESOURCES, UNSUSPENDS, claims, namespace_selector
+from webhook.dependents import dependents_policy
 from webhook.rules.updates import APPROVAL_ACCEPTED
 
 RESERVED_KEYS: Final = f"{NAME}-reserved-keys"
@@ -134,37 +136,24 @@ _NO_MOUNT_OVER_PROLOGUE: Final = (
 )
 
 
-def _q(text: str) -> str:
-    """A CEL string literal (JSON's escaping is valid CEL)."""
-    return json.dumps(text)
-
-
 def _map(obj: str, field: str) -> str:
     return f"({obj} == null ? {{}} : {obj}.metadata.?{field}.orValue({{}}))"
 
 
-def _annotation(obj: str, key: str) -> str:
-    return f"({obj} == null ? '' : {obj}.metadata.?annotations[?{_q(key)}].orValue(''))"
-
-
 def _a(obj: str) -> str:
     """A in dispatch's runtime patch entry of ``obj``, or '' when there is none."""
-    entry = f"{obj}.spec.runtimePatches.filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+    entry = f"{obj}.spec.runtimePatches.filter(p, p.?manager.orValue('') == {q(RUNTIME_PATCH_MANAGER)})"
     path = ".?trainingRuntimeSpec.?template.?spec.?replicatedJobs[?0].?template.?spec.?template.?metadata"
     return (
         f"({obj} == null || !{obj}.?spec.?runtimePatches.hasValue() || size({entry}) != 1 ? '' : "
-        f"{entry}[0]{path}.?annotations[?{_q(ANNOTATION_ADMISSION)}].orValue(''))"
+        f"{entry}[0]{path}.?annotations[?{q(ANNOTATION_ADMISSION)}].orValue(''))"
     )
-
-
-def _gated(obj: str) -> str:
-    return f"{_annotation(obj, ANNOTATION_ADMISSION_GATED_BY)}.split(',').exists(g, g.trim() == {_q(GATE)})"
 
 
 def _opened_by_dispatch(obj: str) -> str:
     """contract.gates.is_opened_by_dispatch in CEL: the opened mark, and no gate of dispatch's. The readmission
     gate approves only such a job, so Kueue never admits one whose unsuspend this refuses."""
-    return f"{_annotation(obj, ANNOTATION_OPENED)} == {_q(OPENED_TRUE)} && !({_gated(obj)})"
+    return f"{annotation(obj, ANNOTATION_OPENED)} == {q(OPENED_TRUE)} && !({lists_gate(obj)})"
 
 
 def _never_falls(old: str, new: str) -> str:
@@ -173,7 +162,7 @@ def _never_falls(old: str, new: str) -> str:
 
 def _unchanged_reserved(old: str, new: str, skip: str = "false") -> str:
     """``skip``: CEL over ``k``, keys another policy checks."""
-    p = _q(PREFIX)
+    p = q(PREFIX)
     return (
         f"{new}.all(k, !k.startsWith({p}) || ({skip}) || (k in {old} && {old}[k] == {new}[k])) && "
         f"{old}.all(k, !k.startsWith({p}) || ({skip}) || k in {new})"
@@ -181,7 +170,7 @@ def _unchanged_reserved(old: str, new: str, skip: str = "false") -> str:
 
 
 def _reserved_pod_key(k: str) -> str:
-    return f"({k}.startsWith({_q(PREFIX)}) || {k} == {_q(LABEL_RESTART_ATTEMPT)} || {k}.startsWith('$'))"
+    return f"({k}.startsWith({q(PREFIX)}) || {k} == {q(LABEL_RESTART_ATTEMPT)} || {k}.startsWith('$'))"
 
 
 # The fields the TrainJob CRD's runtime-patch schema (Trainer v2.2.1) offers beyond what another manager's entry
@@ -216,7 +205,7 @@ def _clean_entry(p: str) -> str:
 
 
 def _dispatch_entries(obj: str) -> str:
-    return f"{obj}.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
+    return f"{obj}.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {q(RUNTIME_PATCH_MANAGER)})"
 
 
 def _same_but_a(old: str, new: str) -> str:
@@ -229,7 +218,7 @@ def _same_but_a(old: str, new: str) -> str:
     same_pod_metadata = " && ".join(
         f"o.{pod}.?metadata.?{f} == j.{pod}.?metadata.?{f}" for f in ("labels", "finalizers", "name", "namespace")
     )
-    a = _q(ANNOTATION_ADMISSION)
+    a = q(ANNOTATION_ADMISSION)
     oa, ja = (f"{x}.{pod}.?metadata.?annotations.orValue({{}})" for x in ("o", "j"))
     return (
         f"{old}.?trainingRuntimeSpec.?template.?metadata == {new}.?trainingRuntimeSpec.?template.?metadata && "
@@ -249,37 +238,8 @@ def _dispatch_checks(config: Config) -> str:
     return json.dumps(list(config.admission_checks))
 
 
-def _is(principals: Principals) -> str:
-    users = json.dumps(list(principals.usernames))
-    groups = json.dumps(list(principals.groups))
-    return f"request.userInfo.username in {users} || request.userInfo.groups.exists(g, g in {groups})"
-
-
 def _is_dispatch(config: Config) -> str:
-    return _is(config.dispatch)
-
-
-def _policy(
-    name: str, resources: list[tuple[str, str, str]], operations: list[str], spec: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {
-            "name": name,
-            "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "policy"},
-        },
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {"apiGroups": [g], "apiVersions": [v], "resources": [r], "operations": operations}
-                    for g, v, r in resources
-                ],
-            },
-            **spec,
-        },
-    }
+    return is_principal(config.dispatch)
 
 
 def _binding(policy: str, namespace: str) -> dict[str, Any]:
@@ -303,7 +263,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
     deny by principal) and the field rules that police what each owner writes, some carried by an owner policy
     (``carried_field_rules``); ``owners_too=False``, the field rules alone, each in a policy of its own (their
     tests, where one ServiceAccount plays an owner)."""
-    reserved = _policy(
+    reserved = validating_policy(
         RESERVED_KEYS,
         list(RESOURCES),
         ["CREATE", "UPDATE"],
@@ -337,8 +297,8 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     + _unchanged_reserved(
                         "variables.oldAnnotations",
                         "variables.newAnnotations",
-                        f"request.resource.resource == 'trainjobs' && (k == {_q(ANNOTATION_ADMISSION_STARTED)} || "
-                        f"(k == {_q(ANNOTATION_ADMISSION_FLOOR)} && request.operation == 'UPDATE' && ({UNSUSPENDS})))",
+                        f"request.resource.resource == 'trainjobs' && (k == {q(ANNOTATION_ADMISSION_STARTED)} || "
+                        f"(k == {q(ANNOTATION_ADMISSION_FLOOR)} && request.operation == 'UPDATE' && ({UNSUSPENDS})))",
                     )
                     + ")",
                     "message": f"only dispatch adds, changes or removes annotations under {PREFIX}",
@@ -346,7 +306,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                 },
                 {
                     "expression": f"variables.dispatch || request.resource.resource != 'trainjobs' || "
-                    f"({_gated('oldObject')}) == ({_gated('object')})",
+                    f"({lists_gate('oldObject')}) == ({lists_gate('object')})",
                     "message": f"only dispatch adds or removes its gate {GATE} in {ANNOTATION_ADMISSION_GATED_BY}",
                     "reason": "Forbidden",
                 },
@@ -354,7 +314,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
             ],
         },
     )
-    identity = _policy(
+    identity = validating_policy(
         IDENTITY,
         [RESOURCES[0]],
         ["UPDATE"],
@@ -364,12 +324,12 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                 {"name": "dispatch", "expression": _is_dispatch(config)},
                 {"name": "oldA", "expression": _a("oldObject")},
                 {"name": "newA", "expression": _a("object")},
-                {"name": "oldFloor", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_FLOOR)},
-                {"name": "newFloor", "expression": _annotation("object", ANNOTATION_ADMISSION_FLOOR)},
-                {"name": "oldJobSet", "expression": _annotation("oldObject", ANNOTATION_JOBSET_UID)},
-                {"name": "newJobSet", "expression": _annotation("object", ANNOTATION_JOBSET_UID)},
-                {"name": "oldStarted", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
-                {"name": "newStarted", "expression": _annotation("object", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "oldFloor", "expression": annotation("oldObject", ANNOTATION_ADMISSION_FLOOR)},
+                {"name": "newFloor", "expression": annotation("object", ANNOTATION_ADMISSION_FLOOR)},
+                {"name": "oldJobSet", "expression": annotation("oldObject", ANNOTATION_JOBSET_UID)},
+                {"name": "newJobSet", "expression": annotation("object", ANNOTATION_JOBSET_UID)},
+                {"name": "oldStarted", "expression": annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "newStarted", "expression": annotation("object", ANNOTATION_ADMISSION_STARTED)},
                 {"name": "unsuspends", "expression": UNSUSPENDS},
                 {"name": "oldEntries", "expression": _dispatch_entries("oldObject")},
                 {"name": "newEntries", "expression": _dispatch_entries("object")},
@@ -398,7 +358,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "variables.newA == '' || (variables.oldFloor != '' && variables.newFloor == '') || "
                     "((variables.dispatch || variables.unsuspends) && variables.newA == variables.newFloor && "
                     # In a MultiKueue queue dispatch's gate raises by K = maxRestarts + 1 (contract/multicluster.py).
-                    f"(variables.dispatch && object.spec.?managedBy.orValue('') == {_q(MULTIKUEUE_MANAGED_BY)} ? "
+                    f"(variables.dispatch && object.spec.?managedBy.orValue('') == {q(MULTIKUEUE_MANAGED_BY)} ? "
                     "int(variables.newA) > "
                     "(int(variables.oldA == '' ? '0' : variables.oldA) > "
                     "int(variables.oldFloor == '' ? '0' : variables.oldFloor) ? "
@@ -426,8 +386,8 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     "reason": "Forbidden",
                 },
                 {
-                    "expression": f"oldObject.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') == "
-                    f"object.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('')",
+                    "expression": f"oldObject.metadata.?labels[?{q(LABEL_QUEUE_NAME)}].orValue('') == "
+                    f"object.metadata.?labels[?{q(LABEL_QUEUE_NAME)}].orValue('')",
                     "message": f"{LABEL_QUEUE_NAME} of a dispatch TrainJob is chosen at Start and never changes",
                     "reason": "Forbidden",
                 },
@@ -440,7 +400,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                 },
                 {
                     "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
-                    f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
+                    f"p.manager == {q(RUNTIME_PATCH_MANAGER)} || "
                     "oldObject.spec.?runtimePatches.orValue([]).exists(o, o.manager == p.manager && "
                     "o.?trainingRuntimeSpec == p.?trainingRuntimeSpec) || "
                     f"{_clean_entry('p')})",
@@ -454,7 +414,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
             ],
         },
     )
-    unsuspend = _policy(
+    unsuspend = validating_policy(
         UNSUSPEND,
         [RESOURCES[0]],
         ["UPDATE"],
@@ -465,8 +425,8 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
             ],
             "variables": [
                 {"name": "a", "expression": _a("object")},
-                {"name": "oldStarted", "expression": _annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
-                {"name": "started", "expression": _annotation("object", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "oldStarted", "expression": annotation("oldObject", ANNOTATION_ADMISSION_STARTED)},
+                {"name": "started", "expression": annotation("object", ANNOTATION_ADMISSION_STARTED)},
             ],
             "validations": [
                 {
@@ -497,10 +457,10 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                 _approved(config),
                 {
                     "expression": "object.spec.?runtimePatches.orValue([]).all(p, "
-                    f"p.manager == {_q(RUNTIME_PATCH_MANAGER)} || "
+                    f"p.manager == {q(RUNTIME_PATCH_MANAGER)} || "
                     "p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([]).all(j, "
                     "j.?template.?spec.?template.?metadata.?annotations.orValue({}).all(k, "
-                    f"k != {_q(ANNOTATION_ADMISSION)} && !k.startsWith('$'))))",
+                    f"k != {q(ANNOTATION_ADMISSION)} && !k.startsWith('$'))))",
                     "message": f"another runtime-patch entry sets {ANNOTATION_ADMISSION}: the merged pod template "
                     "would not carry dispatch's A",
                     "reason": "Forbidden",
@@ -515,7 +475,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
         + ") && "
         + ("u.?annotations.orValue({}).all(k, !" + _reserved_pod_key("k") + ")")
     )
-    workloads = _policy(
+    workloads = validating_policy(
         WORKLOADS,
         [RESOURCES[2], (RESOURCES[2][0], RESOURCES[2][1], "workloads/status")],
         ["UPDATE"],
@@ -552,7 +512,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
             ],
         },
     )
-    copies = _policy(
+    copies = validating_policy(
         RUNTIME_COPIES,
         [RESOURCES[1]],
         ["CREATE", "UPDATE"],
@@ -570,7 +530,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
                     # runtime-copy.immutable: the rules read the copy's spec at the TrainJob's create, and Trainer
                     # reads it at every reconcile.
                     "expression": f"request.operation != 'UPDATE' || "
-                    f"!oldObject.metadata.name.matches({_q(owners.NAME_PATTERN)}) || object.spec == oldObject.spec",
+                    f"!oldObject.metadata.name.matches({q(owners.NAME_PATTERN)}) || object.spec == oldObject.spec",
                     "message": "a runtime copy's spec never changes after creation",
                     "reason": "Forbidden",
                 },
@@ -613,7 +573,7 @@ def admission_policies(config: Config, *, namespace: str, owners_too: bool = Tru
 
 
 def _queued(obj: str) -> str:
-    return f"{obj}.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != ''"
+    return f"{obj}.metadata.?labels[?{q(LABEL_QUEUE_NAME)}].orValue('') != ''"
 
 
 def _approved(config: Config) -> dict[str, Any]:
@@ -621,12 +581,12 @@ def _approved(config: Config) -> dict[str, Any]:
     starts with (webhook/rules/updates.py ``approval_problems``); on a worker, MultiKueue's copy is exempt (the
     manager's gate approved its dispatch; the worker's agent verifies it)."""
     copy = f" || {_copy('oldObject')} || {_copy('object')}" if config.multicluster_role == ROLE_WORKER else ""
-    approved = _annotation("object", ANNOTATION_APPROVED_ADMISSION)
+    approved = annotation("object", ANNOTATION_APPROVED_ADMISSION)
     return {
         "expression": f"!({_queued('oldObject')} && {_queued('object')}){copy} || "
         f"{approved}.startsWith(variables.a + '/')",
         "messageExpression": f"'the start with A ' + variables.a + ' carries {ANNOTATION_APPROVED_ADMISSION} ' + "
-        f"({approved} == '' ? 'none' : {approved}) + '; it needs ' + {_q(APPROVAL_ACCEPTED)}",
+        f"({approved} == '' ? 'none' : {approved}) + '; it needs ' + {q(APPROVAL_ACCEPTED)}",
         "reason": "Forbidden",
     }
 
@@ -638,7 +598,7 @@ def start_approval_policy(config: Config) -> dict[str, Any]:
     """The unsuspend policy's rule of the gate's approval (``_approved``) as a policy of its own: the harness's tier B
     installs it over every namespace beside the owner policies and ``record-start``, so that its clusters hold every
     Kueue-mode start to the approval as the chart does. The chart carries the rule in ``unsuspend``."""
-    return _policy(
+    return validating_policy(
         START_APPROVAL,
         [RESOURCES[0]],
         ["UPDATE"],
@@ -655,13 +615,13 @@ def start_approval_policy(config: Config) -> dict[str, Any]:
 
 def _copy(obj: str) -> str:
     """CEL: ``obj`` is MultiKueue's copy on a worker (its origin label; contract/multicluster.py ``is_copy``)."""
-    return f"{obj}.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
+    return f"{obj}.metadata.?labels[?{q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
 
 
 def _origin_kept() -> dict[str, Any]:
     """Role worker, in the identity and workloads policies: MultiKueue's origin label on a dispatch TrainJob or
     Workload never changes (webhook/rules/updates.py ``origin_problems``)."""
-    label = f"metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('')"
+    label = f"metadata.?labels[?{q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('')"
     return {
         "expression": f"oldObject.{label} == object.{label}",
         "message": f"on a MultiKueue worker MultiKueue's origin label {MULTIKUEUE_ORIGIN_LABEL} is set at create and "
@@ -677,8 +637,8 @@ def _copy_records_only() -> dict[str, Any]:
     refused: it goes back through the manager, which numbers a new dispatch (docs/multicluster.md, guarantee 3)."""
     return {
         "expression": f"!({_copy('oldObject')} || {_copy('object')}) || "
-        f"({_a('oldObject')} == variables.a && {_annotation('oldObject', ANNOTATION_ADMISSION_FLOOR)} == "
-        f"{_annotation('object', ANNOTATION_ADMISSION_FLOOR)})",
+        f"({_a('oldObject')} == variables.a && {annotation('oldObject', ANNOTATION_ADMISSION_FLOOR)} == "
+        f"{annotation('object', ANNOTATION_ADMISSION_FLOOR)})",
         "message": "on a MultiKueue worker the start of MultiKueue's copy records A and never raises it: the manager "
         "numbers each dispatch, and a copy started here before goes back through the manager",
         "reason": "Forbidden",
@@ -686,7 +646,7 @@ def _copy_records_only() -> dict[str, Any]:
 
 
 def _unverified(obj: str) -> str:
-    return f"{obj}.metadata.?annotations[?{_q(ANNOTATION_UNVERIFIED)}].hasValue()"
+    return f"{obj}.metadata.?annotations[?{q(ANNOTATION_UNVERIFIED)}].hasValue()"
 
 
 def _copy_created_marked() -> dict[str, Any]:
@@ -717,20 +677,20 @@ def multikueue_copy_created(config: Config) -> str:
     """CEL: on a worker, the manager's MultiKueue creating its copy of a dispatch TrainJob or Workload (its origin
     label on it). The copy carries the manager's object's keys as dispatch and the manager's policies left
     them, A, the floor and admission-started included; any later change of them is refused as to a stranger."""
-    principal = _is(config.principals(owners.MULTIKUEUE))
+    principal = is_principal(config.principals(owners.MULTIKUEUE))
     return (
         f"(request.operation == 'CREATE' && request.resource.resource in ['trainjobs', 'workloads'] && "
-        f"({principal}) && object.metadata.?labels[?{_q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != '')"
+        f"({principal}) && object.metadata.?labels[?{q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != '')"
     )
 
 
 def replica_created(config: Config) -> str:
     """CEL: on a worker, the manager's dispatch agent creating the replica of a runtime copy (its
     ``LABEL_REPLICA_OF`` on it). The replica carries the copy's keys as dispatch made them on the manager."""
-    principal = _is(config.principals(owners.MANAGER_AGENT))
+    principal = is_principal(config.principals(owners.MANAGER_AGENT))
     return (
         f"(request.operation == 'CREATE' && request.resource.resource == 'trainingruntimes' && ({principal}) && "
-        f"object.metadata.?labels[?{_q(LABEL_REPLICA_OF)}].orValue('') != '')"
+        f"object.metadata.?labels[?{q(LABEL_REPLICA_OF)}].orValue('') != '')"
     )
 
 
@@ -751,24 +711,26 @@ def manager_agent_policy(config: Config) -> dict[str, Any]:
     target = "(request.operation == 'DELETE' ? oldObject : object)"
     replica = (
         f"request.resource.resource == 'trainingruntimes' && request.operation in ['CREATE', 'DELETE'] && "
-        f"{target}.metadata.?name.orValue('').matches({_q(owners.NAME_PATTERN)}) && "
-        f"{target}.metadata.?labels[?{_q(LABEL_REPLICA_OF)}].orValue('') != ''"
+        f"{target}.metadata.?name.orValue('').matches({q(owners.NAME_PATTERN)}) && "
+        f"{target}.metadata.?labels[?{q(LABEL_REPLICA_OF)}].orValue('') != ''"
     )
     prologue = (
         "request.resource.resource == 'configmaps' && request.operation == 'CREATE' && "
-        f"object.metadata.?name.orValue('') == {_q(PROLOGUE_CONFIGMAP)}"
+        f"object.metadata.?name.orValue('') == {q(PROLOGUE_CONFIGMAP)}"
     )
     contact = (
         "request.resource.resource == 'leases' && (request.operation in ['CREATE', 'UPDATE'] && "
-        f"object.metadata.?name.orValue('') == {_q(LEASE_MANAGER_CONTACT)} || "
-        f"{target}.metadata.?name.orValue('').startsWith({_q(CLAIM_PREFIX)}))"
+        f"object.metadata.?name.orValue('') == {q(LEASE_MANAGER_CONTACT)} || "
+        f"{target}.metadata.?name.orValue('').startsWith({q(CLAIM_PREFIX)}))"
     )
-    return _policy(
+    return validating_policy(
         MANAGER_AGENT_POLICY,
         [(TRAINER_GROUP, "*", "trainingruntimes"), ("", "*", "configmaps"), (COORDINATION_GROUP, "*", "leases")],
         ["CREATE", "UPDATE", "DELETE"],
         {
-            "matchConditions": [{"name": "manager-agent", "expression": _is(config.principals(owners.MANAGER_AGENT))}],
+            "matchConditions": [
+                {"name": "manager-agent", "expression": is_principal(config.principals(owners.MANAGER_AGENT))}
+            ],
             "validations": [
                 {
                     "expression": f"variables.subresource == '' && (({replica}) || ({prologue}) || ({contact}))",
@@ -794,7 +756,7 @@ def manager_contact_policy(config: Config) -> dict[str, Any]:
     """Role worker: the contact Lease is created and updated by the manager's agent alone. A delete is not
     refused: it only stops the copies here (the worker's agent then sees no contact), and the namespace's deletion
     must not hang on it."""
-    return _policy(
+    return validating_policy(
         MANAGER_CONTACT_POLICY,
         [(COORDINATION_GROUP, "*", "leases")],
         ["CREATE", "UPDATE"],
@@ -802,15 +764,17 @@ def manager_contact_policy(config: Config) -> dict[str, Any]:
             "matchConditions": [
                 {
                     "name": "contact-lease-or-claim",
-                    "expression": f"request.name == {_q(LEASE_MANAGER_CONTACT)} || "
-                    f"request.name.startsWith({_q(CLAIM_PREFIX)}) || "
-                    f"object.?metadata.?name.orValue('').startsWith({_q(CLAIM_PREFIX)})",
+                    "expression": f"request.name == {q(LEASE_MANAGER_CONTACT)} || "
+                    f"request.name.startsWith({q(CLAIM_PREFIX)}) || "
+                    f"object.?metadata.?name.orValue('').startsWith({q(CLAIM_PREFIX)})",
                 }
             ],
             "validations": [
                 {"expression": "variables.managerAgent", "message": MANAGER_CONTACT_MESSAGE, "reason": "Forbidden"}
             ],
-            "variables": [{"name": "managerAgent", "expression": _is(config.principals(owners.MANAGER_AGENT))}],
+            "variables": [
+                {"name": "managerAgent", "expression": is_principal(config.principals(owners.MANAGER_AGENT))}
+            ],
         },
     )
 
@@ -842,11 +806,11 @@ def manager_runs_nothing_policy() -> dict[str, Any]:
     the objects known as the owner policies know them (webhook/owners.py ``belongs``)."""
     kinds = (owners.JOBSETS, owners.JOBS, owners.PODS)
     belongs = " || ".join(
-        f"(request.resource.group == {_q(k.group)} && request.resource.resource == {_q(k.resource)} && "
+        f"(request.resource.group == {q(k.group)} && request.resource.resource == {q(k.resource)} && "
         f"({k.belongs('object')}))"
         for k in kinds
     )
-    return _policy(
+    return validating_policy(
         MANAGER_RUNS_NOTHING,
         [(k.group, "*", k.resource) for k in kinds],
         ["CREATE"],
@@ -857,7 +821,7 @@ def manager_runs_nothing_policy() -> dict[str, Any]:
                     "expression": "false",
                     "messageExpression": "request.kind.kind + ' ' + object.metadata.?name.orValue("
                     f"object.metadata.?generateName.orValue('')) + ' {owners.BELONGS}: ' + "
-                    f"{_q(MANAGER_RUNS_NOTHING_MESSAGE)}",
+                    f"{q(MANAGER_RUNS_NOTHING_MESSAGE)}",
                     "reason": "Forbidden",
                 }
             ],
@@ -875,10 +839,10 @@ def _dispatch_jobset(obj: str) -> str:
     """CEL: ``obj`` is a dispatch job's JobSet: named as its TrainJob (``dj-<ULID>-s<N>``, Trainer names it so),
     or with an owner reference to such a TrainJob. The owner policies' test (webhook/owners.py), not the
     ``dj-`` prefix ``claims`` matches on: a stranger's JobSet called ``dj-resnet`` is created as its owner likes."""
-    pattern = _q(owners.NAME_PATTERN)
+    pattern = q(owners.NAME_PATTERN)
     return (
         f"{obj}.metadata.?name.orValue('').matches({pattern}) || "
-        f"{obj}.metadata.?ownerReferences.orValue([]).exists(r, r.?kind.orValue('') == {_q(KIND_TRAINJOB)} && "
+        f"{obj}.metadata.?ownerReferences.orValue([]).exists(r, r.?kind.orValue('') == {q(KIND_TRAINJOB)} && "
         f"r.?name.orValue('').matches({pattern}))"
     )
 
@@ -899,7 +863,7 @@ def jobset_policy() -> dict[str, Any]:
     kept by a finalizer after the garbage collector deleted its JobSet (a foreground delete: Stop) would get a
     new, running JobSet, with J at 0 and the pods' A unchanged. Every legitimate create is suspended: dispatch
     creates its TrainJobs closed, so Trainer first sees them suspended."""
-    policy = _policy(
+    policy = validating_policy(
         JOBSET_POLICY,
         [JOBSETS, (JOBSETS[0], JOBSETS[1], "jobsets/status")],
         ["CREATE", "UPDATE"],
@@ -942,7 +906,7 @@ JOB_RESUMED_WITH_A_RAISED: Final = (
 
 
 def _template_a(obj: str) -> str:
-    return f"{obj}.spec.template.metadata.?annotations[?{_q(ANNOTATION_ADMISSION)}]"
+    return f"{obj}.spec.template.metadata.?annotations[?{q(ANNOTATION_ADMISSION)}]"
 
 
 def job_resume_policy() -> dict[str, Any]:
@@ -954,8 +918,8 @@ def job_resume_policy() -> dict[str, Any]:
     Job, or JobSet, whose TrainJob has no admitted Workload, e.g. one being deleted by a foreground delete (Stop);
     Trainer then resumes the JobSet, since its TrainJob is not suspended, and JobSet resumes the Job: without this
     rule its rank would start again under the A and J of the execution that just ended."""
-    canonical = _q(_CANONICAL_COUNT)
-    return _policy(
+    canonical = q(_CANONICAL_COUNT)
+    return validating_policy(
         JOB_RESUME,
         [("batch", "v1", "jobs")],
         ["UPDATE"],
@@ -980,7 +944,7 @@ def job_resume_policy() -> dict[str, Any]:
                     "expression": "oldObject.metadata.?generation.orValue(0) == 1 || ("
                     f"variables.oldA.matches({canonical}) && variables.newA.matches({canonical}) && "
                     "int(variables.newA) > int(variables.oldA))",
-                    "messageExpression": f"{_q(JOB_RESUMED_WITH_A_RAISED)} + ': saw A ' + "
+                    "messageExpression": f"{q(JOB_RESUMED_WITH_A_RAISED)} + ': saw A ' + "
                     "(variables.oldA == '' ? 'absent' : variables.oldA) + ' -> ' + "
                     "(variables.newA == '' ? 'absent' : variables.newA)",
                     "reason": "Forbidden",
@@ -996,7 +960,7 @@ execution (A, J, the completion index): the gate finds and judges the pod by the
 
 
 def _keys_kept(old: str, new: str, prefixes: tuple[str, ...]) -> str:
-    guarded = " || ".join(f"k.startsWith({_q(p)})" for p in prefixes)
+    guarded = " || ".join(f"k.startsWith({q(p)})" for p in prefixes)
     return (
         f"{new}.all(k, !({guarded}) || (k in {old} && {old}[k] == {new}[k])) && "
         f"{old}.all(k, !({guarded}) || k in {new})"
@@ -1032,7 +996,7 @@ match conditions), the guard of each of their validations."""
 
 def field_policy(rules: FieldRules) -> dict[str, Any]:
     """The field rules as a policy of their own."""
-    return _policy(
+    return validating_policy(
         rules.name,
         list(rules.resources),
         list(rules.operations),
@@ -1082,7 +1046,7 @@ def pod_rules(config: Config) -> FieldRules:
     it holds while the webhook is down and never waits on it; ``pods/status`` is covered too, since a status
     write may change a pod's labels, annotations and finalizers. Break-glass too: only dispatch is exempt.
     Carried by the owner policy of pods (a pod with the finalizer belongs to a dispatch job)."""
-    finalizer = _q(POD_FINALIZER)
+    finalizer = q(POD_FINALIZER)
     return FieldRules(
         PODS,
         owners.PODS,
@@ -1148,7 +1112,7 @@ def owner_policy_name(kind: owners.Kind) -> str:
 
 
 def _write_test(operation: str, subresource: str) -> str:
-    return f"(request.operation == {_q(operation)} && variables.subresource == {_q(subresource)})"
+    return f"(request.operation == {q(operation)} && variables.subresource == {q(subresource)})"
 
 
 def _roles_test(roles: tuple[str, ...]) -> str:
@@ -1158,7 +1122,7 @@ def _roles_test(roles: tuple[str, ...]) -> str:
 def _principal_test(config: Config, role: str) -> str:
     """CEL: the request's principal is one of ``role``'s: Kubernetes' own (owners.KUBERNETES_PRINCIPALS), or the
     config's."""
-    return owners.KUBERNETES_PRINCIPALS.get(role) or _is(config.principals(role))
+    return owners.KUBERNETES_PRINCIPALS.get(role) or is_principal(config.principals(role))
 
 
 def _owner_test(config: Config, role: str) -> str:
@@ -1205,7 +1169,7 @@ def owner_policy(config: Config, kind: owners.Kind, fields: FieldRules | None = 
                 "expression": f"variables.{owners.BREAK_GLASS} || request.operation != 'CREATE' || "
                 "variables.subresource != '' || "
                 f"object.metadata.?ownerReferences.orValue([]).exists(r, r.?controller.orValue(false) && "
-                f"r.?kind.orValue('') == {_q(parent_kind)} && r.?name.orValue('').matches({_q(pattern)}))",
+                f"r.?kind.orValue('') == {q(parent_kind)} && r.?name.orValue('').matches({q(pattern)}))",
                 "message": f"a {kind.kind} with dispatch's marks (its finalizer, its keys, a dispatch job's name or "
                 f"labels) is created only by its controller, a {parent_kind} of a dispatch job",
                 "reason": "Forbidden",
@@ -1238,7 +1202,7 @@ def owner_policy(config: Config, kind: owners.Kind, fields: FieldRules | None = 
         "variables": variables,
         "validations": validations,
     }
-    policy = _policy(owner_policy_name(kind), [], ["CREATE", "UPDATE", "DELETE"], spec)
+    policy = validating_policy(owner_policy_name(kind), [], ["CREATE", "UPDATE", "DELETE"], spec)
     policy["spec"]["matchConstraints"]["resourceRules"] = [rule]
     return policy
 
@@ -1255,9 +1219,9 @@ def prologue_content_validation() -> dict[str, Any]:
     """On the prologue's ConfigMap, for everyone (break-glass too): created only with this version's name and
     exactly its text (contract/prologue.py ``prologue_configmap``). Its data never changes after (immutable)."""
     return {
-        "expression": f"request.operation != 'CREATE' || (object.metadata.name == {_q(PROLOGUE_CONFIGMAP)} && "
+        "expression": f"request.operation != 'CREATE' || (object.metadata.name == {q(PROLOGUE_CONFIGMAP)} && "
         f"object.?immutable.orValue(false) == true && size(object.?binaryData.orValue({{}})) == 0 && "
-        f"object.?data.orValue({{}}) == {{{_q(PROLOGUE_KEY)}: {_q(PROLOGUE)}}})",
+        f"object.?data.orValue({{}}) == {{{q(PROLOGUE_KEY)}: {q(PROLOGUE)}}})",
         "message": PROLOGUE_CONTENT,
         "reason": "Forbidden",
     }
@@ -1274,8 +1238,6 @@ def owner_policies(config: Config, *, carrying: bool = False) -> list[dict[str, 
 def principal_policies(config: Config) -> list[dict[str, Any]]:
     """Default deny by principal, as the chart renders it: the owner policies, carrying their field rules, and the
     policy that keeps strangers from pinning a dispatch job's objects with blocking owner references."""
-    from webhook.dependents import dependents_policy  # it builds on this module's helpers
-
     return [*owner_policies(config, carrying=True), dependents_policy(config)]
 
 
@@ -1289,7 +1251,7 @@ _POD_ANNOTATIONS_IN_JOB: Final = ("template", "spec", "template", "metadata", "a
 
 def _json_patch(op: str, path: str, value: str) -> str:
     """CEL: one JSON Patch operation; ``path`` and ``value`` are CEL expressions."""
-    return f"JSONPatch{{op: {_q(op)}, path: {path}, value: {value}}}"
+    return f"JSONPatch{{op: {q(op)}, path: {path}, value: {value}}}"
 
 
 def _json_patch_add(obj: str, path: str, parents: tuple[str, ...], key: str, value: str) -> str:
@@ -1297,11 +1259,11 @@ def _json_patch_add(obj: str, path: str, parents: tuple[str, ...], key: str, val
     a CEL string) to ``value``. The first parent missing is added whole with the rest of the nest inside, as
     contract/objects.py ``add_op`` does: an ``add`` under a missing parent fails, and the API server refuses the
     write."""
-    leaf = _json_patch("add", f"{path} + '/{'/'.join(parents)}/' + jsonpatch.escapeKey({_q(key)})", value)
+    leaf = _json_patch("add", f"{path} + '/{'/'.join(parents)}/' + jsonpatch.escapeKey({q(key)})", value)
     for depth in range(len(parents), 0, -1):
         nest = value
         for name in reversed((*parents[depth:], key)):
-            nest = f"{{{_q(name)}: {nest}}}"
+            nest = f"{{{q(name)}: {nest}}}"
         missing = _json_patch("add", f"{path} + '/{'/'.join(parents[:depth])}'", nest)
         leaf = f"(!{obj}{''.join(f'.?{p}' for p in parents[:depth])}.hasValue() ? {missing} : {leaf})"
     return leaf
@@ -1319,21 +1281,19 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
     configuration costs the API server a typed (server-side apply) conversion of the whole TrainJob at every
     unsuspend. In role worker the start of MultiKueue's copy (its origin label) only records A, never raises it
     (contract/multicluster.py ``records_only``): the manager numbered the dispatch."""
-    entries = (
-        f"object.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {_q(RUNTIME_PATCH_MANAGER)})"
-    )
-    count = f"matches({_q(_CANONICAL_COUNT)})"
+    entries = f"object.spec.?runtimePatches.orValue([]).filter(p, p.?manager.orValue('') == {q(RUNTIME_PATCH_MANAGER)})"
+    count = f"matches({q(_CANONICAL_COUNT)})"
     annotations = "'/metadata/annotations'"
     started, floor = (
-        f"{annotations} + '/' + jsonpatch.escapeKey({_q(k)})"
+        f"{annotations} + '/' + jsonpatch.escapeKey({q(k)})"
         for k in (ANNOTATION_ADMISSION_STARTED, ANNOTATION_ADMISSION_FLOOR)
     )
     # A TrainJob without annotations gets the map whole: an add under a missing map fails.
     record = (
         f"object.metadata.?annotations.hasValue() ? [{_json_patch('add', started, 'variables.next')}] : "
-        f"[{_json_patch('add', annotations, '{' + _q(ANNOTATION_ADMISSION_STARTED) + ': variables.next}')}]"
+        f"[{_json_patch('add', annotations, '{' + q(ANNOTATION_ADMISSION_STARTED) + ': variables.next}')}]"
     )
-    both = f"{{{_q(ANNOTATION_ADMISSION_STARTED)}: variables.next, {_q(ANNOTATION_ADMISSION_FLOOR)}: variables.next}}"
+    both = f"{{{q(ANNOTATION_ADMISSION_STARTED)}: variables.next, {q(ANNOTATION_ADMISSION_FLOOR)}: variables.next}}"
     raise_record = (
         f"object.metadata.?annotations.hasValue() ? [{_json_patch('add', started, 'variables.next')}, "
         f"{_json_patch('add', floor, 'variables.next')}] : [{_json_patch('add', annotations, both)}]"
@@ -1343,7 +1303,7 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
     # The raise, located by index: the tests make the patch a no-op, should the entry or the job read not be the one
     # at the index (the API server then leaves the object as it was, and the unsuspend policy refuses it unrecorded).
     tests = [
-        _json_patch("test", f"{entry} + '/manager'", _q(RUNTIME_PATCH_MANAGER)),
+        _json_patch("test", f"{entry} + '/manager'", q(RUNTIME_PATCH_MANAGER)),
         _json_patch("test", f"{job} + '/name'", "variables.job"),
     ]
     raised = (
@@ -1370,7 +1330,7 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
                     # entry of dispatch's manager).
                     "name": "index",
                     "expression": f"object.spec.?runtimePatches.orValue([]).map(p, p.?manager.orValue(''))"
-                    f".indexOf({_q(RUNTIME_PATCH_MANAGER)})",
+                    f".indexOf({q(RUNTIME_PATCH_MANAGER)})",
                 },
                 {
                     "name": "jobs",
@@ -1390,29 +1350,29 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
                     # written and the unsuspend policy refuses, naming why.
                     "name": "readable",
                     "expression": f"variables.job != '' && "
-                    f"(!({_q(ANNOTATION_ADMISSION)} in variables.pod) || "
-                    f"variables.pod[{_q(ANNOTATION_ADMISSION)}].{count}) && "
-                    f"(!({_q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine) || "
-                    f"variables.mine[{_q(ANNOTATION_ADMISSION_FLOOR)}].{count}) && "
-                    f"(!({_q(ANNOTATION_ADMISSION_STARTED)} in variables.old) || "
-                    f"variables.old[{_q(ANNOTATION_ADMISSION_STARTED)}].{count}) && "
-                    f"({_q(ANNOTATION_ADMISSION)} in variables.pod || "
-                    f"{_q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine)",
+                    f"(!({q(ANNOTATION_ADMISSION)} in variables.pod) || "
+                    f"variables.pod[{q(ANNOTATION_ADMISSION)}].{count}) && "
+                    f"(!({q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine) || "
+                    f"variables.mine[{q(ANNOTATION_ADMISSION_FLOOR)}].{count}) && "
+                    f"(!({q(ANNOTATION_ADMISSION_STARTED)} in variables.old) || "
+                    f"variables.old[{q(ANNOTATION_ADMISSION_STARTED)}].{count}) && "
+                    f"({q(ANNOTATION_ADMISSION)} in variables.pod || "
+                    f"{q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine)",
                 },
                 {
                     "name": "current",
-                    "expression": f"variables.readable && {_q(ANNOTATION_ADMISSION)} in variables.pod ? "
-                    f"int(variables.pod[{_q(ANNOTATION_ADMISSION)}]) : 0",
+                    "expression": f"variables.readable && {q(ANNOTATION_ADMISSION)} in variables.pod ? "
+                    f"int(variables.pod[{q(ANNOTATION_ADMISSION)}]) : 0",
                 },
                 {
                     "name": "floor",
-                    "expression": f"variables.readable && {_q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine ? "
-                    f"int(variables.mine[{_q(ANNOTATION_ADMISSION_FLOOR)}]) : 0",
+                    "expression": f"variables.readable && {q(ANNOTATION_ADMISSION_FLOOR)} in variables.mine ? "
+                    f"int(variables.mine[{q(ANNOTATION_ADMISSION_FLOOR)}]) : 0",
                 },
                 {
                     "name": "before",
-                    "expression": f"variables.readable && {_q(ANNOTATION_ADMISSION_STARTED)} in variables.old ? "
-                    f"int(variables.old[{_q(ANNOTATION_ADMISSION_STARTED)}]) : 0",
+                    "expression": f"variables.readable && {q(ANNOTATION_ADMISSION_STARTED)} in variables.old ? "
+                    f"int(variables.old[{q(ANNOTATION_ADMISSION_STARTED)}]) : 0",
                 },
                 {
                     "name": "highest",
@@ -1422,8 +1382,8 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
                     # Kueue mode (the queue label on both versions): in plain mode only dispatch's Open and
                     # Release start an execution, and they raise A in their own write.
                     "name": "kueue",
-                    "expression": f"oldObject.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != '' && "
-                    f"object.metadata.?labels[?{_q(LABEL_QUEUE_NAME)}].orValue('') != ''"
+                    "expression": f"oldObject.metadata.?labels[?{q(LABEL_QUEUE_NAME)}].orValue('') != '' && "
+                    f"object.metadata.?labels[?{q(LABEL_QUEUE_NAME)}].orValue('') != ''"
                     # On a worker, MultiKueue's copy is numbered by the manager: recorded, never raised here.
                     + (f" && !({_copy('oldObject')} || {_copy('object')})" if role == ROLE_WORKER else ""),
                 },
@@ -1442,8 +1402,8 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
                     "patchType": "JSONPatch",
                     "jsonPatch": {
                         "expression": f"!variables.readable || (variables.due && variables.highest + 1 >= {R_BOUND})"
-                        f" ? [] : variables.due ? {raised} : {_q(ANNOTATION_ADMISSION)} in variables.pod && "
-                        f"{_annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.next ? ({record}) : []",
+                        f" ? [] : variables.due ? {raised} : {q(ANNOTATION_ADMISSION)} in variables.pod && "
+                        f"{annotation('object', ANNOTATION_ADMISSION_STARTED)} != variables.next ? ({record}) : []",
                     },
                 }
             ],
@@ -1457,7 +1417,7 @@ def mark_copy_policy(namespace: str) -> list[dict[str, Any]]:
     does the same where the API server serves no MutatingAdmissionPolicy). The copy then starts only once dispatch's
     agent on the worker has matched its A to the stamp of its dispatch and removed the mark (docs/multicluster.md,
     "The stale copy"); the reserved-keys policy refuses MultiKueue's copy created without the mark."""
-    mark = _json_patch_add("object", "''", ("metadata", "annotations"), ANNOTATION_UNVERIFIED, _q(UNVERIFIED_TRUE))
+    mark = _json_patch_add("object", "''", ("metadata", "annotations"), ANNOTATION_UNVERIFIED, q(UNVERIFIED_TRUE))
     suspend = _json_patch("add", "'/spec/suspend'", "true")
     conditions = [
         {"name": "dispatch-objects", "expression": claims("trainjobs")},

@@ -325,10 +325,6 @@ async def _until_caller_gone(request: web.Request, copying: Awaitable[None]) -> 
             task.cancel()
 
 
-def build_app(kube: Kube, settings: ApiSettings) -> web.Application:
-    return ApiServer(kube, settings).app()
-
-
 @asynccontextmanager
 async def serving(app: web.Application, host: str, port: int, tls: ReloadingServerContext) -> AsyncIterator[int]:
     """Serve ``app`` over HTTPS only on host:port (0: a free one) until the block ends; yields the port.
