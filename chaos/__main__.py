@@ -68,6 +68,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def mutant_verdict(mutant: mutants.Mutant, result: campaign.Result | None) -> bool:
+    """Prints whether the checker caught ``mutant`` by a rule that guards its mechanism; returns it."""
+    found = result.violations_by_rule if result is not None else {}
+    rules = ", ".join(f"rule {k}: {v}" for k, v in sorted(found.items()))
+    good = result is not None and mutants.caught(found, mutant)
+    said = " or ".join(str(r) for r in mutant.rules)
+    print(f"chaos: mutant {mutant.name} {'caught' if good else 'NOT caught'} by rule {said} "
+          f"(violations: {rules or 'none'})")  # fmt: skip
+    return good
+
+
 def main_multicluster(args: argparse.Namespace) -> int:
     """The MultiKueue arm (chaos/mk_campaign.py) alone, on its own three control planes: the product, or one of
     the mutants across clusters (its tree run by the agents)."""
@@ -112,15 +123,7 @@ def main_multicluster(args: argparse.Namespace) -> int:
         if env is not None:
             env.stop()
         stop_everything()
-    if mutant is not None:
-        found = result.violations_by_rule if result is not None else {}
-        rules = ", ".join(f"rule {k}: {v}" for k, v in sorted(found.items()))
-        good = result is not None and mutants.caught(found, mutant)
-        said = " or ".join(str(r) for r in mutant.rules)
-        print(f"chaos: mutant {mutant.name} {'caught' if good else 'NOT caught'} by rule {said} "
-              f"(violations: {rules or 'none'})")  # fmt: skip
-    else:
-        good = result is not None and result.ok
+    good = mutant_verdict(mutant, result) if mutant is not None else result is not None and result.ok
     print("chaos: " + ("passed" if good else "FAILED") + f" (run folder {run_dir})")
     return 0 if good else 1
 
@@ -181,11 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             env.stop()
         stop_everything()
     if mutant is not None:
-        found = results[-1].violations_by_rule if results else {}
-        rules = ", ".join(f"rule {k}: {v}" for k, v in sorted(found.items()))
-        good = bool(results) and mutants.caught(results[-1].violations_by_rule, mutant)
-        verdict = "caught" if good else "NOT caught"
-        print(f"chaos: mutant {mutant.name} {verdict} by rule {mutant.rule} (violations: {rules or 'none'})")
+        good = mutant_verdict(mutant, results[-1] if results else None)
     else:
         good = all(r.ok if r.arm == "dispatch" else r.violations > 0 for r in results)
     print("chaos: " + ("passed" if good else "FAILED") + f" (run folder {run_dir})")
