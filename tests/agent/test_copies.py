@@ -113,9 +113,13 @@ class ManagerPlay:
 
         def loop() -> None:
             while not self._stop.wait(1.0):
-                if self.contact:
-                    self.renew()
-                self.renew_claims()
+                try:
+                    if self.contact:
+                        self.renew()
+                    self.renew_claims()
+                except ApiError as err:  # the test wrote the Lease in between (409): renew on the next turn
+                    if err.status != 409:
+                        raise
 
         self.renew()
         self._thread = threading.Thread(target=loop, daemon=True)
