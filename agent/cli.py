@@ -22,11 +22,11 @@ from agent.api.app import ApiServer
 from agent.api.app import serving as serve_api
 from agent.api.kube import Kube as ApiKube
 from agent.config import AgentConfig, ConfigError, load_config, served_api_settings
-from agent.controller import WATCHED, Controller
-from agent.kube import Kube
-from agent.metrics import AgentMetrics
-from agent.server import HealthServer, serving
-from agent.workerreads import WorkerClients
+from agent.gate.controller import WATCHED, Controller
+from agent.multicluster.worker_reads import WorkerClients
+from agent.runtime.kube import Kube
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.server import HealthServer, serving
 from serving import flags, logs
 from serving.kube import KubeConfigError, api_client
 from serving.prometheus import CertificateCollector
@@ -108,13 +108,16 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
     async with await api_client(args.kubeconfig, args.context) as api_client_:
         metrics = AgentMetrics()
         kube = Kube(api_client_, instance=identity)
-        if config.worker_kubeconfigs:
-            kube.workers = WorkerClients(
+        workers = (
+            WorkerClients(
                 config.worker_kubeconfigs,
                 lease_namespace=config.worker_lease_namespace or config.lease_namespace,
                 origin=config.multikueue_origin,
             )
-        controller = Controller(kube, config, identity=identity, metrics=metrics)
+            if config.worker_kubeconfigs
+            else None
+        )
+        controller = Controller(kube, config, identity=identity, metrics=metrics, workers=workers)
 
         def ready() -> tuple[bool, str]:
             waiting = [name for name in WATCHED if not controller.synced[name].is_set()]
@@ -125,7 +128,7 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
         api = None
         settings = served_api_settings(config, args.api_port)
         if args.tls_cert_file:
-            api_kube = ApiKube(api_client_, timeout=settings.request_timeout, workers=kube.workers)
+            api_kube = ApiKube(api_client_, timeout=settings.request_timeout, workers=workers)
             api = ApiServer(api_kube, settings, metrics=metrics.registry)
         health = HealthServer(metrics.registry, ready)
         stop = asyncio.Event()
@@ -144,8 +147,8 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
             loop.add_signal_handler(sig, on_signal)
         port = config.health_port if args.health_port is None else args.health_port
         async with contextlib.AsyncExitStack() as stack:
-            if kube.workers is not None:
-                stack.push_async_callback(kube.workers.close)
+            if workers is not None:
+                stack.push_async_callback(workers.close)
             port = await stack.enter_async_context(serving(health, args.bind_address, port))
             if api is not None:
                 tls = ReloadingServerContext(args.tls_cert_file, args.tls_private_key_file)

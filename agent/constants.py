@@ -34,19 +34,20 @@ REASON_FOREIGN: Final = "Foreign"
 """A reset of the execution identity was detected; the message is the spec's wording."""
 REASON_QUOTA_KEPT: Final = "QuotaKept"
 """On a MultiKueue manager: Kueue evicted the job but keeps its quota for the active Jobs MultiKueue copied from a
-worker, and dispatch cannot release it yet (agent/lostquota.py)."""
+worker, and dispatch cannot release it yet (agent/multicluster/lost_quota.py)."""
 REASON_QUOTA_RELEASED: Final = "QuotaReleased"
 """On a MultiKueue manager: dispatch cleared those copied active counts, so that Kueue releases the quota."""
 REASON_COPY_UNVERIFIED: Final = "CopyUnverified"
-"""On a MultiKueue worker: MultiKueue's copy stays marked unverified and does not start (agent/copies.py)."""
+"""On a MultiKueue worker: MultiKueue's copy stays marked unverified and does not start
+(agent/multicluster/copies.py)."""
 REASON_STALE_COPY: Final = "StaleCopyDeleted"
 """On a MultiKueue worker: MultiKueue's copy carried an A other than its dispatch's stamp, and was deleted."""
 REASON_OUT_OF_CONTACT: Final = "CopyDeletedOutOfContact"
 """On a MultiKueue worker: a copy dispatch's agent let start outlived a loss of contact with the manager, and was
-deleted (agent/contact.py)."""
+deleted (agent/multicluster/contact.py)."""
 REASON_UNCLAIMED: Final = "CopyDeletedUnclaimed"
 """On a MultiKueue worker: a copy ran, or waited to start, without a live claim of the manager's for it, and was
-deleted (agent/contact.py, contract/claims.py)."""
+deleted (agent/multicluster/contact.py, contract/claims.py)."""
 EVENT_MESSAGE_MAX: Final = 1024
 """Bytes; events.k8s.io limits a note to 1 kB. The check's message carries the full text."""
 
@@ -67,7 +68,7 @@ RETRY_PERIOD_SECONDS: Final = 2.0
 
 # -- The work queue and the watches ---------------------------------------------------------------
 DEFAULT_WORKERS: Final = 16
-"""Passes at once. Concurrent passes share one consistent LIST of pods (agent/podlists.py), so a burst of
+"""Passes at once. Concurrent passes share one consistent LIST of pods (agent/runtime/pod_lists.py), so a burst of
 readmissions is bound by the API server, not by a per-pass LIST wait (docs/performance.md, issue 13)."""
 DEFAULT_HEALTH_PORT: Final = 8081
 REQUEST_TIMEOUT_SECONDS: Final = 30.0
@@ -75,7 +76,7 @@ REQUEST_TIMEOUT_SECONDS: Final = 30.0
 WORKER_ROUND_SECONDS: Final = 60.0
 CONTACT_SECONDS: Final = 60
 """On a MultiKueue manager: the duration of the contact Lease it renews on each worker (renewed every quarter of
-it). A worker that sees no renewal for this long deletes the copies it let start (agent/contact.py)."""
+it). A worker that sees no renewal for this long deletes the copies it let start (agent/multicluster/contact.py)."""
 CONTACT_POLL_SECONDS: Final = 2.0
 """On a MultiKueue worker: how often the agent reads the contact Lease (a GET of one object)."""
 CONTACT_SWEEP_SECONDS: Final = 10.0

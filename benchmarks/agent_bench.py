@@ -119,7 +119,7 @@ def ms(values: list[float]) -> str:
 
 
 class Api:
-    """kubernetes_asyncio calls with JSON in and out (as the agent makes them: agent/kube.py)."""
+    """kubernetes_asyncio calls with JSON in and out (as the agent makes them: agent/runtime/kube.py)."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api)

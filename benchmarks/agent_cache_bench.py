@@ -1,4 +1,4 @@
-"""What the gate's watch caches (agent/caches.py) keep per TrainJob, by tracemalloc, in process.
+"""What the gate's watch caches (agent/runtime/caches.py) keep per TrainJob, by tracemalloc, in process.
 
     .venv/bin/python -m benchmarks.agent_cache_bench [--count 2000]   (from the repository root)
 
@@ -19,7 +19,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from agent.caches import Store, keep_trainjob
+from agent.runtime.caches import Store, keep_trainjob
 
 
 def dispatch_trainjob(i: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.agent_memory_bench [--workloads 10000 100000]   (from the repository root)
 
-Each size runs in a fresh child process, which builds the agent's controller (agent/controller.py) and feeds
+Each size runs in a fresh child process, which builds the agent's controller (agent/gate/controller.py) and feeds
 it the Workloads exactly as a fresh agent's initial LIST does: serving/watch.py's ``list_all``, pages of 500
 as the API server's JSON bytes, decoded and handed to the Workload handler one by one. The Workloads are
 those of benchmarks/agent_bench.py's memory figure (other jobs' Workloads, ≈2.5 KB of JSON each). Then the
@@ -70,7 +70,7 @@ class Pages:
 def child(n: int) -> None:
     from agent.config import AgentConfig
     from agent.constants import WORKLOADS
-    from agent.controller import Controller
+    from agent.gate.controller import Controller
     from serving import watch
 
     class NoApi:

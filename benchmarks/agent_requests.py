@@ -10,7 +10,7 @@ benchmarks/agent_bench.py's setup (its writes are an admin's, not logged), with 
 MutatingAdmissionPolicy ``record-start`` installed for the namespace (the unsuspend raises A), and plays
 Trainer's one part that matters here: at a job's first start it creates the TrainJob's JobSet (owned by the
 TrainJob, no Jobs, no pods), which the agent's JobSet watch sees and records the JobSet's UID on the
-TrainJob (agent/jobsetrecord.py). It bounds each phase by the wall clock; a request belongs to the phase in
+TrainJob (agent/gate/jobset_record.py). It bounds each phase by the wall clock; a request belongs to the phase in
 which the API server received it. Phases:
 
 1. **sequential**: ``--cycles`` readmissions of one dispatch Workload, one at a time, after its first

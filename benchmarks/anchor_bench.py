@@ -70,8 +70,8 @@ from typing import Any
 from ulid import ULID
 
 from agent.api.decisions import rfc3339
-from agent.operations import plan_open
-from agent.workload import READY, check_state, check_state_apply
+from agent.domain.operations import plan_open
+from agent.domain.workload import READY, check_state, check_state_apply
 from benchmarks.agent_bench import process_cpu
 from contract.admission import admission_count
 from contract.keys import (
@@ -208,8 +208,8 @@ class Approver:
     """The floor's check controller (``--floor``): what any AdmissionCheck controller must do at the least, done
     as cheaply as a controller can. One watch of the arm's Workloads; every event that shows the floor's check
     Pending with quota reserved (not evicted) queues the Workload, and a few threads set the entry Ready by one
-    server-side apply of the check's entry alone (agent/workload.py ``check_state_apply``, the body dispatch's gate
-    writes), preconditioned on the resourceVersion seen, so a Workload Kueue moved meanwhile (evicted, reset) gets
+    server-side apply of the check's entry alone (agent/domain/workload.py ``check_state_apply``, the body dispatch's
+    gate writes), preconditioned on the resourceVersion seen, so a Workload Kueue moved meanwhile (evicted, reset) gets
     409 and its next event queues it again. No GET, no LIST, no other write; the blocker is approved as well."""
 
     THREADS = 4

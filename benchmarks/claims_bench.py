@@ -29,8 +29,8 @@ from typing import Any
 
 from ulid import ULID
 
-from agent.claims import ClaimRenewer, ClaimWatch
 from agent.constants import TRAINJOBS, WORKLOADS
+from agent.multicluster.claims import ClaimRenewer, ClaimWatch
 from contract.claims import claim_lease, wanted_claim
 from contract.keys import (
     ANNOTATION_APPROVED_ADMISSION,
@@ -79,8 +79,8 @@ def manager_round(pairs: list[tuple[dict[str, Any], dict[str, Any]]], clusters: 
 
 
 class Api:
-    """The manager's API as the claims round reads and writes it (agent/kube.py), from memory: every TrainJob and
-    Workload of the cluster, of which ``dispatched`` are dispatch's, dispatched; each call counted as a request."""
+    """The manager's API as the claims round reads and writes it (agent/runtime/kube.py), from memory: every TrainJob
+    and Workload of the cluster, of which ``dispatched`` are dispatch's, dispatched; each call counted as a request."""
 
     def __init__(self, pairs: list[tuple[dict[str, Any], dict[str, Any]]], others: int) -> None:
         self.counts: Counter[str] = Counter()
@@ -131,7 +131,8 @@ def _selected(obj: dict[str, Any], selector: str) -> bool:
 
 
 class Workers:
-    """The workers' APIs as the claims round writes them (agent/workerreads.py), from memory; counted by worker."""
+    """The workers' APIs as the claims round writes them (agent/multicluster/worker_reads.py), from memory; counted by
+    worker."""
 
     origin = "multikueue"
 

@@ -5,7 +5,7 @@
 
 Serves every Workload of ``NS`` whose check ``NAME`` is Pending while quota is reserved, with ``--workers``
 concurrent passes, each making exactly the calls one pass of the agent makes for a readmission of a job with
-no pods, through the agent's own client layer (agent/kube.py, so the same one LIST of pods for many passes):
+no pods, through the agent's own client layer (agent/runtime/kube.py, so the same one LIST of pods for many passes):
 the consistent LIST of pods, then apply workloads/status (Ready) preconditioned on the Workload as its watch
 delivered it (the agent reads the Workload, the TrainJob and the JobSet from its watches; A is raised by
 Kueue's unsuspend, not by the gate, and a recorded JobSet UID leaves no TrainJob write). What it leaves out
@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.constants import WORKLOADS
-from agent.kube import Kube
+from agent.runtime.kube import Kube
 from contract.objects import dig
 from serving.kube import api_client
 from serving.watch import run as watch

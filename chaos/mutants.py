@@ -80,7 +80,7 @@ class Mutant:
 
 # -- the table ------------------------------------------------------------------------------------------------------
 
-_GATE = "agent/gate.py"
+_GATE = "agent/domain/decide.py"
 _BLOCKERS_HOLD = "    if blockers:\n        return hold(hold_message(blockers))\n"
 _OPEN_CHECK = (
     "    if not is_opened_by_dispatch(trainjob):\n"
@@ -134,7 +134,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         (
             Edit(_GATE, _HOLD_CHECK, _HOLD_CHECK.replace("hold = hold_in_force(obj)", "hold = None")),
             Edit(
-                "agent/operations.py",
+                "agent/domain/operations.py",
                 '            ops.append({"op": "add", "path": pointer("spec", "active"), "value": False})\n',
                 "            pass\n",
             ),
@@ -150,7 +150,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             Edit("contract/trainjob.py", "        annotations[ANNOTATION_ADMISSION_GATED_BY] = GATE\n", ""),
             Edit("webhook/admission.py", "        if not has_dispatch_gate(new):\n", "        if False:\n"),
             Edit(
-                "agent/start.py",
+                "agent/domain/start.py",
                 "    if GATE not in gates_of(workload):\n",
                 "    if False:\n",
             ),
@@ -174,14 +174,14 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         5,
         (
             Edit(
-                "agent/status.py",
+                "agent/domain/status.py",
                 "    if waiting:\n"
                 '        return False, f"{len(waiting)} pod(s) may still run: " + ", ".join(b.pod for b in waiting)\n',
                 "",
             ),
             # ... and once the TrainJob is gone (Status after Stop): its pods left on the cluster no longer count.
             Edit(
-                "agent/workerremains.py",
+                "agent/multicluster/worker_remains.py",
                 '    here = [o for o in left_here if "/pod/" in o or "/jobset/" in o]\n',
                 '    here = [o for o in left_here if "/jobset/" in o]\n',
             ),
@@ -195,7 +195,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         3,
         (
             Edit(
-                "agent/reconcile.py",
+                "agent/gate/reconcile.py",
                 "        blockers = [*blockers, *remote]\n",
                 "        blockers = [*blockers, *(b for b in remote if b.unprepared)]\n",
             ),
@@ -221,7 +221,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "",
             ),
             Edit(
-                "agent/contact.py",
+                "agent/multicluster/contact.py",
                 "                if verdict.action is not CopyAction.DELETE:\n",
                 "                if True:\n",
             ),

@@ -3,10 +3,10 @@
 It serves dispatch's AdmissionCheck as a check controller that knows nothing of identity would: every
 Workload whose dispatch check is `Pending` with quota reserved (and not evicted, finished or deactivated)
 gets it set `Ready` at once. It does not raise A before a readmission and does not wait for the previous
-execution's pods, the two things the real gate (agent/gate.py) exists for.
+execution's pods, the two things the real gate (agent/domain/decide.py) exists for.
 
 * **It takes the agent's Lease** and keeps renewing it. A leader that finds another holder renewing it stands
-  by (agent/leader.py: STANDBY, ``on_change(False)``, its workers cancelled), so the agent's replicas keep their
+  by (agent/runtime/leader.py: STANDBY, ``on_change(False)``, its workers cancelled), so the agent's replicas keep their
   watches and their API but never serve the gate; and the API still sees a renewed Lease, so Kueue-mode Start,
   Open and Release are not refused as "the readmission controller is down" (agent/api/decisions.py
   ``heartbeat``). The Lease's annotations (the Preflight verdicts) are kept as read.
@@ -39,10 +39,10 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agent.admissioncheck import active_patch
 from agent.constants import RENEW_PERIOD_SECONDS, RETRY_PERIOD_SECONDS
-from agent.leader import Kind, plan
-from agent.workload import KUEUE_API_VERSION, READY, check_state_apply, owner_trainjob, waiting_reason
+from agent.domain.admission_check import active_patch
+from agent.domain.workload import KUEUE_API_VERSION, READY, check_state_apply, owner_trainjob, waiting_reason
+from agent.runtime.leader import Kind, plan
 from contract.admission import admission_count, admission_floor, raise_admission
 from contract.errors import ContractError
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE, TRAINER_API_VERSION
@@ -75,7 +75,7 @@ def lease_body(
     lease: Mapping[str, Any] | None, *, namespace: str, name: str, identity: str, now: str
 ) -> tuple[bool, dict[str, Any]]:
     """(create?, body) that makes ``identity`` hold the Lease from ``now``, whoever holds it: the agent's own
-    record format (agent/leader.py ``plan``, with the holder judged expired), the Lease as read otherwise (its
+    record format (agent/runtime/leader.py ``plan``, with the holder judged expired), the Lease as read otherwise (its
     annotations, the Preflight verdicts, kept; its resourceVersion, the PUT's precondition, kept)."""
     step = plan(lease, namespace=namespace, name=name, identity=identity, now=now, expired=True)
     body = dict(step.body or {})

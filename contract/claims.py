@@ -10,7 +10,7 @@ start, and keeps it running, only under a claim for exactly that copy that it sa
 duration, by its own clock. So whatever breaks (Kueue cut off from the worker, a fence, the worker dropped from
 the MultiKueueConfig, a Stop, an eviction) the copy is stopped by the party that can see it, within the duration.
 
-Pure functions of the objects as read; agent/claims.py reads and writes them.
+Pure functions of the objects as read; agent/multicluster/claims.py reads and writes them.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def is_opened_by_dispatch(obj: object) -> bool:
     in both modes, and no gate of dispatch's left on it.
 
     The one answer of every place that lets an execution start: the readmission gate approves an admission
-    only for such a job (agent/gate.py), and the webhook (``update.unsuspend``) and the policy
+    only for such a job (agent/domain/decide.py), and the webhook (``update.unsuspend``) and the policy
     ``dispatch-k8s-unsuspend`` (its CEL says the same, webhook/policies.py) refuse any unsuspend of another.
     Were the gate to approve a job the unsuspend rules refuse, Kueue would admit it, reserve its quota, and
     its unsuspend would be refused for ever. A job past Kueue's gate without the mark (opened before Open

@@ -144,7 +144,7 @@ def listed_multikueue_checks(workload: Mapping[str, Any] | None, checks: Collect
     """The MultiKueue checks the Workload lists (Kueue copies the ClusterQueue's checks into its
     ``status.admissionChecks``), sorted; ``checks`` are the MultiKueue checks' names, identified by fresh reads.
     Which checks a Workload lists never decides MultiKueue mode: the TrainJob's ``spec.managedBy`` does
-    (``managed_by_multikueue``; agent/gate.py ``dispatch_mode`` fails closed on a check it cannot identify)."""
+    (``managed_by_multikueue``; agent/domain/decide.py ``dispatch_mode`` fails closed on a check it cannot identify)."""
     entries = dig(workload, "status", "admissionChecks")
     names = {e.get("name") for e in entries if isinstance(e, Mapping)} if isinstance(entries, list) else set()
     return sorted(n for n in names & set(checks) if isinstance(n, str))

@@ -1,12 +1,12 @@
 """What of a job may still run on a MultiKueue worker: one rule for the manager's gate before a dispatch
-(agent/workers.py, guarantee 4) and for Stop, Status and Start after the TrainJob is gone (agent/workerremains.py),
-both judging the same look (docs/multicluster.md, "Waiting for the previous execution across clusters" and "Stop
-across clusters").
+(agent/multicluster/workers.py, guarantee 4) and for Stop, Status and Start after the TrainJob is gone
+(agent/multicluster/worker_remains.py), both judging the same look (docs/multicluster.md, "Waiting for the previous
+execution across clusters" and "Stop across clusters").
 
 Something of the job may still run, or start, on the worker while any of these is there:
 
 - a pod labelled with the job's JobSet name that may still run (sorted by the ownership chain and judged by the
-  node-loss classification: agent/workers.py ``running_pods``, given here as judged);
+  node-loss classification: agent/multicluster/workers.py ``running_pods``, given here as judged);
 - MultiKueue's copy of the TrainJob (the TrainJob of the name carrying the origin label) not finished;
 - the JobSet of the name not finished;
 - a Job whose controller is a JobSet of the name, not finished;

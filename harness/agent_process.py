@@ -44,7 +44,7 @@ WORKER_CLUSTER_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["delete"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [
-    # list: on a MultiKueue worker, the manager's claims (agent/claims.py), as the chart grants it there.
+    # list: on a MultiKueue worker, the manager's claims (agent/multicluster/claims.py), as the chart grants it there.
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "create", "update"]}
 ]
 

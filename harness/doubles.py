@@ -17,7 +17,7 @@ def now() -> str:
 
 
 def opened(tj: dict[str, Any]) -> dict[str, Any]:
-    """The TrainJob as dispatch's Open leaves it in Kueue mode (agent/operations.py plan_open)."""
+    """The TrainJob as dispatch's Open leaves it in Kueue mode (agent/domain/operations.py plan_open)."""
     tj["metadata"]["annotations"].pop(ANNOTATION_ADMISSION_GATED_BY, None)
     tj["metadata"]["annotations"][ANNOTATION_OPENED] = OPENED_TRUE
     return tj

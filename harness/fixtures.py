@@ -99,8 +99,8 @@ def runtime_copy(**overrides: Any) -> dict[str, Any]:
 
 
 def gate_approved(tj: dict[str, Any], workload_uid: str = "wl-uid") -> dict[str, Any]:
-    """``tj`` after the readmission gate's approval of its next execution (agent/gate.py): what Kueue's unsuspend
-    starts from. Unchanged when no execution can be numbered (the gate holds then)."""
+    """``tj`` after the readmission gate's approval of its next execution (agent/domain/decide.py): what Kueue's
+    unsuspend starts from. Unchanged when no execution can be numbered (the gate holds then)."""
     try:
         a, _ = start_count(tj, admission_started(tj))
     except ContractError:

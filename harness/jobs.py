@@ -1,6 +1,6 @@
 """A dispatch job's writes as dispatch's API makes them, for the tests, the benchmarks and the sandbox that act
 as a supervisor without the agent's HTTPS API in between: Start's creates, and the JSON Patches of Open, Hold and
-Release (agent/operations.py plans them), each preconditioned on a fresh read."""
+Release (agent/domain/operations.py plans them), each preconditioned on a fresh read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.api.decisions import RUNTIME_NOT_SEEN
-from agent.operations import Target, Write
+from agent.domain.operations import Target, Write
 from contract.keys import FIELD_MANAGER, LABEL_WORKLOAD_JOB_UID
 from contract.prologue import prologue_configmap
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob

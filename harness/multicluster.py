@@ -26,7 +26,7 @@ from typing import Any, Final
 import yaml
 
 from agent.api.settings import KueueConfigRef
-from agent.workerreads import CONTACT_RULES, WORKER_RULES
+from agent.multicluster.worker_reads import CONTACT_RULES, WORKER_RULES
 from contract.multicluster import ROLE_WORKER
 from harness.binaries import TIER_B_BINARIES, Artifacts, locate
 from harness.cluster import ControlPlane, new_run_dir, start_control_plane
@@ -90,7 +90,7 @@ MULTIKUEUE_RULES: Final = (
 )
 MANAGER_AGENT_USER: Final = "dispatch-harness:manager-agent"
 """The identity of dispatch's agent on the manager when it reads and prepares a worker: a client certificate of the
-worker's CA, bound there to exactly agent.workerreads.WORKER_RULES and CONTACT_RULES."""
+worker's CA, bound there to exactly agent.multicluster.worker_reads.WORKER_RULES and CONTACT_RULES."""
 MANAGER_AGENT_ROLE: Final = "dispatch-harness-manager-agent"
 MANAGER_FRAMEWORKS: Final = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
 """The manager's Kueue integrations. MultiKueue opens a watch on each worker for every enabled integration that
@@ -267,7 +267,8 @@ def manager_kueue_config(worker_lost_timeout: str, gc_interval: str, origin: str
 
 def _store_kueue_config(manager: TierB) -> None:
     """The Configuration the manager's Kueue runs with (the file tier B started it with), in the ConfigMap where an
-    install keeps it and the manager agent's Preflight reads its workerLostTimeout (agent/kueueconfig.py)."""
+    install keeps it and the manager agent's Preflight reads its workerLostTimeout
+    (agent/multicluster/kueue_config.py)."""
     ref = KueueConfigRef()
     assert ref.namespace == KUEUE_NAMESPACE, "the agent's default is where this Kueue runs"
     text = (manager.control_plane.run_dir / "kueue" / "config.yaml").read_text()  # harness.tier_b's _start_kueue

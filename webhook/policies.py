@@ -1039,7 +1039,7 @@ def _carried(rules: FieldRules, variables: list[dict[str, str]]) -> tuple[list[d
 
 
 def pod_rules(config: Config) -> FieldRules:
-    """On a pod that carries dispatch's finalizer (a trainer pod of a dispatch TrainJob, agent/podfinalizer.py),
+    """On a pod that carries dispatch's finalizer (a trainer pod of a dispatch TrainJob, agent/domain/pod_finalizer.py),
     only dispatch removes the finalizer, and nobody but dispatch changes what the readmission gate finds and
     judges it by: its ownerReferences (pod -> Job -> JobSet) and its labels and annotations under
     dispatch.phpboyscout.uk/, jobset.sigs.k8s.io/ and batch.kubernetes.io/. A policy, not a webhook rule, so

@@ -1,5 +1,5 @@
 """The API's own decisions, as pure functions of what was read: the shell (service.py) reads, calls these
-and the functional core (agent.operations, agent.start, agent.status), and writes.
+and the functional core (agent.domain.operations, agent.domain.start, agent.domain.status), and writes.
 
 Also the one mapping of the API server's answers to the API's typed errors.
 """
@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import KubeError
 from agent.api.models import Capabilities, ListItem, ObjectRef
-from agent.leader import Record, record_of
-from agent.operations import Hold, Refused
-from agent.start import readback_changes
-from agent.status import phase
-from agent.workload import condition_true, owner_trainjob
+from agent.domain.operations import Hold, Refused
+from agent.domain.start import readback_changes
+from agent.domain.status import phase
+from agent.domain.workload import condition_true, owner_trainjob
+from agent.runtime.leader import Record, record_of
 from contract.admission import admission_count, admission_started, preconditions
 from contract.errors import ContractError
 from contract.keys import (
@@ -396,7 +396,7 @@ def _renew_time(lease: Mapping[str, Any] | None) -> str | None:
 def lease_state(
     first: Mapping[str, Any] | None, last: Mapping[str, Any] | None, watched: float, where: str
 ) -> LeaseState:
-    """The readmission controller's heartbeat, judged as agent/leader.py judges expiry: by watching the
+    """The readmission controller's heartbeat, judged as agent/runtime/leader.py judges expiry: by watching the
     Lease's record change over ``watched`` seconds of this agent's own monotonic clock, never by comparing
     the renewTime another machine wrote with this one's wall clock (clock skew would decide).
 

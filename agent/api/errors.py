@@ -63,7 +63,7 @@ class ApiError(Exception):
         """Status of a TrainJob that is gone (or replaced): what it left behind, as the spec names orphans."""
         self.workers = workers
         """On a MultiKueue manager (Status of a TrainJob that is gone, Start): what of the job is left on each
-        worker, as ``WorkerRemainsModel`` bodies (agent/workerremains.py)."""
+        worker, as ``WorkerRemainsModel`` bodies (agent/multicluster/worker_remains.py)."""
         self.ceased = ceased
         self.ceased_reason = ceased_reason
         """On a MultiKueue manager, Status of a TrainJob that is gone: Ceased across the workers, and why."""

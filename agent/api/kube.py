@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from contract.keys import FIELD_MANAGER, TRAINER_GROUP
 
 if TYPE_CHECKING:
-    from agent.workerreads import WorkerClients
+    from agent.multicluster.worker_reads import WorkerClients
 
 JSON_PATCH: Final = "application/json-patch+json"
 

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from agent.status import Status
-from agent.workerremains import Remains
+from agent.domain.status import Status
+from agent.multicluster.worker_remains import Remains
 from contract.runtime_patch import Credential, Publish
 from contract.trainjob import Submission
 
@@ -113,7 +113,7 @@ class HoldRequest(ObjectRef):
 
 
 class WorkerRemainsModel(_Model):
-    """On a MultiKueue manager: what of a job is left on one worker (agent/workerremains.py)."""
+    """On a MultiKueue manager: what of a job is left on one worker (agent/multicluster/worker_remains.py)."""
 
     cluster: str = Field(description="the worker (its MultiKueueCluster's name)")
     read: bool = Field(description="the worker was read with the agent's credential for it")

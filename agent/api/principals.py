@@ -28,10 +28,10 @@ manager with a credential (a kubeconfig there), never from a pod here. So for th
   principals").
 
 That the manager's credentials really are the ones named cannot be read here at all (a token or certificate held
-on another cluster). On the manager, Preflight's proof of each worker (agent/workerproof.py) asks for a fresh
-contact Lease of the manager's origin there, which the worker's policy lets only ``managerAgent`` (and break-glass)
-renew: so some principal the worker names ``managerAgent`` renews it for this manager. It does not prove that the
-manager's credential is the only one so named, nor which name MultiKueue's kubeconfig holds.
+on another cluster). On the manager, Preflight's proof of each worker (agent/multicluster/worker_proof.py) asks for a
+fresh contact Lease of the manager's origin there, which the worker's policy lets only ``managerAgent`` (and
+break-glass) renew: so some principal the worker names ``managerAgent`` renews it for this manager. It does not prove
+that the manager's credential is the only one so named, nor which name MultiKueue's kubeconfig holds.
 
 Break-glass (a site's admins) and dispatch (the agent's own ServiceAccount) are not components and not proven here,
 nor the kubelets, whose principal Kubernetes defines (``system:node:<name>``, webhook/owners.py).

@@ -30,7 +30,7 @@ AGENT_RULES: Final[list[Rule]] = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["admissionchecks"], "verbs": ["list"]},
     # Preflight through a MultiKueue queue: the MultiKueueConfigs its MultiKueue checks name and the
-    # MultiKueueClusters' fences, which say the workers to prove (agent/workerproof.py).
+    # MultiKueueClusters' fences, which say the workers to prove (agent/multicluster/worker_proof.py).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueconfigs"], "verbs": ["get"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueclusters"], "verbs": ["list"]},
     # Status; and Preflight, which lists the pods of the namespaces the owners' ServiceAccounts are in.
@@ -38,7 +38,7 @@ AGENT_RULES: Final[list[Rule]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     # Preflight: each owner's ServiceAccount and its namespace, read, never assumed (agent/api/principals.py).
     {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts"], "verbs": ["get"]},
-    # Each pod's Job, the link to its JobSet (agent/podowners.py): a labelled pod is not proof of ownership.
+    # Each pod's Job, the link to its JobSet (agent/domain/pod_owners.py): a labelled pod is not proof of ownership.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     # Output.

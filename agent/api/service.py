@@ -18,7 +18,6 @@ from typing import Any, Final
 import aiohttp
 from ulid import ULID
 
-from agent import kueueconfig, podowners
 from agent.api import decisions as d
 from agent.api import principals
 from agent.api.errors import ApiError, ErrorKind
@@ -58,10 +57,11 @@ from agent.api.models import (
     WorkerRemainsModel,
 )
 from agent.api.settings import ApiSettings
-from agent.gate import Blocker, Mode, dispatch_mode, other_checks
-from agent.nodeloss import assess
-from agent.operations import Plan, Refused, Target, jobset_uid_ops, plan_hold, plan_open, plan_release
-from agent.start import (
+from agent.domain import pod_owners
+from agent.domain.decide import Blocker, Mode, dispatch_mode, other_checks
+from agent.domain.node_loss import assess
+from agent.domain.operations import Plan, Refused, Target, jobset_uid_ops, plan_hold, plan_open, plan_release
+from agent.domain.start import (
     NOT_MANAGED,
     earlier_incarnation,
     earlier_incarnation_message,
@@ -71,9 +71,10 @@ from agent.start import (
     readback_changes,
     workload_problems,
 )
-from agent.status import Status, copy_of, idle_because, on_worker, orphans, status
-from agent.workerproof import all_proven, fenced_apart, proof_problems, worker_lines
-from agent.workerremains import (
+from agent.domain.status import Status, copy_of, idle_because, on_worker, orphans, status
+from agent.multicluster import kueue_config
+from agent.multicluster.worker_proof import all_proven, fenced_apart, proof_problems, worker_lines
+from agent.multicluster.worker_remains import (
     Remains,
     ceased_when_gone,
     idle_on_workers,
@@ -83,7 +84,7 @@ from agent.workerremains import (
     start_refusal,
     unread,
 )
-from agent.workers import plan_workers
+from agent.multicluster.workers import plan_workers
 from contract.admission import admission_started, approval_ops, preconditions, start_count
 from contract.foreign import trainer_job_name
 from contract.keys import (
@@ -182,17 +183,17 @@ class Service:
         jobset: Mapping[str, Any] | None,
         selector: Mapping[str, str],
         kube: Kube | None = None,
-    ) -> podowners.Sorted:
-        """The TrainJob's pods matching ``selector``, sorted by the ownership chain (agent/podowners.py): a
+    ) -> pod_owners.Sorted:
+        """The TrainJob's pods matching ``selector``, sorted by the ownership chain (agent/pod_owners.py): a
         pod that merely carries the JobSet's label is reported as foreign, never counted or streamed."""
         ns, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
         labelled = await self._list(PODS.path(ns), selector, f"the pods of {ns}/{name}", kube)
         jobs = {}
-        for job_name in podowners.job_names(labelled):
+        for job_name in pod_owners.job_names(labelled):
             job = await self._read(JOBS.path(ns, job_name), f"Job {ns}/{job_name}", kube)
             if job is not None:
                 jobs[job_name] = job
-        return podowners.sort_pods(trainjob, jobset, labelled, jobs)
+        return pod_owners.sort_pods(trainjob, jobset, labelled, jobs)
 
     async def _own(self, ref: ObjectRef) -> Mapping[str, Any]:
         trainjob = await self._read(TRAINJOBS.path(ref.namespace, ref.name), f"TrainJob {ref.namespace}/{ref.name}")
@@ -216,8 +217,8 @@ class Service:
 
     async def _checks_read(self, names: Sequence[str]) -> dict[str, Mapping[str, Any] | str | None]:
         """Each AdmissionCheck named, from a LIST taken now (the API's role may list them), never one taken
-        earlier: the object, None when it is not there, or why the list failed, as agent/gate.py ``dispatch_mode``
-        takes them."""
+        earlier: the object, None when it is not there, or why the list failed, as agent/domain/decide.py
+        ``dispatch_mode`` takes them."""
         if not names:
             return {}
         try:
@@ -322,7 +323,7 @@ class Service:
             raise ApiError(ErrorKind.CONFLICT, earlier_incarnation_message(namespace, name, left), orphans=list(left))
         if self.kube.workers is not None:
             # On a MultiKueue manager an earlier TrainJob of the name ran as MultiKueue's copy on a worker, and what
-            # it left there is not in this API (agent/workerremains.py).
+            # it left there is not in this API (agent/multicluster/worker_remains.py).
             workers = await self._remains(namespace, name)
             refusal = start_refusal(namespace, name, workers)
             if refusal is not None:
@@ -443,7 +444,7 @@ class Service:
         """Kueue mode: the Workload with the gate and dispatch's check, within timeouts.workload; and one
         that Kueue will not admit past that check. Several Workloads claiming the TrainJob are a problem like
         a missing one: waited on, then the TrainJob is stopped and Start refused, naming them. Once it is
-        there, MultiKueue's conditions (agent/start.py ``multikueue_start_problems``)."""
+        there, MultiKueue's conditions (agent/domain/start.py ``multikueue_start_problems``)."""
         deadline = time.monotonic() + self.settings.workload_timeout
         listed = await self._admission_checks()
         checks = d.our_checks(listed)
@@ -563,7 +564,7 @@ class Service:
 
     async def hold(self, req: HoldRequest) -> OutcomeResponse:
         hold = d.hold_of(instance=str(ULID()), now=self.now(), who=req.who, reason=req.reason, until=req.until)
-        # dispatch's checks: on a MultiKueue manager Hold sets them Retry (agent/operations.py says why).
+        # dispatch's checks: on a MultiKueue manager Hold sets them Retry (agent/domain/operations.py says why).
         checks = d.our_checks(await self._admission_checks())
         plan = await self._plan_and_apply(req, lambda s: plan_hold(s.trainjob, s.workload, hold, checks=checks))
         return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
@@ -623,7 +624,7 @@ class Service:
                 if trainjob is not None or self.kube.workers is None:
                     raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left)) from None
                 # On a MultiKueue manager: gone here, and with it the Workload that said where it went, so every
-                # worker is read for what it left (agent/workerremains.py).
+                # worker is read for what it left (agent/multicluster/worker_remains.py).
                 workers = await self._remains(ns, name)
                 is_ceased, why = ceased_when_gone(left, workers)
                 raise ApiError(ErrorKind.NOT_FOUND, exc.message, orphans=list(left), workers=_worker_bodies(workers),
@@ -676,7 +677,7 @@ class Service:
 
     async def _on_worker(self, s: Status, ns: str, name: str, workload: Mapping[str, Any] | None) -> Status:
         """Status ``s`` of a job MultiKueue runs, with the pods of its copy on the worker that runs it
-        (agent/status.py ``on_worker``), or with why they are not reported."""
+        (agent/domain/status.py ``on_worker``), or with why they are not reported."""
         cluster, remote, why = await self._worker(workload)
         if cluster is None or remote is None:
             return replace(s, cluster=cluster, cluster_reason=why)
@@ -697,8 +698,8 @@ class Service:
                          node_loss_taints=self.settings.node_loss_taints)  # fmt: skip
 
     async def _remains(self, ns: str, name: str) -> list[Remains]:
-        """On a MultiKueue manager: what of the job ``ns/name`` is on each worker (agent/workerremains.py decides):
-        every worker the agent has a credential for or a MultiKueueCluster names, read with the agent's own
+        """On a MultiKueue manager: what of the job ``ns/name`` is on each worker (agent/multicluster/worker_remains.py
+        decides): every worker the agent has a credential for or a MultiKueueCluster names, read with the agent's own
         credential. A worker that cannot be read is reported so, never as empty (unless fenced). The
         MultiKueueClusters unreadable: every worker with a credential is read, none taken as fenced."""
         workers = self.kube.workers
@@ -1101,7 +1102,7 @@ class Service:
                 unproven = None
                 # MultiKueue sends the probe away when it manages it (spec.managedBy, set by Kueue); its checks are
                 # identified by fresh reads of every check the Workload lists, and one that cannot be is a problem
-                # (agent/gate.py ``dispatch_mode``, as the gate decides it).
+                # (agent/domain/decide.py ``dispatch_mode``, as the gate decides it).
                 found = await self._checks_read(other_checks(workload, checks)) if kueue else {}
                 mode = dispatch_mode(current, found) if kueue else Mode(False)
                 if mode.problem is not None:
@@ -1124,21 +1125,21 @@ class Service:
 
     async def _contact_problem(self) -> str | None:
         """On a MultiKueue manager: why the contact Lease's duration is not proven below Kueue's workerLostTimeout,
-        read from Kueue's ConfigMap (agent/kueueconfig.py decides); None when it is."""
+        read from Kueue's ConfigMap (agent/kueue_config.py decides); None when it is."""
         ref, contact = self.settings.kueue_config, self.settings.worker_contact_seconds
         where = f"{ref.namespace}/{ref.name}"
         try:
             configmap = await self.kube.get(CONFIG_MAPS.path(ref.namespace, ref.name))
         except KubeError as exc:
-            return kueueconfig.unreadable(where, ref.key, contact, exc.describe())
-        return kueueconfig.contact_problem(configmap, where=where, key=ref.key, contact_seconds=contact)
+            return kueue_config.unreadable(where, ref.key, contact, exc.describe())
+        return kueue_config.contact_problem(configmap, where=where, key=ref.key, contact_seconds=contact)
 
     async def _prove_workers(
         self, namespace: str, queue: str, workload: Mapping[str, Any], multikueue: Mapping[str, Mapping[str, Any]]
     ) -> tuple[list[str], bool]:
-        """Preflight's proof of each worker the manager's gate would read for a job of this queue (agent/workers.py
-        ``plan_workers``; agent/workerproof.py decides), one line each, and whether every one is proven. A worker
-        that cannot be read is named with why, never an error of Preflight's."""
+        """Preflight's proof of each worker the manager's gate would read for a job of this queue
+        (agent/multicluster/workers.py ``plan_workers``; agent/multicluster/worker_proof.py decides), one line each, and
+        whether every one is proven. A worker that cannot be read is named with why, never an error of Preflight's."""
         # ``multikueue``: the MultiKueue checks the probe's Workload lists, as read at the end of its watch.
         named = {n: multikueue.get(n) for n in listed_multikueue_checks(workload, multikueue)}
         config_names = sorted({c for ac in named.values() if (c := multikueue_config_of(ac)) is not None})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agent.operations import plan_open
+from agent.domain.operations import plan_open
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_FENCED,
@@ -127,7 +127,7 @@ def dispatched(mc: MultiCluster, trainjob: dict[str, Any], a: int, timeout: floa
 
 def copied(mc: MultiCluster, trainjob: dict[str, Any], timeout: float = 120) -> None:
     """Until MultiKueue has copied the worker's status to the manager's TrainJob: an active Job. Only then does a
-    worker lost keep the job's quota (agent/lostquota.py); a pod Running on the worker may come first."""
+    worker lost keep the job's quota (agent/multicluster/lost_quota.py); a pod Running on the worker may come first."""
     name = trainjob["metadata"]["name"]
 
     def active() -> bool:

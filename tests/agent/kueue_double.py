@@ -311,7 +311,7 @@ def create_trainer_pod(
     cp: ControlPlane, tj: dict[str, Any], node: str, *, a: str = "0", finalizer: bool = False
 ) -> dict[str, Any]:
     """A pod of the TrainJob's previous execution, bound to ``node`` and Running (as its kubelet said), owned as
-    JobSet's are: by a Job that the TrainJob's JobSet controls (agent/podowners.py counts no other)."""
+    JobSet's are: by a Job that the TrainJob's JobSet controls (agent/domain/pod_owners.py counts no other)."""
     namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
     cp.ensure_service_account(namespace, "default")  # no controller-manager makes it on tier A
     job = owning_job(cp, tj)

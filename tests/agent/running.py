@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agent.config import AgentConfig
-from agent.controller import Controller
-from agent.kube import Kube
+from agent.gate.controller import Controller
+from agent.runtime.kube import Kube
 from harness.async_client import api_client
 from harness.cluster import ControlPlane
 

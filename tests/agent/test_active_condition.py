@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.admissioncheck import active_patch
-from agent.kube import Kube
+from agent.domain.admission_check import active_patch
+from agent.runtime.kube import Kube
 from tests.agent import kueue_double as kueue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]

@@ -1,4 +1,4 @@
-"""Passes that read the Workload, the TrainJob and the JobSet from the watch caches (agent/caches.py), against
+"""Passes that read the Workload, the TrainJob and the JobSet from the watch caches (agent/runtime/caches.py), against
 the real API server, the test playing Kueue's part.
 
 The stores are fed deliberately stale copies (as a watch that is behind would leave them) and marked live:
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from agent.caches import keep_jobset, keep_trainjob
 from agent.config import AgentConfig
-from agent.gate import Action
-from agent.kube import Kube
-from agent.reconcile import WorkloadKey, reconcile
+from agent.domain.decide import Action
+from agent.gate.reconcile import WorkloadKey, reconcile
+from agent.runtime.caches import keep_jobset, keep_trainjob
+from agent.runtime.kube import Kube
 from contract.keys import ANNOTATION_HOLD_INSTANCE, ANNOTATION_HOLD_REASON, ANNOTATION_HOLD_WHO, ANNOTATION_JOBSET_UID
 from contract.objects import pointer
 from harness.principals import json_patch

@@ -1,4 +1,4 @@
-"""The manager's claims round (agent/claims.py ``ClaimRenewer.round``) against the real API server, the test playing
+"""The manager's claims round (agent/multicluster/claims.py ``ClaimRenewer.round``) against the real API server, the test playing
 Kueue's part on the manager and the worker being the same API server (its claims in the test's namespace): a round
 reads dispatch's TrainJobs (by their job-id label) and their Workloads (by Kueue's job-uid label), fresh; it records
 the worker on the TrainJob, claims the copy the manager wants there, claims nothing for a job that is not dispatch's
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.claims import ClaimRenewer
-from agent.kube import Kube
-from agent.workerreads import WorkerClients
+from agent.multicluster.claims import ClaimRenewer
+from agent.multicluster.worker_reads import WorkerClients
+from agent.runtime.kube import Kube
 from contract.claims import Want, claim_lease, claim_name
 from contract.keys import (
     ANNOTATION_APPROVED_ADMISSION,

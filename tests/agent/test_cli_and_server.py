@@ -7,9 +7,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from agent.api.app import ApiMetrics
 from agent.cli import default_identity, main
-from agent.gate import Action
-from agent.metrics import AgentMetrics
-from agent.server import HealthServer
+from agent.domain.decide import Action
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.server import HealthServer
 
 
 def test_a_bad_config_exits_naming_the_key(tmp_path, capsys):

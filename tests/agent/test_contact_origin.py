@@ -1,4 +1,4 @@
-"""The manager's renewal of the contact Lease on a worker (agent/workerreads.py ``WorkerClients.renew_contact``),
+"""The manager's renewal of the contact Lease on a worker (agent/multicluster/worker_reads.py ``WorkerClients.renew_contact``),
 against the real API server: it renews a Lease of its own origin, and refuses, writing nothing, a Lease another
 manager's origin renews, so a worker shared by two managers is not kept in contact by either
 (docs/multicluster.md, "The claim", two managers)."""
@@ -10,7 +10,7 @@ import datetime as dt
 
 import pytest
 
-from agent.workerreads import WorkerClients
+from agent.multicluster.worker_reads import WorkerClients
 from contract.keys import LABEL_CLAIM, LEASE_MANAGER_CONTACT
 from contract.multicluster import contact_lease
 

@@ -1,4 +1,4 @@
-"""The verification of MultiKueue's copies on a worker (agent/copies.py), against the real API server: the agent runs
+"""The verification of MultiKueue's copies on a worker (agent/multicluster/copies.py), against the real API server: the agent runs
 in role worker, the test plays MultiKueue (the remote Workload stamped with its dispatch's A, and the copy, marked
 unverified as dispatch's mutating webhook leaves it). A copy whose A is the stamp is let start (its uid recorded on
 the Workload, then the mark removed); a copy made from a stale view of the manager's TrainJob is deleted; a second

@@ -1,4 +1,4 @@
-"""The JobSet UID record, made when the JobSet is first seen (agent/jobsetrecord.py), against the real API server:
+"""The JobSet UID record, made when the JobSet is first seen (agent/gate/jobset_record.py), against the real API server:
 the controller runs, the test creates the JobSet as Trainer would, and nothing here calls reconcile. So a
 readmission later writes nothing to the TrainJob."""
 

@@ -1,4 +1,4 @@
-"""The release of a lost worker's quota on a manager (agent/workerpass.py ``release_kept_quota``) against the real
+"""The release of a lost worker's quota on a manager (agent/multicluster/worker_pass.py ``release_kept_quota``) against the real
 API server, the test playing Kueue's part: the MultiKueue checks whose workers the release looks at are identified
 by fresh reads of the checks the Workload lists, never by the agent's AdmissionCheck watch cache
 (docs/multicluster.md, "A lost worker's quota").
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from agent.admissioncheck import AdmissionCheckCache
-from agent.kube import Kube
-from agent.workerpass import release_kept_quota
+from agent.domain.admission_check import AdmissionCheckCache
+from agent.multicluster.worker_pass import release_kept_quota
+from agent.runtime.kube import Kube
 from contract.keys import KUEUE_RUNTIME_PATCH_MANAGER
 from contract.multicluster import MULTIKUEUE_CONFIG_KIND, MULTIKUEUE_CONTROLLER, MULTIKUEUE_MANAGED_BY
 from contract.trainjob import build_runtime_copy, build_trainjob

@@ -1,4 +1,4 @@
-"""One pass of the gate (agent.reconcile) against the real API server, the test playing Kueue's part.
+"""One pass of the gate (agent.gate.reconcile) against the real API server, the test playing Kueue's part.
 
 The passes are called directly, so a test can act between the steps of a pass (the hooks), as a stall or a
 crash would."""
@@ -12,9 +12,9 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.constants import EVENT_COMPONENT, REASON_FOREIGN
-from agent.gate import Action
-from agent.kube import Kube
-from agent.reconcile import Hooks, WorkloadKey, reconcile
+from agent.domain.decide import Action
+from agent.gate.reconcile import Hooks, WorkloadKey, reconcile
+from agent.runtime.kube import Kube
 from contract.admission import admission_path, approved_admission
 from contract.keys import ANNOTATION_APPROVED_ADMISSION, ANNOTATION_JOBSET_UID, FIELD_MANAGER
 from contract.objects import pointer

@@ -1,4 +1,4 @@
-"""A manager's agent writes nothing on a worker whose contact Lease another manager renews (agent/workerreads.py
+"""A manager's agent writes nothing on a worker whose contact Lease another manager renews (agent/multicluster/worker_reads.py
 ``WorkerClients``), against the real API server: it lists no claim there to renew or delete, its sweep lists no
 replica there (so deletes none of the other manager's), and it makes neither the job's replica nor the prologue's
 ConfigMap there; the manager whose origin the Lease carries lists its own as before (docs/multicluster.md, "The
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.workerreads import WorkerClients
+from agent.multicluster.worker_reads import WorkerClients
 from contract.claims import Want, claim_lease, claim_name
 from contract.keys import LABEL_REPLICA_OF
 from contract.multicluster import contact_lease

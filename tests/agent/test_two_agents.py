@@ -79,7 +79,7 @@ def test_only_the_leader_acts_and_a_killed_leader_hands_over(control_plane, name
         assert decision["trainjob"] == tj["metadata"]["name"]
         assert decision["check"] == check
         assert decision["level"] == "info"
-        assert decision["logger"] == "agent.reconcile"
+        assert decision["logger"] == "agent.gate.reconcile"
         assert "dispatch_agent_leader 1.0" in leader.get("/metrics")[1]
         assert "dispatch_agent_leader 0.0" in standby.get("/metrics")[1]
 

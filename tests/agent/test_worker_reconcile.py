@@ -1,4 +1,4 @@
-"""One pass of the gate in role worker (agent.reconcile) against the real API server, the test playing Kueue's and
+"""One pass of the gate in role worker (agent.gate.reconcile) against the real API server, the test playing Kueue's and
 MultiKueue's parts: MultiKueue's copy of a Workload is approved at its first admission on the worker, with the
 record ``worker-admitted`` written first, and held at every later one (docs/multicluster.md, guarantee 3)."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.gate import WORKER_FIRST_MESSAGE, Action, worker_held_message
-from agent.kube import Kube
-from agent.reconcile import WorkloadKey, reconcile
+from agent.domain.decide import WORKER_FIRST_MESSAGE, Action, worker_held_message
+from agent.gate.reconcile import WorkloadKey, reconcile
+from agent.runtime.kube import Kube
 from contract.keys import ANNOTATION_WORKER_ADMITTED, FIELD_MANAGER
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_WORKER
 from harness.cluster import ControlPlane

@@ -18,7 +18,7 @@ from agent.api.kube import Kube
 from agent.api.models import ObjectRef
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
-from agent.workerreads import WorkerClients
+from agent.multicluster.worker_reads import WorkerClients
 from certs import pki
 from harness.async_client import api_client
 from harness.cluster import ControlPlane

@@ -18,7 +18,7 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import HoldRequest, ObjectRef, PreflightRequest, StartResponse
 from agent.api.settings import ApiSettings
-from agent.operations import plan_open
+from agent.domain.operations import plan_open
 from contract.admission import admission_count, admission_floor
 from contract.keys import ANNOTATION_OPENED, FIELD_MANAGER
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, prologue_configmap

@@ -12,7 +12,7 @@ from agent.api import decisions as d
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import KubeError
 from agent.api.models import ObjectRef
-from agent.operations import Refused
+from agent.domain.operations import Refused
 from contract.keys import PROBE_NODE_SELECTOR_KEY
 from contract.trainjob import build_trainjob, runtime_copy_owner_reference
 from harness.fixtures import runtime, runtime_copy, submission, trainjob

@@ -127,7 +127,7 @@ async def test_start_refuses_a_name_an_earlier_trainjob_left_objects_under(agent
             await api.start(req)
     assert err.value.kind is ErrorKind.CONFLICT
     assert "an earlier TrainJob of that name left 3 object(s) behind" in err.value.message
-    assert err.value.orphans == [  # a plain-mode Start reads no Workloads (agent/start.py's units judge them)
+    assert err.value.orphans == [  # a plain-mode Start reads no Workloads (agent/domain/start.py's units judge them)
         f"{NAMESPACE}/jobset/{name}",
         f"{NAMESPACE}/pod/{name}-node-0-0-x",
         f"{NAMESPACE}/trainingruntime/{name}",
@@ -626,10 +626,10 @@ async def test_a_follower_that_closes_frees_its_stream_at_once_on_a_quiet_log(ag
         agent.fake.log_delay = 3600
         stream = api.output(OutputRequest(**ref(started).model_dump(), follow=True))
         assert await anext(stream) == b"epoch 1\n"
-        assert agent.server.follow_streams != {}
+        assert agent.runtime.server.follow_streams != {}
         await stream.aclose()
         for _ in range(60):
-            if agent.server.follow_streams == {}:
+            if agent.runtime.server.follow_streams == {}:
                 break
             await asyncio.sleep(0.1)
-    assert agent.server.follow_streams == {}, "the closed follower still holds its slot"
+    assert agent.runtime.server.follow_streams == {}, "the closed follower still holds its slot"

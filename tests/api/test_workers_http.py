@@ -1,6 +1,6 @@
 """Start, Stop and Status on a MultiKueue manager read the workers for what a job left there (docs/multicluster.md,
 "Stop across clusters"), through the API (real sockets, real TLS) over fake API servers: the manager's, and one
-per worker, read with the agent's own credential for it. The decisions are agent/workerremains.py's (its units);
+per worker, read with the agent's own credential for it. The decisions are agent/multicluster/worker_remains.py's (its units);
 here, that the API reads every worker, names each, and answers in the documented shape."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.kube import JOBS, MULTIKUEUE_CLUSTERS, PODS, TRAINING_RUNTIMES, TRAINJOBS, Kube
 from agent.api.models import ObjectRef, StartResponse
-from agent.operations import plan_open
-from agent.workerreads import WorkerClients
+from agent.domain.operations import plan_open
+from agent.multicluster.worker_reads import WorkerClients
 from contract.admission import admission_path
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF, LABEL_JOBSET_NAME
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
@@ -37,7 +37,7 @@ WORKERS = ("worker-1", "worker-2")
 
 
 class FakeWorkers(WorkerClients):
-    """The agent's credential for each worker (agent/workerreads.py ``WorkerClients``, its reads as they are): a
+    """The agent's credential for each worker (agent/multicluster/worker_reads.py ``WorkerClients``, its reads as they are): a
     client of that worker's fake API server, or a failure for a worker ``down``."""
 
     def __init__(self, clients: dict[str, client.ApiClient]) -> None:

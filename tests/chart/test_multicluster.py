@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent.config import load_config as load_agent_config
-from agent.workerreads import CONTACT_RULES, WORKER_RULES
+from agent.multicluster.worker_reads import CONTACT_RULES, WORKER_RULES
 from contract.multicluster import DEFAULT_MIN_DISPATCHES, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
@@ -135,7 +135,7 @@ def test_min_dispatches_reaches_the_agents_api_settings(tmp_path):
 
 
 def test_a_manager_s_agent_reads_kueue_s_configuration_where_the_values_say_and_may_get_only_that_configmap(tmp_path):
-    """Preflight proves workerContactSeconds below Kueue's workerLostTimeout from Kueue's ConfigMap (agent/kueueconfig.py):
+    """Preflight proves workerContactSeconds below Kueue's workerLostTimeout from Kueue's ConfigMap (agent/multicluster/kueue_config.py):
     the agent's config names it, and a Role in Kueue's namespace grants get on exactly it, on a manager only."""
     where = {"namespace": "kq", "name": "kueue-config", "key": "config.yaml"}
     r = template({"multicluster": {"role": ROLE_MANAGER, "kueueConfig": where}})
@@ -194,7 +194,7 @@ def _normalized(rules: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy(tmp_path):
-    """multicluster.managerAgent on a worker: bound to exactly agent.workerreads.WORKER_RULES (the rights the tests
+    """multicluster.managerAgent on a worker: bound to exactly agent.multicluster.worker_reads.WORKER_RULES (the rights the tests
     run the manager's agent under), a principal in the webhook's config, and the policies the generators make for
     it, the manager agent's own included."""
     r = template(WORKER_WITH_AGENT)
@@ -209,7 +209,7 @@ def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy
     bound = r.one("RoleBinding", f"{fullname(r)}-manager-contact")
     assert [s["name"] for s in bound["subjects"]] == [MANAGER_AGENT_USER]
     lease_rules = r.one("Role", f"{fullname(r)}-lease")["rules"]
-    # The worker's agent reads the contact Lease and lists the claims, named per job (agent/claims.py).
+    # The worker's agent reads the contact Lease and lists the claims, named per job (agent/multicluster/claims.py).
     assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]} in lease_rules
     assert ("ValidatingAdmissionPolicy", f"{fullname(r)}{MANAGER_CONTACT_POLICY[len('dispatch-k8s') :]}") in (
         _policies(r)
@@ -229,7 +229,7 @@ def test_on_a_worker_the_manager_agent_gets_exactly_its_rules_and_its_own_policy
 
 @pytest.mark.parametrize(("values", "deletes"), [({}, False), (MANAGER, False), (WORKER, True)])
 def test_only_on_a_worker_may_the_agent_delete_trainjobs(values, deletes):
-    """The agent deletes MultiKueue's copy made from a stale view of the manager's TrainJob (agent/copies.py), and
+    """The agent deletes MultiKueue's copy made from a stale view of the manager's TrainJob (agent/multicluster/copies.py), and
     only on a worker: elsewhere it never deletes a TrainJob."""
     r = template(values)
     rules = r.one("ClusterRole", f"{fullname(r)}-agent")["rules"]

@@ -203,7 +203,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
     """Every call the chart's ServiceAccount makes, and where in the code it is made."""
     lease_ns, lease_name = lease
     checks: list[tuple[str, Check]] = [
-        # agent/kube.py and serving/watch.py: the watches (LIST then WATCH, all namespaces).
+        # agent/runtime/kube.py and serving/watch.py: the watches (LIST then WATCH, all namespaces).
         ("agent: watch Workloads", ("list", KUEUE, "workloads", {})),
         ("agent: watch Workloads", ("watch", KUEUE, "workloads", {})),
         ("agent: watch AdmissionChecks", ("list", KUEUE, "admissionchecks", {})),
@@ -212,11 +212,11 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: watch JobSet pods", ("watch", "", "pods", {})),
         ("agent: watch Nodes", ("list", "", "nodes", {})),
         ("agent: watch Nodes", ("watch", "", "nodes", {})),
-        ("agent: watch TrainJobs (agent/caches.py)", ("list", TRAINER, "trainjobs", {})),
-        ("agent: watch TrainJobs (agent/caches.py)", ("watch", TRAINER, "trainjobs", {})),
-        ("agent: watch JobSets (agent/caches.py)", ("list", JOBSET, "jobsets", {})),
-        ("agent: watch JobSets (agent/caches.py)", ("watch", JOBSET, "jobsets", {})),
-        # agent/kube.py: one reconcile pass.
+        ("agent: watch TrainJobs (agent/runtime/caches.py)", ("list", TRAINER, "trainjobs", {})),
+        ("agent: watch TrainJobs (agent/runtime/caches.py)", ("watch", TRAINER, "trainjobs", {})),
+        ("agent: watch JobSets (agent/runtime/caches.py)", ("list", JOBSET, "jobsets", {})),
+        ("agent: watch JobSets (agent/runtime/caches.py)", ("watch", JOBSET, "jobsets", {})),
+        # agent/runtime/kube.py: one reconcile pass.
         ("agent: get_workload", ("get", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
         ("agent: get_trainjob", ("get", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
         ("agent: get_jobset", ("get", JOBSET, "jobsets", {"ns": TEAM, "name": "tj"})),
@@ -226,7 +226,7 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
         ("agent: patch_pod (dispatch's finalizer)", ("patch", "", "pods", {"ns": TEAM, "name": "p"})),
         ("agent: patch_trainjob (the raise of A)", ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj"})),
         (
-            "agent: patch_trainjob status=True (a lost worker's quota, agent/lostquota.py)",
+            "agent: patch_trainjob status=True (a lost worker's quota, agent/multicluster/lost_quota.py)",
             ("patch", TRAINER, "trainjobs", {"ns": TEAM, "name": "tj", "subresource": "status"}),
         ),
         ("agent: patch_workload (a worker's record)", ("patch", KUEUE, "workloads", {"ns": TEAM, "name": "wl"})),
@@ -239,8 +239,11 @@ def needed(full: str, ns: str, lease: tuple[str, str]) -> list[tuple[str, Check]
             ("patch", KUEUE, "admissionchecks", {"name": "dispatch-admission", "subresource": "status"}),
         ),
         ("agent: create_event", ("create", "", "events", {"ns": TEAM})),
-        ("agent: patch an Event (agent/events.py: its count)", ("patch", "", "events", {"ns": TEAM, "name": "e"})),
-        # agent/leader.py: leader election.
+        (
+            "agent: patch an Event (agent/runtime/events.py: its count)",
+            ("patch", "", "events", {"ns": TEAM, "name": "e"}),
+        ),
+        # agent/runtime/leader.py: leader election.
         ("agent: get_lease", ("get", COORDINATION, "leases", {"ns": lease_ns, "name": lease_name})),
         ("agent: replace_lease", ("update", COORDINATION, "leases", {"ns": lease_ns, "name": lease_name})),
         ("agent: create_lease", ("create", COORDINATION, "leases", {"ns": lease_ns})),

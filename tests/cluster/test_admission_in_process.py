@@ -80,7 +80,7 @@ def test_kueues_unsuspend_makes_no_call_to_the_webhook(namespace, chart):
 
 
 def _approve(who, tj, a):
-    """The readmission gate's approval of A ``a`` (agent/gate.py), as dispatch, before Kueue's unsuspend."""
+    """The readmission gate's approval of A ``a`` (agent/domain/decide.py), as dispatch, before Kueue's unsuspend."""
     return who.dispatch.request(
         "PATCH",
         who.dispatch.object_path(tj),

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.gate import Action, decide
+from agent.domain.decide import Action, decide
 from contract.admission import (
     admission_path,
     admission_started,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agent.constants import EVENT_COMPONENT
-from agent.events import AGGREGATE_MAX_EVENTS, COMBINED, SPAM_BURST
-from agent.kube import Kube
+from agent.runtime.events import AGGREGATE_MAX_EVENTS, COMBINED, SPAM_BURST
+from agent.runtime.kube import Kube
 from contract.keys import FIELD_MANAGER
 from tests.cluster.test_raise_on_the_api_server import create_trainjob
 

@@ -418,7 +418,7 @@ def test_on_a_manager_kueue_and_dispatch_write_the_status_of_the_trainjobs_multi
         # MultiKueue's copy of the worker's status onto the TrainJob it manages.
         assert _refusal(_patch(c[KUEUE], managed, status, "status")) is None
         assert "UPDATE status is made only by" in _enforced(_patch(c[STRANGER], managed, status, "status"))
-        # dispatch's release of a lost worker's quota (agent/lostquota.py): on the TrainJobs MultiKueue manages only.
+        # dispatch's release of a lost worker's quota (agent/multicluster/lost_quota.py): on the TrainJobs MultiKueue manages only.
         assert _refusal(_patch(c[DISPATCH], managed, status, "status")) is None
         assert "UPDATE status is made only by" in _enforced(_patch(c[DISPATCH], own, status, "status"))
 

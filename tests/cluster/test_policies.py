@@ -349,7 +349,7 @@ def test_the_unsuspend_without_the_webhook(who, namespace, policies):
 
 
 def _approve(who: Principals, tj: dict, a: int) -> dict:
-    """The readmission gate's approval of the execution that starts with A ``a`` (agent/gate.py), as dispatch."""
+    """The readmission gate's approval of the execution that starts with A ``a`` (agent/domain/decide.py), as dispatch."""
     return json_patch(who.dispatch, tj, [*preconditions(tj), *approval_ops(tj, a, "wl-uid")])
 
 

@@ -189,7 +189,7 @@ def test_the_unsuspend_is_recorded_and_a_readmission_raised_in_the_same_write(wh
         ANNOTATION_ADMISSION_GATED_BY: None, ANNOTATION_OPENED: "true"}}})  # fmt: skip
     # Kueue's admission (here dispatch's principal plays it): the mutating webhook raises A 0 -> 1 and records it
     # in the write that starts the first execution.
-    # Each start carries the readmission gate's approval of its A (agent/gate.py), written before.
+    # Each start carries the readmission gate's approval of its A (agent/domain/decide.py), written before.
     unapproved = refused(lambda: merge_patch(who.dispatch, opened, {"spec": {"suspend": False}}))
     assert "[update.approval]" in unapproved
     running = merge_patch(who.dispatch, opened, _approved_start(1))

@@ -80,7 +80,7 @@ def _trainjob(cp: ControlPlane, namespace: str, *, is_copy: bool, marked: bool =
 
 
 def _approve(admin: KubeHttp, tj: dict[str, Any], a: int) -> dict[str, Any]:
-    """The readmission gate's approval of A ``a`` (agent/gate.py; a copy on a worker needs none, and carries it
+    """The readmission gate's approval of A ``a`` (agent/domain/decide.py; a copy on a worker needs none, and carries it
     harmlessly), written as dispatch."""
     ops = [*preconditions(tj), *approval_ops(tj, a, "wl-uid")]
     return admin.request("PATCH", admin.object_path(tj), ops, content_type=JSON_PATCH)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.operations import Hold, Target, plan_hold, plan_open, plan_release
+from agent.domain.operations import Hold, Target, plan_hold, plan_open, plan_release
 from contract.keys import (
     FIELD_MANAGER,
     LABEL_JOBSET_NAME,
@@ -191,7 +191,7 @@ def json_patch(admin: KubeHttp, obj: dict[str, Any], ops: list[dict[str, Any]]) 
 
 
 def open_trainjob(gate: Gate, tj: dict[str, Any]) -> None:
-    """Open, as the supervisor API does it: remove dispatch's gate from the TrainJob (agent/operations.py),
+    """Open, as the supervisor API does it: remove dispatch's gate from the TrainJob (agent/domain/operations.py),
     in a patch preconditioned on what was read; read again after a conflict (Kueue and Trainer write too)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from agent.operations import Hold, plan_hold
+from agent.domain.operations import Hold, plan_hold
 from contract.keys import ANNOTATION_ADMISSION_STARTED, LABEL_JOBSET_NAME, LABEL_QUEUE_NAME
 from contract.trainjob import Submission, build_runtime_copy
 from harness.cluster import ADMIN_USER, free_port

@@ -20,7 +20,7 @@ import pytest
 from ulid import ULID
 
 from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
-from agent.operations import plan_open
+from agent.domain.operations import plan_open
 from contract.admission import admission_started
 from contract.claims import DEFAULT_ORIGIN, claim_name
 from contract.keys import (

@@ -16,8 +16,8 @@ import pytest
 from ulid import ULID
 
 from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
-from agent.operations import plan_open
-from agent.workerreads import CONTACT_RULES, WORKER_RULES
+from agent.domain.operations import plan_open
+from agent.multicluster.worker_reads import CONTACT_RULES, WORKER_RULES
 from contract.admission import admission_started
 from contract.keys import ANNOTATION_UNVERIFIED, LABEL_JOBSET_NAME, LEASE_MANAGER_CONTACT, UNVERIFIED_TRUE
 from contract.objects import annotations, micro_time

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent.operations import plan_release
+from agent.domain.operations import plan_release
 from contract.keys import (
     ANNOTATION_DISPATCHED,
     ANNOTATION_DISPATCHED_SPENT,

@@ -32,8 +32,8 @@ from agent.api.errors import ApiError as AgentApiError
 from agent.api.models import HoldRequest, KueueSpec, ObjectRef, OutputRequest, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
 from agent.constants import CONTACT_SECONDS
-from agent.operations import plan_open, plan_release
-from agent.workerreads import WorkerClients
+from agent.domain.operations import plan_open, plan_release
+from agent.multicluster.worker_reads import WorkerClients
 from contract.admission import admission_started
 from contract.claims import DEFAULT_ORIGIN, dispatched_to
 from contract.keys import (
@@ -230,7 +230,7 @@ def _status_and_output(m: Manager, tj: dict[str, Any], directory: Path) -> tuple
                     status = await api.status(ref)
                 req = OutputRequest(namespace=ref.namespace, name=ref.name, uid=ref.uid, tail_lines=1)
                 try:
-                    async with agent.server.service.output(req) as (pod, _):
+                    async with agent.runtime.server.service.output(req) as (pod, _):
                         return status, f"streams {pod}"
                 except AgentApiError as exc:
                     return status, f"refused: {exc.message}"

@@ -21,7 +21,7 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import ObjectRef
 from agent.api.settings import ApiSettings
-from agent.workerreads import WorkerClients
+from agent.multicluster.worker_reads import WorkerClients
 from contract.keys import LABEL_JOBSET_NAME
 from tests.api.cluster import allowed, running_agent, supervisors
 from tests.e2e import kit

@@ -25,8 +25,8 @@ import pytest
 from ulid import ULID
 
 from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
-from agent.gate import WORKER_FIRST_MESSAGE, worker_held_message
-from agent.operations import plan_open
+from agent.domain.decide import WORKER_FIRST_MESSAGE, worker_held_message
+from agent.domain.operations import plan_open
 from contract.admission import admission_started
 from contract.keys import (
     ANNOTATION_DISPATCHED,

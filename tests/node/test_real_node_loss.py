@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.operations import Hold, plan_hold, plan_release
+from agent.domain.operations import Hold, plan_hold, plan_release
 from contract.keys import LABEL_JOBSET_NAME, TAINT_OUT_OF_SERVICE, TAINT_UNREACHABLE
 from harness.binaries import locate_node
 from harness.pytest_plugin import TierC

@@ -1,4 +1,4 @@
-"""The stores a pass reads the Workload, the TrainJob and the JobSet from (agent/caches.py): newer-only
+"""The stores a pass reads the Workload, the TrainJob and the JobSet from (agent/runtime/caches.py): newer-only
 replacement, answers only while live, uid-checked deletes, and entries that decide as the full object does.
 
 The watch loop itself (list, watch, resume, re-list) is serving/watch.py's, tested in tests/agent/test_watch.py;
@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.caches import Reads, Store, StoreHandler, keep_jobset, keep_trainjob
-from agent.gate import decide
+from agent.domain.decide import decide
+from agent.runtime.caches import Reads, Store, StoreHandler, keep_jobset, keep_trainjob
 from contract.keys import ANNOTATION_HOLD_INSTANCE
 from tests.unit.test_gate import CHECK, NOW, jobset, opened, workload
 

@@ -1,5 +1,5 @@
 """The Event correlator as a function of the Events it is given and the time: client-go's aggregation,
-counting and spam filter (agent/events.py), and the recorder's fall-back to a create."""
+counting and spam filter (agent/runtime/events.py), and the recorder's fall-back to a create."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.events import (
+from agent.runtime.events import (
     AGGREGATE_INTERVAL,
     AGGREGATE_MAX_EVENTS,
     COMBINED,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agent.leader import Kind, Observer, leading_after, plan, record_of, release
+from agent.runtime.leader import Kind, Observer, leading_after, plan, record_of, release
 
 NOW = "2026-11-29T10:00:00.000000Z"
 EARLIER = "2026-11-29T09:59:00.000000Z"

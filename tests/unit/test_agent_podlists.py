@@ -1,4 +1,4 @@
-"""The shared consistent LIST of pods (agent/podlists.py): a pass is never served a LIST issued before it asked.
+"""The shared consistent LIST of pods (agent/runtime/pod_lists.py): a pass is never served a LIST issued before it asked.
 
 The LIST here is a stand-in that records when it was issued on a logical clock and answers when the test
 lets it; what is tested is the coalescing logic, not the API server (the agent's cluster tests run the
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.podlists import SharedPodLists
+from agent.runtime.pod_lists import SharedPodLists
 from contract.keys import LABEL_JOBSET_NAME
 
 

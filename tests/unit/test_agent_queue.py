@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.queue import QueueShutDown, RateLimiter, WorkQueue, serve_keys
+from agent.runtime.queue import QueueShutDown, RateLimiter, WorkQueue, serve_keys
 from serving.backoff import Backoff, backoff_delay
 
 aio = pytest.mark.asyncio(loop_scope="function")

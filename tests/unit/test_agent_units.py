@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from agent.admissioncheck import AdmissionCheckCache, active_patch
 from agent.config import AgentConfig, ConfigError, load_config, qualified_name_problem
 from agent.constants import ACTIVE_MESSAGE, EVENT_COMPONENT, EVENT_MESSAGE_MAX
-from agent.controller import WorkloadIndex, hint_of, key_of
-from agent.events import event_body
-from agent.metrics import AgentMetrics
-from agent.reconcile import WorkloadKey, due_checks
-from agent.workload import check_state_apply, keep_our_entries
+from agent.domain.admission_check import AdmissionCheckCache, active_patch
+from agent.domain.workload import check_state_apply, keep_our_entries
+from agent.gate.controller import WorkloadIndex, hint_of, key_of
+from agent.gate.reconcile import WorkloadKey, due_checks
+from agent.runtime.events import event_body
+from agent.runtime.metrics import AgentMetrics
 from harness.fixtures import trainjob
 from tests.unit.test_gate import CHECK, workload
 from tests.webhook.test_protocol import parse_exposition

@@ -3,7 +3,7 @@ from pydantic import ValidationError
 
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.models import ObjectRef, StartRequest, StatusResponse
-from agent.status import status
+from agent.domain.status import status
 from contract.trainjob import build_trainjob
 from harness.fixtures import JOB_ID, runtime, trainjob
 

@@ -1,4 +1,4 @@
-"""When the claims round runs (agent/claims.py ``ClaimRenewer.run``): every quarter of the claims' duration, and
+"""When the claims round runs (agent/multicluster/claims.py ``ClaimRenewer.run``): every quarter of the claims' duration, and
 at once when the controller's Workload watch sees a job dispatched to another worker, or to none
 (``ClaimRenewer.saw``); a change seen during a round starts the next one as soon as it ends
 (docs/multicluster.md, "The claim")."""
@@ -10,7 +10,7 @@ import contextlib
 from types import SimpleNamespace
 from typing import Any
 
-from agent.claims import ClaimRenewer
+from agent.multicluster.claims import ClaimRenewer
 
 HOUR = 3600
 """The claims' duration here: a round a quarter hour apart, so every round the test sees was started early."""

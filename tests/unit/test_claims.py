@@ -1,4 +1,4 @@
-"""The claim (contract/claims.py, agent/claims.py ``ClaimWatch``, agent/workers.py ``worker_blockers``): the
+"""The claim (contract/claims.py, agent/multicluster/claims.py ``ClaimWatch``, agent/multicluster/workers.py ``worker_blockers``): the
 manager claims a copy on a worker only while it wants it there now; the worker judges the claims by its own clock;
 the manager's look counts what of the job may still make pods, not only its pods (docs/multicluster.md, "The
 claim")."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent.claims import ClaimWatch
-from agent.workers import WorkerLook, worker_blockers
+from agent.multicluster.claims import ClaimWatch
+from agent.multicluster.workers import WorkerLook, worker_blockers
 from contract.claims import (
     Want,
     claim_lease,

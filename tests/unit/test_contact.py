@@ -1,5 +1,5 @@
 """Contact between the manager's agent and a MultiKueue worker (contract/multicluster.py ``contact_lease``,
-``contact_epoch``, ``outlived_contact``; agent/contact.py ``ContactWatch``): the manager renews a Lease on each
+``contact_epoch``, ``outlived_contact``; agent/multicluster/contact.py ``ContactWatch``): the manager renews a Lease on each
 worker and starts a new epoch after a gap; the worker's agent deletes the copies it let start once it sees no
 renewal for the Lease's duration, or an epoch above the one a copy started under (docs/multicluster.md, "Contact
 with the manager")."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent.contact import ContactWatch
-from agent.workerproof import contact_problem
+from agent.multicluster.contact import ContactWatch
+from agent.multicluster.worker_proof import contact_problem
 from contract.keys import (
     ANNOTATION_UNVERIFIED,
     ANNOTATION_VERIFIED_CONTACT,

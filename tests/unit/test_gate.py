@@ -7,9 +7,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from agent.gate import Action, Blocker, decide, hold_message, is_opened_by_dispatch
-from agent.podowners import ForeignPod
-from agent.workload import check_state_apply, owner_trainjob, waiting_reason
+from agent.domain.decide import Action, Blocker, decide, hold_message, is_opened_by_dispatch
+from agent.domain.pod_owners import ForeignPod
+from agent.domain.workload import check_state_apply, owner_trainjob, waiting_reason
 from contract.admission import (
     admission_count,
     admission_floor,

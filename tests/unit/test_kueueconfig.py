@@ -1,4 +1,4 @@
-"""Preflight's check that the contact Lease's duration is below Kueue's workerLostTimeout (agent/kueueconfig.py):
+"""Preflight's check that the contact Lease's duration is below Kueue's workerLostTimeout (agent/multicluster/kueue_config.py):
 Go durations as Kueue decodes them, the timeout read from Kueue's Configuration (its default when absent), and the
 problem Preflight reports, naming both values or the ConfigMap (docs/multicluster.md, "Contact with the manager",
 "Plumbing")."""
@@ -11,7 +11,7 @@ import pytest
 
 from agent.api.settings import ApiSettings
 from agent.config import AgentConfig, served_api_settings
-from agent.kueueconfig import contact_problem, go_duration_seconds, unreadable, worker_lost_timeout
+from agent.multicluster.kueue_config import contact_problem, go_duration_seconds, unreadable, worker_lost_timeout
 
 WHERE, KEY = "kueue-system/kueue-manager-config", "controller_manager_config.yaml"
 

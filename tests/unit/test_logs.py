@@ -32,7 +32,7 @@ def _configured(level: str, fmt: str) -> io.StringIO:
 
 def test_json_lines_carry_the_decision_keys(restore_logging: None):
     stream = _configured("info", "json")
-    log = logging.getLogger("agent.reconcile")
+    log = logging.getLogger("agent.gate.reconcile")
     log.info("Workload %s: admit", "ns/wl", extra=logs.fields(workload="ns/wl", a=2, outcome="admit", trainjob=None))
     log.debug("not shown at info")
     try:
@@ -41,7 +41,7 @@ def test_json_lines_carry_the_decision_keys(restore_logging: None):
         log.exception("failed")
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["msg"] == "Workload ns/wl: admit"
-    assert (first["level"], first["logger"]) == ("info", "agent.reconcile")
+    assert (first["level"], first["logger"]) == ("info", "agent.gate.reconcile")
     assert (first["workload"], first["a"], first["outcome"]) == ("ns/wl", 2, "admit")
     assert "trainjob" not in first  # None values are left out
     assert first["time"].endswith("+00:00")

@@ -1,4 +1,4 @@
-"""A lost worker's quota on a MultiKueue manager, decided (agent/lostquota.py): when Kueue keeps the quota of an
+"""A lost worker's quota on a MultiKueue manager, decided (agent/multicluster/lost_quota.py): when Kueue keeps the quota of an
 evicted dispatch job for the active Jobs MultiKueue copied from a worker, the patch that releases it, and the
 index mark the manager's round looks for."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent.controller import WorkloadIndex, hint_of, key_of
-from agent.lostquota import kept_active, kept_message, release_patch, released_message
+from agent.gate.controller import WorkloadIndex, hint_of, key_of
+from agent.multicluster.lost_quota import kept_active, kept_message, release_patch, released_message
 from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
@@ -107,7 +107,7 @@ def test_the_round_goes_on_past_a_failed_sweep_and_a_failed_release(monkeypatch:
     import asyncio
     from types import SimpleNamespace
 
-    from agent import controller
+    from agent.gate import controller
 
     released: list[str] = []
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from prometheus_client import CollectorRegistry
 
 from agent.api.app import ApiMetrics
-from agent.metrics import AgentMetrics
+from agent.runtime.metrics import AgentMetrics
 from certs import lifecycle, pki
 from certs.controller import Readiness, Stats
 from certs.metrics import certs_registry

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.api.settings import ApiSettings
-from agent.gate import Action, decide
-from agent.start import multikueue_start_problems, multikueue_unproven, readback_changes
+from agent.domain.decide import Action, decide
+from agent.domain.start import multikueue_start_problems, multikueue_unproven, readback_changes
 from contract.admission import (
     admission_count,
     admission_floor,

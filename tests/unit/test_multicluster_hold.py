@@ -10,8 +10,8 @@ import copy
 from typing import Any
 
 from agent.api.decisions import after_own_write
-from agent.gate import Action, decide
-from agent.operations import Target, plan_hold, plan_release
+from agent.domain.decide import Action, decide
+from agent.domain.operations import Target, plan_hold, plan_release
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import CHECK, NOW, opened
 from tests.unit.test_multicluster import MK_CHECK, decide_mk, managed, mk_workload

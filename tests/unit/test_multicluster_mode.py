@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.gate import Action, Blocker, Mode, decide, dispatch_mode, highest_stamped, other_checks, reusable_a
-from agent.lostquota import checks_to_look_at
-from agent.start import multikueue_start_problems
+from agent.domain.decide import Action, Blocker, Mode, decide, dispatch_mode, highest_stamped, other_checks, reusable_a
+from agent.domain.start import multikueue_start_problems
+from agent.multicluster.lost_quota import checks_to_look_at
 from contract.admission import admission_count, approved_admission
 from contract.keys import (
     ANNOTATION_ADMISSION_STARTED,
@@ -337,7 +337,7 @@ def test_no_stamped_a_is_ever_stamped_again_and_each_burned_raise_costs_a_landed
 
 
 class _Checks:
-    """The one read ``agent.reconcile._mode`` makes: a GET of an AdmissionCheck."""
+    """The one read ``agent.gate.reconcile._mode`` makes: a GET of an AdmissionCheck."""
 
     def __init__(self, found: dict[str, Any]) -> None:
         self.found, self.asked = found, []
@@ -353,7 +353,7 @@ class _Checks:
 def test_reconcile_reads_every_check_the_workload_lists_but_its_own_and_reports_a_failed_read():
     import asyncio
 
-    from agent.reconcile import _mode
+    from agent.gate.reconcile import _mode
 
     tj, wl = managed(opened()), mk_workload()
     kube = _Checks({MK_CHECK: ac(MK_CHECK)})

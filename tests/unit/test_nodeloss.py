@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.nodeloss import Assessment, Classification, PodRecord, Verdict, assess, classify, classify_record
+from agent.domain.node_loss import Assessment, Classification, PodRecord, Verdict, assess, classify, classify_record
 from contract.keys import TAINT_NOT_READY, TAINT_OUT_OF_SERVICE, TAINT_UNREACHABLE
 from contract.objects import dig
 

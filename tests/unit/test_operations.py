@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from agent.gate import Action, Blocker
-from agent.operations import Hold, Plan, Refused, Target, finished, is_opened, plan_hold, plan_open, plan_release
+from agent.domain.decide import Action, Blocker
+from agent.domain.operations import Hold, Plan, Refused, Target, finished, is_opened, plan_hold, plan_open, plan_release
 from contract.admission import admission_count, admission_floor
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,

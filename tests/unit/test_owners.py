@@ -85,7 +85,7 @@ def test_kueue_s_multikueue_writes_only_the_status_of_the_trainjobs_it_manages()
 
 
 def test_dispatch_writes_a_trainjob_s_status_only_where_multikueue_manages_it():
-    """The release of a lost worker's quota (agent/lostquota.py): dispatch's principals, on the status of the
+    """The release of a lost worker's quota (agent/multicluster/lost_quota.py): dispatch's principals, on the status of the
     TrainJobs whose managedBy is MultiKueue's, and nowhere else as that role."""
     writes = {
         (kind.resource, w)

@@ -1,4 +1,4 @@
-"""dispatch's pod finalizer (agent/podfinalizer.py): removed only when the pod's processes are proven gone
+"""dispatch's pod finalizer (agent/domain/pod_finalizer.py): removed only when the pod's processes are proven gone
 (issue 10, item 11)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.nodeloss import classify
-from agent.podfinalizer import carries, release_ops
-from agent.releaser import could_release
+from agent.domain.node_loss import classify
+from agent.domain.pod_finalizer import carries, release_ops
+from agent.gate.releaser import could_release
 from contract.keys import POD_FINALIZER, TAINT_OUT_OF_SERVICE, TAINT_UNREACHABLE
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_nodeloss import node, pod, taint
@@ -110,7 +110,7 @@ def test_removed_only_when_the_classification_says_it_may_not_run(phase, deletin
     oos=st.booleans(),
 )
 def test_the_releaser_skips_only_pods_that_could_not_be_released_anyway(phase, deleting, ready, oos):
-    """agent/releaser.py reads no Node for a pod neither terminal nor deleting: no such pod is ever released."""
+    """agent/gate/releaser.py reads no Node for a pod neither terminal nor deleting: no such pod is ever released."""
     p = ours(pod(phase=phase, deleting=T if deleting else None))
     n = node(ready=ready, taints=(taint(TAINT_OUT_OF_SERVICE),) if oos else ())
     if not could_release(p):

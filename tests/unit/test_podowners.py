@@ -1,4 +1,4 @@
-"""Whose pod is it (agent/podowners.py): a label is not ownership (issue 10, item 8)."""
+"""Whose pod is it (agent/domain/pod_owners.py): a label is not ownership (issue 10, item 8)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.podowners import job_names, known_jobset_uids, sort_pods
+from agent.domain.pod_owners import job_names, known_jobset_uids, sort_pods
 from contract.keys import ANNOTATION_JOBSET_UID
 
 NAME = "dj-01arz3ndektsv4rrffq69g5fav-s3"

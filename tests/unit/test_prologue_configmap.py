@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 
-from agent.start import prologue_configmap_refusal
+from agent.domain.start import prologue_configmap_refusal
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, configmap_differences, prologue_configmap
 from webhook import owners
 from webhook.config import Config

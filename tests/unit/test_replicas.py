@@ -1,4 +1,4 @@
-"""The runtime copy on the workers of a MultiKueue manager, decided (agent/replicas.py): the replica made from the
+"""The runtime copy on the workers of a MultiKueue manager, decided (agent/multicluster/replicas.py): the replica made from the
 manager's copy, what holds a dispatch in the replica found on a worker, the hold's message, and which replicas the
 sweep deletes."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent.gate import Blocker, hold_message
-from agent.replicas import replica, replica_blocker, stale_replicas, unprepared
-from agent.workers import is_remote
+from agent.domain.decide import Blocker, hold_message
+from agent.multicluster.replicas import replica, replica_blocker, stale_replicas, unprepared
+from agent.multicluster.workers import is_remote
 from contract.keys import LABEL_JOB_ID, LABEL_REPLICA_OF, LABEL_SUBMISSION
 
 NAME = "dj-01hzy0000000000000000000ab-s1"

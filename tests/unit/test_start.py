@@ -2,7 +2,7 @@ import copy
 
 import pytest
 
-from agent.start import (
+from agent.domain.start import (
     NOT_MANAGED,
     earlier_incarnation,
     earlier_incarnation_message,

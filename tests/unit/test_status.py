@@ -4,9 +4,9 @@ import copy
 
 import pytest
 
-from agent.gate import blockers_of
-from agent.nodeloss import assess
-from agent.status import copy_of, on_worker, orphans, phase, status
+from agent.domain.decide import blockers_of
+from agent.domain.node_loss import assess
+from agent.domain.status import copy_of, on_worker, orphans, phase, status
 from contract.admission import raise_admission
 from contract.identity import Execution
 from contract.keys import ANNOTATION_ADMISSION, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_OPENED

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.operations import plan_open
+from agent.domain.operations import plan_open
 from contract.keys import (
     ANNOTATION_ADMISSION,
     ANNOTATION_ADMISSION_FLOOR,

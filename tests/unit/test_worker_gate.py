@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent.gate import WORKER_FIRST_MESSAGE, Action, decide, worker_held_message
+from agent.domain.decide import WORKER_FIRST_MESSAGE, Action, decide, worker_held_message
 from contract.admission import admission_count, admission_started, preconditions, unsuspend_ops
 from contract.identity import attempt_token, epoch, r_of
 from contract.keys import ANNOTATION_WORKER_ADMITTED

@@ -1,5 +1,5 @@
 """What of a job may still run on a MultiKueue worker, decided once (contract/workerlook.py ``on_worker``) for the
-manager's gate (agent/workers.py ``worker_blockers``) and for Stop and Status (agent/workerremains.py ``remains``):
+manager's gate (agent/multicluster/workers.py ``worker_blockers``) and for Stop and Status (agent/multicluster/worker_remains.py ``remains``):
 only an end or the object's absence counts as nothing more to come, and both callers agree on every look."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent.workerremains import remains
-from agent.workers import worker_blockers
+from agent.multicluster.worker_remains import remains
+from agent.multicluster.workers import worker_blockers
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
 from contract.workerlook import WorkerLook, job_of_jobset, on_worker
 from tests.unit.test_nodeloss import node

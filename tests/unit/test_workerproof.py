@@ -1,4 +1,4 @@
-"""Preflight's proof of each worker on a MultiKueue manager, decided (agent/workerproof.py): the rights asked,
+"""Preflight's proof of each worker on a MultiKueue manager, decided (agent/multicluster/worker_proof.py): the rights asked,
 the worker's queue and dispatch's worker-side check there, and the report's line per worker."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.gate import Blocker
-from agent.workerproof import (
+from agent.domain.decide import Blocker
+from agent.multicluster.worker_proof import (
     Access,
     WorkerProof,
     accesses,
@@ -16,8 +16,8 @@ from agent.workerproof import (
     proof_problems,
     worker_lines,
 )
-from agent.workerreads import CONTACT_RULES, WORKER_RULES
-from agent.workers import WorkerPlan
+from agent.multicluster.worker_reads import CONTACT_RULES, WORKER_RULES
+from agent.multicluster.workers import WorkerPlan
 from contract.keys import ADMISSION_CHECK_CONTROLLER, CONTACT_HOLDER, LEASE_MANAGER_CONTACT
 from contract.multicluster import MULTIKUEUE_CONTROLLER
 from contract.prologue import PROLOGUE_CONFIGMAP
@@ -53,7 +53,7 @@ def contact_lease_at(renewed: dt.datetime, duration: int = 60) -> dict[str, Any]
 
 
 def test_a_worker_the_manager_agent_is_not_in_contact_with_is_not_proven() -> None:
-    # No copy starts on a worker that sees no renewal of the contact Lease (agent/contact.py).
+    # No copy starts on a worker that sees no renewal of the contact Lease (agent/multicluster/contact.py).
     (absent,) = proof_problems(NS, QUEUE, proof(contact=None), NOW)
     assert absent.startswith(f"the manager agent's contact Lease {LEASE_MANAGER_CONTACT} there is not there")
     (old,) = proof_problems(NS, QUEUE, proof(contact=contact_lease_at(NOW - dt.timedelta(seconds=61))), NOW)

@@ -1,4 +1,4 @@
-"""What of a job is left on the workers of a MultiKueue manager, decided (agent/workerremains.py): which workers
+"""What of a job is left on the workers of a MultiKueue manager, decided (agent/multicluster/worker_remains.py): which workers
 Stop, Status after Stop and Start read, what on a worker is the job's, when nothing of it may run there, Ceased
 across the workers, and Start's refusal naming the worker."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.status import PodStatus, Status
-from agent.workerremains import (
+from agent.domain.status import PodStatus, Status
+from agent.multicluster.worker_remains import (
     Remains,
     ceased_on_workers,
     ceased_when_gone,

@@ -1,6 +1,6 @@
-"""Guarantee 4 on a MultiKueue manager, decided (agent/workers.py): which workers the gate reads before a
+"""Guarantee 4 on a MultiKueue manager, decided (agent/multicluster/workers.py): which workers the gate reads before a
 dispatch, which it holds on, and the hold's message naming them; the agent's ``workerKubeconfigs``; and the
-worker clients' reload of a rotated credential (agent/workerreads.py)."""
+worker clients' reload of a rotated credential (agent/multicluster/worker_reads.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from agent.config import AgentConfig
-from agent.gate import Action, Blocker, hold_message
-from agent.workerreads import WorkerClients
-from agent.workers import WorkerLook, is_remote, plan_workers, unreadable, worker_blockers
+from agent.domain.decide import Action, Blocker, hold_message
+from agent.multicluster.worker_reads import WorkerClients
+from agent.multicluster.workers import WorkerLook, is_remote, plan_workers, unreadable, worker_blockers
 from contract.keys import ANNOTATION_FENCED
 from contract.multicluster import MULTIKUEUE_CONTROLLER, config_clusters, is_fenced, multikueue_config_of
 from tests.unit.test_gate import go

@@ -424,7 +424,7 @@ type StatusResponseGate string
 // StatusResponseMode defines model for StatusResponse.Mode.
 type StatusResponseMode string
 
-// WorkerRemainsModel On a MultiKueue manager: what of a job is left on one worker (agent/workerremains.py).
+// WorkerRemainsModel On a MultiKueue manager: what of a job is left on one worker (agent/multicluster/worker_remains.py).
 type WorkerRemainsModel struct {
 	// Cluster the worker (its MultiKueueCluster's name)
 	Cluster string `json:"cluster"`

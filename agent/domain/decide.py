@@ -21,7 +21,7 @@ Except in MultiKueue mode (contract/multicluster.py): MultiKueue copies the Trai
 manager's unsuspend, so there the gate raises A itself, by K = maxRestarts + 1, in a preconditioned TrainJob
 patch written before its Ready; the unsuspend then only records it. It also stamps that A on the Workload
 (``dispatched-admission``), between the raise and the Ready: the worker's agent lets a copy start only when its A
-equals the stamp its remote Workload carries (agent/copies.py).
+equals the stamp its remote Workload carries (agent/multicluster/copies.py).
 
 MultiKueue mode is the TrainJob's ``spec.managedBy`` (immutable), never a cache of the AdmissionChecks
 (``dispatch_mode``): a cache misses a MultiKueue check just made, or deleted and made again, and the one-cluster
@@ -41,9 +41,9 @@ Patch preconditioned on the Workload as read, and only then sets the check Ready
 copy is held: it was evicted here, and a local restart would repeat the dispatch's A with J at 0 in a new JobSet.
 The copy goes back through the manager instead, which numbers a new dispatch (docs/multicluster.md, guarantee 3).
 
-A Hold on a manager evicts through this check (``Retry``) rather than deactivating the Workload (agent/operations.py
-says why); the gate keeps the check Pending while the hold is in force, and deactivates the held Workload once the
-TrainJob's status, as MultiKueue copied it from the worker, shows no active Job.
+A Hold on a manager evicts through this check (``Retry``) rather than deactivating the Workload
+(agent/domain/operations.py says why); the gate keeps the check Pending while the hold is in force, and deactivates the
+held Workload once the TrainJob's status, as MultiKueue copied it from the worker, shows no active Job.
 
 The Ready write is preconditioned on the read made *before* the pod check: if Kueue evicts and resets the
 check in between, the write fails with a conflict, and no admission is ever approved on a look at the pods
@@ -57,9 +57,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final
 
-from agent.nodeloss import Assessment
-from agent.podowners import ForeignPod
-from agent.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
+from agent.domain.node_loss import Assessment
+from agent.domain.pod_owners import ForeignPod
+from agent.domain.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
 from contract.admission import (
     Raise,
     admission_count,
@@ -122,10 +122,11 @@ class Blocker:
     why: str
     worker: str | None = None
     """On a MultiKueue manager: the worker (its MultiKueueCluster) the pod runs on, or that cannot be read; ""
-    when the workers themselves cannot be known (agent/workers.py). None: this cluster."""
+    when the workers themselves cannot be known (agent/multicluster/workers.py). None: this cluster."""
     unprepared: bool = False
     """On a MultiKueue manager: the worker cannot run the job yet (its replica of the runtime copy, or the
-    prologue's ConfigMap, is not there as needed: agent/replicas.py), rather than one that may still run it."""
+    prologue's ConfigMap, is not there as needed: agent/multicluster/replicas.py), rather than one that may still run
+    it."""
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,11 @@ class Decision:
 def blockers_of(assessment: Assessment, unproven: Collection[str] = (), *, suffix: str = "") -> list[Blocker]:
     """The pods of a previous execution that may still run, each with why: the evidence the gate waits on,
     Open and Release refuse on, and Status's Ceased is false on. ``assessment`` judges the pods the ownership
-    chain does not prove someone else's (agent/podowners.py ``sort_pods``: ``ours``); those in ``unproven``
+    chain does not prove someone else's (agent/domain/pod_owners.py ``sort_pods``: ``ours``); those in ``unproven``
     (their Job gone) get ``suffix`` added to their reason.
 
     A pod that is no longer listed is not waited on: every trainer pod carries dispatch's finalizer, which only
-    the agent removes, once the pod's processes are proven gone (agent/podfinalizer.py), so a trainer pod that
+    the agent removes, once the pod's processes are proven gone (agent/domain/pod_finalizer.py), so a trainer pod that
     has left the API has ended."""
     return [
         Blocker(pod, f"{c.verdict.value}: {c.reason}" + (suffix if pod in unproven else ""))
@@ -207,7 +208,7 @@ def decide(
     be identified, or the TrainJob and its queue disagree about MultiKueue); never approved while it is set.
 
     ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods
-    (agent/podowners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
+    (agent/domain/pod_owners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
     them that may still run, as the node-loss classification says, and ``foreign_pods`` the labelled pods
     that are provably not its own: reported, never waited on.
 
@@ -245,7 +246,7 @@ def decide(
 
     refusal = not_startable(trainjob, workload)
     if refusal is not None and multikueue and hold_in_force(workload) and not jobs_active(trainjob):
-        # A Hold on a manager evicted it through this check (agent/operations.py): the worker's copy has stopped
+        # A Hold on a manager evicted it through this check (agent/domain/operations.py): the worker's copy has stopped
         # and its status is copied back, so deactivating the Workload now frees its quota and stalls nothing.
         return hold(refusal, [{"op": "add", "path": pointer("spec", "active"), "value": False}])
     if refusal is not None:

@@ -4,8 +4,8 @@ Why a remembered copy is safe to decide from (docs/agent.md, "Reads from the wat
 safe"): every write that acts on these reads is preconditioned on the resourceVersion read — the raise of A
 on the TrainJob's, the Ready write on the Workload's — so a stale copy can only make that write fail with
 409, never make it land wrongly. The JobSet only sorts pods between "ours" and "ours, unproven" (both
-counted; agent/podowners.py), and a JobSet not yet seen is what a GET made a moment earlier returns. The pods
-themselves stay on the consistent LIST issued after the pass began (agent/podlists.py), and Jobs and Nodes
+counted; agent/domain/pod_owners.py), and a JobSet not yet seen is what a GET made a moment earlier returns. The pods
+themselves stay on the consistent LIST issued after the pass began (agent/runtime/pod_lists.py), and Jobs and Nodes
 stay fresh GETs: no precondition protects those reads.
 
 The rules of a store (``Store``), as the webhook's runtime copies (webhook/kube.py):
@@ -223,7 +223,7 @@ class StoreHandler:
 
 
 class Fetch(Protocol):
-    """The fresh GETs behind the stores (agent/kube.py ``Kube``)."""
+    """The fresh GETs behind the stores (agent/runtime/kube.py ``Kube``)."""
 
     def get_workload(self, namespace: str, name: str) -> Awaitable[Obj | None]: ...
 

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from agent.gate import blockers_of
-from agent.nodeloss import Assessment, assess
-from agent.operations import finished, held_by, is_held, is_opened
-from agent.workload import QUOTA_RESERVED, check_state, condition_true
+from agent.domain.decide import blockers_of
+from agent.domain.node_loss import Assessment, assess
+from agent.domain.operations import finished, held_by, is_held, is_opened
+from agent.domain.workload import QUOTA_RESERVED, check_state, condition_true
 from contract.admission import POD_TEMPLATE_IN_ENTRY, admission_count, admission_floor, parse_count
 from contract.errors import ContractError
 from contract.foreign import foreign_reasons, trainer_pods
@@ -38,7 +38,7 @@ from contract.trainer import prefixes_from_env
 
 @dataclass(frozen=True)
 class Remains:
-    """What of the job is left on one worker (agent/workerremains.py finds it; a Status carries it)."""
+    """What of the job is left on one worker (agent/multicluster/worker_remains.py finds it; a Status carries it)."""
 
     cluster: str
     read: bool
@@ -119,7 +119,7 @@ class Status:
     TrainJob of the job's name there is not MultiKueue's copy of this job."""
     workers: tuple[Remains, ...] = ()
     """On a MultiKueue manager, while the TrainJob is being deleted (Stop): what of the job is left on each worker
-    (agent/workerremains.py), which then decides Ceased (``idle_on_workers``)."""
+    (agent/multicluster/worker_remains.py), which then decides Ceased (``idle_on_workers``)."""
 
 
 def _count(read: Any, obj: object) -> int | None:
@@ -233,13 +233,13 @@ def ceased(
 
     1. no pod the API lists may still run (``blockers_of``, the gate's own: the node-loss classification says
        Ended, NotScheduled or Ceased of each). A trainer pod no longer listed has ended: it carries dispatch's
-       finalizer, which only the agent removes, once its processes are proven gone (agent/podfinalizer.py);
+       finalizer, which only the agent removes, once its processes are proven gone (agent/domain/pod_finalizer.py);
     2. no new execution can start by itself (``idle_because``): never opened, ended, being deleted, or held;
     3. the current execution creates no more pods (``pods_may_appear``): a pod not created yet is not listed
        either. The gate has this from Kueue, which reserves quota again only once the job is inactive.
 
     A TrainJob MultiKueue runs (on a manager) is not Ceased here once an execution was admitted: its pods are on
-    a worker, which only the API's Status reads (agent/workerremains.py ``idle_on_workers``).
+    a worker, which only the API's Status reads (agent/multicluster/worker_remains.py ``idle_on_workers``).
 
     A TrainJob whose trainer pods do not carry the finalizer (created before it existed) keeps the older
     rule: a pod gone from the API is no evidence, so a trainer pod of the current A must be listed.

@@ -20,7 +20,7 @@ Job (docs/multicluster.md, "Hold and Release on a manager"). Hold writes the hol
 then sets dispatch's own check ``Retry`` when it is Ready: Kueue evicts without any change to the Workload's
 spec, so MultiKueue stops the worker's copy and copies its status back before it deletes it; the readmission
 gate keeps the check Pending while the hold is in force and deactivates the Workload itself once the manager's
-TrainJob shows no active Job (agent/gate.py). Release is the same in both cases.
+TrainJob shows no active Job (agent/domain/decide.py). Release is the same in both cases.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from agent.gate import Blocker, describe_hold, hold_message
-from agent.workload import READY, RETRY
+from agent.domain.decide import Blocker, describe_hold, hold_message
+from agent.domain.workload import READY, RETRY
 from contract.admission import preconditions, raise_admission
 from contract.errors import ContractError
 from contract.foreign import jobset_uid_ops

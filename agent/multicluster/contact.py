@@ -7,8 +7,8 @@ converge onto its stale copy. So the manager's agent renews a Lease on every wor
 (``ManagerContact``), and the worker's agent (``WorkerContact``) deletes every copy it let start once it has seen
 no renewal for the Lease's duration, and every copy let start under an earlier contact epoch than the Lease shows
 (the manager raises the epoch when it renews after a gap: contact was lost, whether or not the worker's agent
-watched it happen). A copy starts only while a renewal was seen within the duration (agent/copies.py), and records
-the epoch it started under.
+watched it happen). A copy starts only while a renewal was seen within the duration (agent/multicluster/copies.py), and
+records the epoch it started under.
 
 The worker judges the loss by its own monotonic clock from the moment it saw the Lease last change (as client-go's
 leader election does), never by comparing the manager's renewTime with its clock; the manager judges the gap by its
@@ -24,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agent.claims import ClaimWatch
 from agent.constants import CONTACT_POLL_SECONDS, CONTACT_SWEEP_SECONDS, TRAINJOBS
-from agent.kube import Kube
-from agent.workerreads import WorkerClients
+from agent.multicluster.claims import ClaimWatch
+from agent.multicluster.worker_reads import WorkerClients
+from agent.runtime.kube import Kube
 from contract.claims import copy_claim
 from contract.keys import CLAIM_PREFIX, LABEL_CLAIM, LEASE_MANAGER_CONTACT
 from contract.multicluster import (
@@ -143,7 +143,7 @@ class WorkerContact:
         self._swept: tuple[int | None, bool] | None = None
         self._swept_at = 0.0
         self.claims = ClaimWatch()
-        """The manager's claims, as this agent saw them change (agent/claims.py)."""
+        """The manager's claims, as this agent saw them change (agent/multicluster/claims.py)."""
         self._marked: dict[str, float] = {}
         """Marked copies by uid: when this agent first saw each (how long it has waited for its claim)."""
 

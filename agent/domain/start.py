@@ -100,7 +100,7 @@ def multikueue_start_problems(
 
     ``found``: every check the Workload lists but dispatch's own, as read fresh (the AdmissionCheck, None when it
     is not there, or why it could not be read), never a list taken earlier: a check that cannot be identified
-    could be a MultiKueue check, so Start refuses (fail closed, as the gate holds: agent/gate.py
+    could be a MultiKueue check, so Start refuses (fail closed, as the gate holds: agent/domain/decide.py
     ``dispatch_mode``)."""
     managed = managed_by_multikueue(read)
     unknown = [
@@ -138,7 +138,7 @@ def multikueue_unproven(
 ) -> str | None:
     """Why Preflight cannot prove Kueue mode for a queue whose ClusterQueue lists a MultiKueue check (the probe's
     Workload lists it), or None: not such a queue, or ``proven``, every worker the manager's gate would read for
-    it proven (agent/workerproof.py; ``workers``: what Preflight found on each, one line each)."""
+    it proven (agent/multicluster/worker_proof.py; ``workers``: what Preflight found on each, one line each)."""
     listed = listed_multikueue_checks(workload, multikueue)
     if not listed or proven:
         return None

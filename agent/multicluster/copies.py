@@ -7,8 +7,8 @@ manager's gate wrote before it (``dispatched-admission``) is this dispatch's A. 
 every copy ``unverified`` at its creation, and the unsuspend rules refuse its start while the mark is on it. This
 verifier, fed by the TrainJob watch, decides each marked copy (contract/multicluster.py ``verify_copy``, pure):
 its A equals the stamp, no other copy was let start under that Workload, and the manager's agent is in contact
-(agent/contact.py), so it records the copy's uid and the contact epoch on the remote Workload, then removes the
-mark (each a JSON Patch preconditioned on the object as read); or its A differs, so it deletes the copy
+(agent/multicluster/contact.py), so it records the copy's uid and the contact epoch on the remote Workload, then removes
+the mark (each a JSON Patch preconditioned on the object as read); or its A differs, so it deletes the copy
 (preconditioned on its uid and resourceVersion): the remote Workload it adopted goes with it and the manager
 dispatches again, or, not adopted yet, MultiKueue makes the copy again from a fresher view of the manager's
 TrainJob (docs/multicluster.md, "The stale copy").
@@ -23,10 +23,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agent.caches import Reads
-from agent.contact import WorkerContact
-from agent.kube import Kube
-from agent.queue import RateLimiter, WorkQueue, serve_keys
+from agent.multicluster.contact import WorkerContact
+from agent.runtime.caches import Reads
+from agent.runtime.kube import Kube
+from agent.runtime.queue import RateLimiter, WorkQueue, serve_keys
 from contract.claims import claimed, copy_claim
 from contract.multicluster import CopyAction, is_copy, prebuilt_workload, unverified, verify_copy
 from contract.objects import dig

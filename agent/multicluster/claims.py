@@ -1,7 +1,7 @@
 """The claims (contract/claims.py decides): the manager's agent renews, on each worker, a claim for the copy it
 wants running there now (``ClaimRenewer``); the worker's agent judges them by its own clock (``ClaimWatch``), lets
-a copy start only under a live claim for it (agent/copies.py) and deletes the copies that run, or wait to start,
-without one (agent/contact.py).
+a copy start only under a live claim for it (agent/multicluster/copies.py) and deletes the copies that run, or wait to
+start, without one (agent/multicluster/contact.py).
 
 As with the contact Lease, the worker never compares the manager's renewTime with its own clock: a claim is live
 while the worker saw it change (created or renewed) within its duration, by its monotonic clock. The first LIST
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agent.constants import CONTACT_SECONDS, TRAINJOBS, WORKLOADS
-from agent.kube import Kube
-from agent.workerreads import WorkerClients
-from agent.workload import owner_trainjob
+from agent.domain.workload import owner_trainjob
+from agent.multicluster.worker_reads import WorkerClients
+from agent.runtime.kube import Kube
 from contract.claims import Want, claimed, dispatched_to, dispatched_worker, record_ops, wanted_claim
 from contract.keys import ANNOTATION_APPROVED_ADMISSION, LABEL_JOB_ID, LABEL_WORKLOAD_JOB_UID
 from contract.multicluster import is_fenced, managed_by_multikueue

@@ -1,7 +1,7 @@
 """The agent's calls to the API server: each one a plain JSON object in and out, with a timeout.
 
 Objects are the API's JSON (camelCase dicts), never kubernetes_asyncio models: the pure modules read JSON
-(agent/nodeloss.py refuses a model's snake_case dict), and a model would silently drop fields it does not
+(agent/domain/node_loss.py refuses a model's snake_case dict), and a model would silently drop fields it does not
 know. So every call is made with ``_preload_content=False`` and decoded here; note that the client then
 does not raise on an error status itself, which ``serving.kube.read_json`` does.
 """
@@ -9,11 +9,10 @@ does not raise on an error status itself, which ``serving.kube.read_json`` does.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from agent.caches import Reads
 from agent.constants import (
     ADMISSION_CHECKS,
     JOBSET_GROUP,
@@ -29,15 +28,13 @@ from agent.constants import (
     TRAINJOBS,
     WORKLOADS,
 )
-from agent.events import EventRecorder
-from agent.podlists import SharedPodLists
+from agent.runtime.caches import Reads
+from agent.runtime.events import EventRecorder
+from agent.runtime.pod_lists import SharedPodLists
 from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
 from contract.multicluster import is_fenced
 from contract.objects import dig
 from serving.kube import or_none, read_json
-
-if TYPE_CHECKING:
-    from agent.workerreads import WorkerClients
 
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -46,7 +43,7 @@ Obj = dict[str, Any]
 
 
 class CheckNames(Protocol):
-    """A watch-fed view of our AdmissionChecks (agent/admissioncheck.py)."""
+    """A watch-fed view of our AdmissionChecks (agent/domain/admission_check.py)."""
 
     @property
     def synced(self) -> bool: ...
@@ -70,13 +67,11 @@ class Kube:
         self.coordination = client.CoordinationV1Api(api)
         self.timeout = request_timeout
         self.checks: CheckNames | None = None
-        self.workers: WorkerClients | None = None
-        """On a MultiKueue manager, the read-only clients to its workers (``workerKubeconfigs``): guarantee 4."""
         self.events = EventRecorder(self.create_event, instance, self.patch_event)
         self.pod_lists = SharedPodLists(self._list_pods)
         self.reads = Reads(self)
         """A pass's reads of the Workload, TrainJob and JobSet: the watch caches when the controller feeds
-        them (agent/caches.py), else GETs."""
+        them (agent/runtime/caches.py), else GETs."""
 
     def _opts(self) -> dict[str, Any]:
         return {"_preload_content": False, "_request_timeout": self.timeout}
@@ -150,7 +145,7 @@ class Kube:
 
     async def list_pods(self, namespace: str, jobset_name: str) -> list[Obj]:
         """The JobSet's pods: every pod labelled with its name, whatever execution it belongs to, from a
-        consistent LIST issued after this call was made, which concurrent callers share (agent/podlists.py)."""
+        consistent LIST issued after this call was made, which concurrent callers share (agent/runtime/pod_lists.py)."""
         return await self.pod_lists.get(namespace, jobset_name)
 
     async def _list_pods(self, namespace: str | None, selector: str) -> list[Obj]:
@@ -163,7 +158,7 @@ class Kube:
         return list((await read_json(call)).get("items", []))
 
     async def get_job(self, namespace: str, name: str) -> Obj | None:
-        """A batch/v1 Job (the link between a pod and its JobSet, agent/podowners.py)."""
+        """A batch/v1 Job (the link between a pod and its JobSet, agent/domain/pod_owners.py)."""
         return await or_none(self.batch.read_namespaced_job(name, namespace, **self._opts()))
 
     async def get_node(self, name: str) -> Obj | None:
@@ -185,7 +180,8 @@ class Kube:
         self, namespace: str, name: str, ops: list[Mapping[str, Any]], *, status: bool = False
     ) -> Obj:
         """A JSON Patch; the caller's ops carry the uid and resourceVersion preconditions. ``status``: of the status
-        subresource (only ever, on a MultiKueue manager, the release of a lost worker's quota: agent/lostquota.py)."""
+        subresource (only ever, on a MultiKueue manager, the release of a lost worker's quota:
+        agent/multicluster/lost_quota.py)."""
         patch = (
             self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
         )
@@ -206,7 +202,7 @@ class Kube:
     async def delete_trainjob(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
         """Delete a TrainJob only if it is still the object read, as read (uid and resourceVersion preconditions):
         only ever, on a worker, MultiKueue's copy made from a stale view of the manager's TrainJob
-        (agent/copies.py)."""
+        (agent/multicluster/copies.py)."""
         await read_json(
             self.custom.delete_namespaced_custom_object(
                 TRAINER_GROUP,
@@ -312,7 +308,7 @@ class Kube:
 
     def list_functions(self) -> dict[str, Callable[..., Awaitable[Any]]]:
         """kubernetes_asyncio list calls, one per watched collection (all namespaces): those the controller
-        enqueues from, and the TrainJobs and JobSets a pass reads from memory (agent/caches.py)."""
+        enqueues from, and the TrainJobs and JobSets a pass reads from memory (agent/runtime/caches.py)."""
 
         def of(group: str, version: str, plural: str) -> Callable[..., Awaitable[Any]]:
             def call(**kwargs: Any) -> Awaitable[Any]:

@@ -16,8 +16,8 @@ not fenced, and report, each with its worker:
   classification on that worker's nodes exactly as the manager's gate does before a dispatch.
 
 Whether any of it may still run or start there is the gate's own rule (contract/workerlook.py ``on_worker``,
-through agent/workers.py ``look_at``): a pod that may still run, or a copy, JobSet or Job of the job not finished
-(a suspension is undone when the parent resumes, a deletion counts once the object is gone). A worker
+through agent/multicluster/workers.py ``look_at``): a pod that may still run, or a copy, JobSet or Job of the job not
+finished (a suspension is undone when the parent resumes, a deletion counts once the object is gone). A worker
 that cannot be read, or that the agent has no credential for, is never taken as empty, unless an administrator
 declared it shut down (its MultiKueueCluster carries ``dispatch.phpboyscout.uk/fenced: powered-off``): such a worker
 is still read where the agent has a credential for it, and what it shows counts; only one that cannot be read is
@@ -32,8 +32,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.status import Remains, Status
-from agent.workers import look_at
+from agent.domain.status import Remains, Status
+from agent.multicluster.workers import look_at
 from contract.multicluster import is_powered_off
 from contract.objects import dig
 from contract.workerlook import WorkerLook
@@ -74,8 +74,8 @@ def remains(
     now: dt.datetime | None = None,
 ) -> Remains:
     """What of the job ``namespace/name`` is on the worker ``cluster``, as its ``look`` showed, and whether any of it
-    may still run or start there: the gate's own rule (agent/workers.py ``look_at``), judged on its nodes with the
-    node-loss ``taints``."""
+    may still run or start there: the gate's own rule (agent/multicluster/workers.py ``look_at``), judged on its nodes
+    with the node-loss ``taints``."""
     found = look_at(name, look, taints, now or dt.datetime.now(dt.UTC))
     named = [
         *([f"{namespace}/trainjob/{name}"] if found.copy is not None else []),

@@ -3,7 +3,7 @@
 Only so replicas do not do the same work twice. The Lease is NOT a fence and nothing relies on it for
 safety: two replicas that both believe they lead (a stalled leader waking after its Lease expired, a
 partition) can both reconcile, and every write they make is still preconditioned on what each one read
-(agent/reconcile.py), so at most one of two competing approvals lands. Its heartbeat also tells an adapter
+(agent/gate/reconcile.py), so at most one of two competing approvals lands. Its heartbeat also tells an adapter
 the gate is being served (a new adapter is observe-only while it is stale).
 
 * Every write carries the resourceVersion read (a PUT of the object read), or is a create when the Lease is
@@ -35,7 +35,7 @@ from agent.constants import (
     RENEW_PERIOD_SECONDS,
     RETRY_PERIOD_SECONDS,
 )
-from agent.kube import Kube
+from agent.runtime.kube import Kube
 from contract.objects import micro_time
 from serving.kube import describe_api_error
 

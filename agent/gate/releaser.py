@@ -1,4 +1,4 @@
-"""The shell around agent/podfinalizer.py: remove dispatch's pod finalizer as soon as it may go.
+"""The shell around agent/domain/pod_finalizer.py: remove dispatch's pod finalizer as soon as it may go.
 
 Fed by the controller's pod and node watches (on every replica, so a new leader starts warm); only the
 leader patches. Each pod carrying the finalizer is looked at when it changes, and again when its Node
@@ -16,8 +16,8 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.kube import Kube
-from agent.podfinalizer import carries, release_ops
+from agent.domain.pod_finalizer import carries, release_ops
+from agent.runtime.kube import Kube
 from contract.objects import dig
 from serving.backoff import Backoff
 from serving.kube import describe_error

@@ -1,6 +1,6 @@
 """Guarantee 4 on a MultiKueue manager, decided: which workers the readmission gate must look at before a
 dispatch, and what it waits for there (docs/multicluster.md, "Waiting for the previous execution across
-clusters"). Pure functions of the objects as read; agent/workerreads.py reads them.
+clusters"). Pure functions of the objects as read; agent/multicluster/worker_reads.py reads them.
 
 The manager runs no pod of a dispatch job, so its own pods prove nothing: an earlier execution may still run on
 any worker the job's MultiKueueConfig lists, the one MultiKueue chose last or one it chose before. So the gate
@@ -13,8 +13,8 @@ looks at every one of them, fail-closed:
 - a MultiKueue check whose MultiKueueConfig cannot be read holds too: the workers cannot be known.
 
 On a worker that is read, what may still run there is decided by one rule, shared with Stop and Status
-(agent/workerremains.py): contract/workerlook.py ``on_worker``, given the pods that count (``look_at``: sorted by
-the ownership chain as on one cluster and judged by the node-loss classification on that worker's nodes).
+(agent/multicluster/worker_remains.py): contract/workerlook.py ``on_worker``, given the pods that count (``look_at``:
+sorted by the ownership chain as on one cluster and judged by the node-loss classification on that worker's nodes).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent import podowners
-from agent.gate import Blocker
-from agent.nodeloss import assess
+from agent.domain import pod_owners
+from agent.domain.decide import Blocker
+from agent.domain.node_loss import assess
 from contract.keys import ANNOTATION_DISPATCHED_TO, ANNOTATION_FENCED, FENCED_POWERED_OFF, FENCED_TRUE
 from contract.multicluster import config_clusters, is_fenced, is_powered_off, multikueue_config_of
 from contract.objects import dig
@@ -103,11 +103,11 @@ def unreadable(worker: str, why: str) -> Blocker:
 
 def look_at(jobset_name: str, look: WorkerLook, taints: Sequence[str], now: dt.datetime) -> OnWorker:
     """What of the job on a worker may still run or start (contract/workerlook.py ``on_worker``), its pods
-    sorted by the ownership chain as on one cluster (agent/podowners.py), with no JobSet UID known: every JobSet of
+    sorted by the ownership chain as on one cluster (agent/pod_owners.py), with no JobSet UID known: every JobSet of
     the job's name there is one of its copies' (MultiKueue reuses the name), so a pod of any of them counts, and so
     does a pod whose Job is gone; a pod the chain proves someone else's does not. Judged on that worker's nodes
-    (agent/nodeloss.py)."""
-    owned = podowners.sort_pods({"metadata": {"name": jobset_name}}, None, look.pods, look.jobs)
+    (agent/domain/node_loss.py)."""
+    owned = pod_owners.sort_pods({"metadata": {"name": jobset_name}}, None, look.pods, look.jobs)
     judged = assess(owned.ours, look.nodes, taints)
     running = [(pod, f"{c.verdict.value}: {c.reason}") for pod, c in judged.may_still_run]
     return on_worker(jobset_name, look, running, now)

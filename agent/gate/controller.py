@@ -2,8 +2,8 @@
 
 Watch-driven, not polling, and stateless where it matters: the in-memory index (which TrainJob a Workload
 belongs to, which Workloads are due, which are held on which Nodes) only decides *what to enqueue*; every
-decision reads the Workload and what it needs anew (agent/reconcile.py), the Workload, TrainJob and JobSet
-from the watches' stores (agent/caches.py: safe because each write acting on them is preconditioned on the
+decision reads the Workload and what it needs anew (agent/gate/reconcile.py), the Workload, TrainJob and JobSet
+from the watches' stores (agent/runtime/caches.py: safe because each write acting on them is preconditioned on the
 resourceVersion read), the pods by a consistent LIST.
 
 * Workloads (all namespaces): a Workload whose check of ours is due (Pending, quota reserved, not evicted,
@@ -13,15 +13,16 @@ resourceVersion read), the pods by a consistent LIST.
 * Pods with a ``jobset.sigs.k8s.io/jobset-name`` label: a change enqueues its TrainJob's Workload if that
   is due, so a check held on a pod that may still run is looked at again when the pod changes or goes.
 * Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion).
-* TrainJobs and JobSets (agent/caches.py): kept in memory for the passes' reads; a change enqueues the
+* TrainJobs and JobSets (agent/runtime/caches.py): kept in memory for the passes' reads; a change enqueues the
   TrainJob's Workload if due, so an Open, a Hold or a Release that changes only the TrainJob wakes the gate.
-  A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/jobsetrecord.py). On a
-  MultiKueue worker, a TrainJob's change also has MultiKueue's copy verified if it is marked (agent/copies.py).
-  The Workload watch keeps the full Workload too, only while a check of ours is due on it.
+  A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/gate/jobset_record.py). On a
+  MultiKueue worker, a TrainJob's change also has MultiKueue's copy verified if it is marked
+  (agent/multicluster/copies.py). The Workload watch keeps the full Workload too, only while a check of ours is due on
+  it.
 
 On a MultiKueue manager with worker credentials, the leader also goes round its workers every
 ``workerRoundSeconds`` (nothing here watches them): the replicas of runtime copies whose TrainJob is gone, and the
-Workloads the index marks evicted with their quota kept (agent/lostquota.py).
+Workloads the index marks evicted with their quota kept (agent/multicluster/lost_quota.py).
 
 The watches run on every replica, leader or not: a standby's index and queue are warm when it takes over,
 so it starts on every due Workload at once (the queue de-duplicates), and readiness means the same thing on
@@ -40,24 +41,24 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.admissioncheck import AdmissionCheckCache, active_patch
-from agent.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
-from agent.claims import ClaimRenewer
 from agent.config import AgentConfig
 from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
-from agent.contact import ManagerContact, WorkerContact
-from agent.copies import CopyVerifier
-from agent.gate import Action
-from agent.jobsetrecord import JobSetRecorder
-from agent.kube import Kube
-from agent.leader import LeaderElector
-from agent.metrics import AgentMetrics
-from agent.queue import QueueShutDown, RateLimiter, WorkQueue
-from agent.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
-from agent.releaser import FinalizerReleaser
-from agent.workerpass import release_kept_quota, sweep_replicas
-from agent.workerreads import WorkerClients
-from agent.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
+from agent.domain.admission_check import AdmissionCheckCache, active_patch
+from agent.domain.decide import Action
+from agent.domain.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
+from agent.gate.jobset_record import JobSetRecorder
+from agent.gate.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
+from agent.gate.releaser import FinalizerReleaser
+from agent.multicluster.claims import ClaimRenewer
+from agent.multicluster.contact import ManagerContact, WorkerContact
+from agent.multicluster.copies import CopyVerifier
+from agent.multicluster.worker_pass import release_kept_quota, sweep_replicas
+from agent.multicluster.worker_reads import WorkerClients
+from agent.runtime.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
+from agent.runtime.kube import Kube
+from agent.runtime.leader import LeaderElector
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
 from contract.keys import LABEL_JOBSET_NAME
 from contract.multicluster import ROLE_WORKER
 from contract.objects import dig, labels, parse_rfc3339
@@ -84,7 +85,7 @@ class Hint:
     """Names of its checks (anyone's) that are Pending with quota reserved and nothing else in the way."""
     kept: bool = False
     """Evicted with its quota still reserved: Kueue waits for its job to stop (on a MultiKueue manager, perhaps
-    for a lost worker's copied status: agent/lostquota.py)."""
+    for a lost worker's copied status: agent/multicluster/lost_quota.py)."""
 
 
 def hint_of(workload: Mapping[str, Any]) -> Hint:
@@ -150,10 +151,13 @@ class Controller:
         identity: str,
         metrics: AgentMetrics | None = None,
         hooks: Hooks | None = None,
+        workers: WorkerClients | None = None,
     ) -> None:
         self.kube, self.config, self.identity = kube, config, identity
         self.metrics = metrics or AgentMetrics()
         self.hooks = hooks
+        self.workers = workers
+        """On a MultiKueue manager, the read-only clients to its workers (``workerKubeconfigs``): guarantee 4."""
         self.queue: WorkQueue[WorkloadKey] = WorkQueue()
         self.limiter: RateLimiter[WorkloadKey] = RateLimiter()
         self.index = WorkloadIndex()
@@ -165,7 +169,7 @@ class Controller:
             lambda: [self.held_since[k] for k in self.held if k in self.held_since] if self.leading else []
         )
         self.releaser = FinalizerReleaser(kube, config.node_loss_taints)
-        """Removes dispatch's pod finalizer once a pod's processes are proven gone (agent/podfinalizer.py)."""
+        """Removes dispatch's pod finalizer once a pod's processes are proven gone (agent/domain/pod_finalizer.py)."""
         self.checks = AdmissionCheckCache()
         kube.checks = self.checks
         self.reads = Reads(kube)
@@ -173,24 +177,21 @@ class Controller:
         self.reads.count = self.metrics.reads.inc
         kube.reads = self.reads
         self.recorder = JobSetRecorder(kube, self.reads)
-        """Records each TrainJob's JobSet UID when its JobSet is first seen (agent/jobsetrecord.py)."""
+        """Records each TrainJob's JobSet UID when its JobSet is first seen (agent/gate/jobset_record.py)."""
         worker = config.multicluster_role == ROLE_WORKER
         self.contact = WorkerContact(kube, config.lease_namespace) if worker else None
         """On a MultiKueue worker: deletes the copies that outlived a loss of contact with the manager
-        (agent/contact.py)."""
+        (agent/multicluster/contact.py)."""
         self.copies = CopyVerifier(kube, self.reads, self.contact) if self.contact is not None else None
-        """On a MultiKueue worker: lets MultiKueue's copies start only with their dispatch's A (agent/copies.py)."""
+        """On a MultiKueue worker: lets MultiKueue's copies start only with their dispatch's A
+        (agent/multicluster/copies.py)."""
         self.manager_contact = (
-            ManagerContact(kube.workers, config.worker_contact_seconds, kube.fenced_workers)
-            if kube.workers is not None
-            else None
+            ManagerContact(workers, config.worker_contact_seconds, kube.fenced_workers) if workers is not None else None
         )
-        """On a MultiKueue manager: renews the contact Lease on every worker (agent/contact.py)."""
-        self.claim_renewer = (
-            ClaimRenewer(kube, kube.workers, config.worker_contact_seconds) if kube.workers is not None else None
-        )
+        """On a MultiKueue manager: renews the contact Lease on every worker (agent/multicluster/contact.py)."""
+        self.claim_renewer = ClaimRenewer(kube, workers, config.worker_contact_seconds) if workers is not None else None
         """On a MultiKueue manager: renews the claims of the copies it wants running on the workers
-        (agent/claims.py)."""
+        (agent/multicluster/claims.py)."""
         self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
@@ -263,7 +264,7 @@ class Controller:
                     task.result()  # a watch, the election or the workers ended: a bug, so surface it
         finally:
             # Stop campaigning (so nothing re-acquires the Lease meanwhile), stop acting, give the Lease up,
-            # then stop watching. The Active condition is left True on purpose (see agent/admissioncheck.py).
+            # then stop watching. The Active condition is left True on purpose (see agent/domain/admission_check.py).
             election.cancel()
             await asyncio.gather(election, return_exceptions=True)
             await self._stop_leading()
@@ -321,14 +322,14 @@ class Controller:
                 group.create_task(self.claim_renewer.run(), name="claims")
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
-            if self.kube.workers is not None:
-                group.create_task(self._go_round_workers(self.kube.workers), name="worker-round")
+            if self.workers is not None:
+                group.create_task(self._go_round_workers(self.workers), name="worker-round")
 
     async def _go_round_workers(self, workers: WorkerClients) -> None:
         """On a MultiKueue manager, every ``workerRoundSeconds``: the replicas of runtime copies on the workers go
         once their TrainJob is gone, and each Workload Kueue evicted but keeps the quota of gets it released once
-        nothing of its job may run on a worker (agent/lostquota.py). Nothing on the manager watches the workers,
-        so both are rounds."""
+        nothing of its job may run on a worker (agent/multicluster/lost_quota.py). Nothing on the manager watches the
+        workers, so both are rounds."""
         while True:
             try:
                 await sweep_replicas(self.kube, workers)
@@ -352,7 +353,7 @@ class Controller:
             self.metrics.queue_depth.set(len(self.queue))
             started = time.perf_counter()
             try:
-                outcome = await reconcile(self.kube, key, self.config, self.hooks)
+                outcome = await reconcile(self.kube, key, self.config, self.hooks, workers=self.workers)
             except asyncio.CancelledError:
                 # Leadership lost mid-pass: the key goes back, for whoever leads next.
                 self.queue.done(key)

@@ -1,19 +1,20 @@
 """One pass of the readmission gate over one Workload: the order of operations, which is the safety argument.
 
 a. ONE read of the Workload: from the agent's watch cache when it is live and holds it, else a GET
-   (agent/caches.py). Every write below that approves an admission is preconditioned on this read's
+   (agent/runtime/caches.py). Every write below that approves an admission is preconditioned on this read's
    resourceVersion, and the Workload is never read again in this pass.
 b. What the decision needs: the owning TrainJob and its JobSet (watch caches, else GETs); its pods, by a
-   consistent LIST issued after the pass began (agent/podlists.py); the Jobs those pods name and the Nodes
+   consistent LIST issued after the pass began (agent/runtime/pod_lists.py); the Jobs those pods name and the Nodes
    they run on, by fresh GETs. For a dispatch TrainJob, a fresh GET of every check the Workload lists but
    dispatch's own: MultiKueue mode is the TrainJob's ``spec.managedBy``, and these reads name its MultiKueue checks
-   (a check not there or not readable is a hold: agent/gate.py ``dispatch_mode``, never the AdmissionCheck cache,
-   which misses a check just made). In MultiKueue mode, for a dispatch TrainJob, also every worker it may have run
-   on (agent/workerpass.py: fresh reads of its MultiKueue checks, their MultiKueueConfigs and the fences, then
-   each worker's pods, Jobs and Nodes with the agent's own credential there: agent/workerreads.py), likewise
-   after the pass began.
-c. The decision (agent/gate.py, pure).
-d. The writes, in this order: on a worker, the record of a copy's first admission in the Workload (agent/gate.py
+   (a check not there or not readable is a hold: agent/domain/decide.py ``dispatch_mode``, never the AdmissionCheck
+   cache, which misses a check just made). In MultiKueue mode, for a dispatch TrainJob, also every worker it may have
+   run on (agent/multicluster/worker_pass.py: fresh reads of its MultiKueue checks, their MultiKueueConfigs and the
+   fences, then each worker's pods, Jobs and Nodes with the agent's own credential there:
+   agent/multicluster/worker_reads.py), likewise after the pass began.
+c. The decision (agent/domain/decide.py, pure).
+d. The writes, in this order: on a worker, the record of a copy's first admission in the Workload
+(agent/domain/decide.py
    ``worker_copy``; the Ready then carries the resourceVersion that record's response gives); the JobSet UID
    record in the TrainJob, the first time and only if no one made
    it yet (preconditioned on the TrainJob as read); only then the check's state in the Workload
@@ -40,7 +41,7 @@ unsuspend policy and the webhook: the choke point), Hold's next write deactivate
 eviction resets the check), and the A the execution starts with is the API server's, from the object as
 stored, never the copy's. The pods, which no precondition protects, are LISTed after the pass began, so
 after the cached Workload's version was written: the LIST sees every pod that existed then. The JobSet only
-decides whether a counted pod is proven ours or unproven (agent/podowners.py: both are counted). Jobs and
+decides whether a counted pod is proven ours or unproven (agent/domain/pod_owners.py: both are counted). Jobs and
 Nodes are fresh GETs: a stale Node could still show an out-of-service taint since removed, which would
 release a pod wrongly.
 
@@ -58,14 +59,15 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent import podowners
-from agent.gate import Action, Blocker, Decision, Mode, blockers_of, decide, dispatch_mode, other_checks
-from agent.kube import Kube
-from agent.nodeloss import assess
-from agent.replicas import replica
-from agent.workerpass import look_at_workers, read_checks
-from agent.workers import is_remote
-from agent.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
+from agent.domain import pod_owners
+from agent.domain.decide import Action, Blocker, Decision, Mode, blockers_of, decide, dispatch_mode, other_checks
+from agent.domain.node_loss import assess
+from agent.domain.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
+from agent.multicluster.replicas import replica
+from agent.multicluster.worker_pass import look_at_workers, read_checks
+from agent.multicluster.worker_reads import WorkerClients
+from agent.multicluster.workers import is_remote
+from agent.runtime.kube import Kube
 from contract.admission import admission_count
 from contract.multicluster import Role
 from contract.objects import dig
@@ -144,7 +146,15 @@ def due_checks(workload: Mapping[str, Any], ours: frozenset[str]) -> list[str]:
     return [n for n in names if n in ours and waiting_reason(workload, n) is None]
 
 
-async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hooks | None = None) -> Outcome:
+async def reconcile(
+    kube: Kube,
+    key: WorkloadKey,
+    settings: Settings,
+    hooks: Hooks | None = None,
+    *,
+    workers: WorkerClients | None = None,
+) -> Outcome:
+    """One pass over ``key``; ``workers``: a MultiKueue manager's read-only clients to its workers (guarantee 4)."""
     hooks = hooks or Hooks()
     # a. The one read of the Workload.
     workload = await kube.reads.workload(key.namespace, key.name)
@@ -175,7 +185,7 @@ async def reconcile(kube: Kube, key: WorkloadKey, settings: Settings, hooks: Hoo
         name = dig(trainjob, "metadata", "name")
         want = replica(runtime_copy, dig(trainjob, "metadata", "uid")) if runtime_spec is not None else None
         remote = await look_at_workers(
-            kube, kube.workers, workload, multikueue_checks, name, settings.node_loss_taints, want, trainjob
+            kube, workers, workload, multikueue_checks, name, settings.node_loss_taints, want, trainjob
         )
         blockers = [*blockers, *remote]
 
@@ -310,8 +320,8 @@ def _log_decision(
 async def _mode(
     kube: Kube, workload: Mapping[str, Any], trainjob: Mapping[str, Any] | None, ours: frozenset[str]
 ) -> Mode:
-    """MultiKueue mode for the Workload's own dispatch TrainJob (agent/gate.py ``dispatch_mode``), from fresh GETs
-    of every check the Workload lists but dispatch's own; one cluster's mode for anything else (the gate approves
+    """MultiKueue mode for the Workload's own dispatch TrainJob (agent/domain/decide.py ``dispatch_mode``), from fresh
+    GETs of every check the Workload lists but dispatch's own; one cluster's mode for anything else (the gate approves
     it at once, or holds until its TrainJob is read)."""
     if trainjob is None or not _owned(workload, trainjob) or not is_dispatch(trainjob):
         return Mode(False)
@@ -347,7 +357,7 @@ async def _look(
     dict[str, Any] | None,
     dict[str, Any] | None,
     list[Mapping[str, Any]],
-    tuple[podowners.ForeignPod, ...],
+    tuple[pod_owners.ForeignPod, ...],
     list[Blocker],
     frozenset[str],
 ]:
@@ -368,10 +378,10 @@ async def _look(
     # previous execution.
     labelled = await kube.list_pods(namespace, name)
     jobset = await kube.reads.jobset(namespace, name)
-    # Only the pods the ownership chain does not prove someone else's are waited on (agent/podowners.py).
-    job_names = podowners.job_names(labelled)
+    # Only the pods the ownership chain does not prove someone else's are waited on (agent/pod_owners.py).
+    job_names = pod_owners.job_names(labelled)
     jobs = await asyncio.gather(*(kube.get_job(namespace, j) for j in job_names))
-    owned = podowners.sort_pods(
+    owned = pod_owners.sort_pods(
         trainjob, jobset, labelled, {j: job for j, job in zip(job_names, jobs, strict=True) if job is not None}
     )
     pods = list(owned.ours)

@@ -1,7 +1,7 @@
 """One consistent LIST of pods shared by every pass that asked for pods before it was issued.
 
 Why a pass needs a fresh LIST: the gate must see every pod of the previous execution that existed when the
-pass read its Workload (agent/reconcile.py, step a). A LIST with no resourceVersion is a consistent read:
+pass read its Workload (agent/gate/reconcile.py, step a). A LIST with no resourceVersion is a consistent read:
 the API server serves it at a revision no older than etcd's when the LIST *arrived*. So any LIST issued
 after the Workload read returned sees at least what existed at the read (and possibly more, which only
 holds more). A LIST issued before the read returned may not.

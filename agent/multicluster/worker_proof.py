@@ -1,15 +1,15 @@
 """Preflight's proof of each worker on a MultiKueue manager (docs/multicluster.md, "Plumbing"), decided. Pure
-functions of the objects as read; agent/workerreads.py ``WorkerClients.prove`` reads them.
+functions of the objects as read; agent/multicluster/worker_reads.py ``WorkerClients.prove`` reads them.
 
 A dispatch job queued to a MultiKueue queue runs on whichever worker MultiKueue picks among its
-MultiKueueConfig's clusters, so Preflight proves every one the manager's gate would read (agent/workers.py
+MultiKueueConfig's clusters, so Preflight proves every one the manager's gate would read (agent/multicluster/workers.py
 ``plan_workers``: a fenced worker is not read, one without a credential is named). A worker is proven when:
 
 - the manager agent's credential for it works and holds every right the agent uses there (``WORKER_RULES``: the
   gate's, Preflight's, Status's and Output's, and ``CONTACT_RULES``, the contact Lease's, in the worker agents'
   Lease namespace; asked one by one with SelfSubjectAccessReviews, so a missing right is named before a dispatch
-  needs it), and the contact Lease it renews there was renewed within its duration (agent/contact.py: a worker
-  out of contact starts no copy);
+  needs it), and the contact Lease it renews there was renewed within its duration (agent/multicluster/contact.py: a
+  worker out of contact starts no copy);
 - it serves the job's LocalQueue (MultiKueue creates the copy's Workload in the queue of the same name there),
   and that queue's ClusterQueue lists dispatch's AdmissionCheck (the worker-side gate, guarantee 3), Active
   (Kueue's Active condition on it says dispatch's agent on the worker serves it), and no MultiKueue check (a
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from agent.admissioncheck import active_condition, is_ours
-from agent.workers import WorkerPlan
+from agent.domain.admission_check import active_condition, is_ours
+from agent.multicluster.workers import WorkerPlan
 from contract.claims import DEFAULT_ORIGIN
 from contract.keys import ADMISSION_CHECK_CONTROLLER, LEASE_MANAGER_CONTACT
 from contract.multicluster import MULTIKUEUE_CONTROLLER, contact_epoch, contact_origin
@@ -113,7 +113,7 @@ def contact_problem(lease: Mapping[str, Any] | None, now: dt.datetime, origin: s
     (another MultiKueue ``origin``) refuses the worker: one worker serves one manager."""
     what = f"the manager agent's contact Lease {LEASE_MANAGER_CONTACT} there"
     if contact_epoch(lease) is None:
-        return f"{what} is not there (yet): no copy starts there until it is renewed (agent/contact.py)"
+        return f"{what} is not there (yet): no copy starts there until it is renewed (agent/multicluster/contact.py)"
     other = contact_origin(lease)
     if other is not None and other != origin:
         return f"{what} is renewed by another manager (MultiKueue origin {other}, this one's is {origin}): {SHARED}"

@@ -7,7 +7,7 @@ readmission gate and this recorder to see the TrainJob's own JobSet. Made here, 
 execution runs, so a readmission writes nothing to the TrainJob and a burst of readmissions (a preemption
 of many jobs at once) costs dispatch one write each: the check's Ready.
 
-Fed by the JobSet watch (agent/caches.py) on every replica; only the leader writes. One JSON Patch per
+Fed by the JobSet watch (agent/runtime/caches.py) on every replica; only the leader writes. One JSON Patch per
 record, preconditioned on the TrainJob's uid and resourceVersion as read; a 409 (the TrainJob changed since:
 Trainer's status, Kueue's admission) is tried again after a backoff on a fresh read, a 404 or 422 (the
 TrainJob gone, or another object of that name) is dropped.
@@ -19,10 +19,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from agent.caches import Reads
-from agent.kube import Kube
-from agent.queue import RateLimiter, WorkQueue, serve_keys
-from agent.workload import owner_trainjob
+from agent.domain.workload import owner_trainjob
+from agent.runtime.caches import Reads
+from agent.runtime.kube import Kube
+from agent.runtime.queue import RateLimiter, WorkQueue, serve_keys
 from contract.admission import preconditions
 from contract.foreign import jobset_uid_ops
 from contract.objects import dig

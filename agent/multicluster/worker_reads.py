@@ -1,7 +1,7 @@
-"""The manager's reads of its workers for guarantee 4 (agent/workers.py decides): the MultiKueue checks, their
-MultiKueueConfigs and the MultiKueueClusters' fences on the manager, then each worker's labelled pods and their
-nodes, with the agent's own credential for that worker. And its only writes there (agent/replicas.py decides):
-the replica of the job's runtime copy and the prologue's ConfigMap before a dispatch, and the deletion of the
+"""The manager's reads of its workers for guarantee 4 (agent/multicluster/workers.py decides): the MultiKueue checks,
+their MultiKueueConfigs and the MultiKueueClusters' fences on the manager, then each worker's labelled pods and their
+nodes, with the agent's own credential for that worker. And its only writes there (agent/multicluster/replicas.py
+decides): the replica of the job's runtime copy and the prologue's ConfigMap before a dispatch, and the deletion of the
 replicas whose TrainJob is gone.
 
 Every read is fresh (no cache): a fence, a config change and a pod that ended are seen by the next pass. Any
@@ -18,7 +18,6 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent import podowners
 from agent.constants import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -32,11 +31,12 @@ from agent.constants import (
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
-from agent.gate import Blocker
-from agent.replicas import replica_blocker, unprepared
-from agent.start import prologue_configmap_refusal
-from agent.workerproof import WorkerProof, accesses, listed_checks
-from agent.workers import WorkerLook
+from agent.domain import pod_owners
+from agent.domain.decide import Blocker
+from agent.domain.start import prologue_configmap_refusal
+from agent.multicluster.replicas import replica_blocker, unprepared
+from agent.multicluster.worker_proof import WorkerProof, accesses, listed_checks
+from agent.multicluster.workers import WorkerLook
 from contract.claims import DEFAULT_ORIGIN, Want, claim_lease
 from contract.keys import (
     CLAIM_PREFIX,
@@ -60,7 +60,7 @@ Obj = dict[str, Any]
 WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     # The job's trainer pods on the worker: one LIST by the JobSet's label, in the job's namespace.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-    # Each labelled pod's Job (GET): the link to the JobSet that owns it (a label is not proof; agent/podowners.py).
+    # Each labelled pod's Job (GET): the link to the JobSet that owns it (a label is not proof; agent/pod_owners.py).
     # And every Job of the JobSet's name (LIST by its label): one not finished may still make pods.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
     # The nodes they are bound to (GET): a pod on a lost node is judged as on one cluster (docs/nodeloss.md).
@@ -72,8 +72,8 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
     # confines the create to it; RBAC cannot restrict a create by name).
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": [PROLOGUE_CONFIGMAP]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-    # Preflight's proof of the worker (agent/workerproof.py): the job's LocalQueue, its ClusterQueue and the
-    # AdmissionChecks that lists (dispatch's worker-side check there, Active). Reads of queue configuration only.
+    # Preflight's proof of the worker (agent/multicluster/worker_proof.py): the job's LocalQueue, its ClusterQueue and
+    # the AdmissionChecks that lists (dispatch's worker-side check there, Active). Reads of queue configuration only.
     {"apiGroups": [KUEUE_GROUP], "resources": ["localqueues", "clusterqueues", "admissionchecks"], "verbs": ["get"]},
     # Status and Output on the manager follow the job to the worker MultiKueue runs it on (its Workload's
     # status.clusterName): MultiKueue's copy of the TrainJob and its JobSet (GET; the pods, Jobs and Nodes above),
@@ -86,8 +86,8 @@ WORKER_RULES: Final[tuple[dict[str, Any], ...]] = (
 grants them on a worker (role worker, ``multicluster.managerAgent``); the tests run under exactly these."""
 
 CONTACT_RULES: Final[tuple[dict[str, Any], ...]] = (
-    # The contact Lease it renews there (agent/contact.py) and the claims (agent/claims.py): listed, read, created,
-    # renewed and deleted. RBAC cannot restrict a create or a LIST by name; the worker's policies
+    # The contact Lease it renews there (agent/multicluster/contact.py) and the claims (agent/multicluster/claims.py):
+    # listed, read, created, renewed and deleted. RBAC cannot restrict a create or a LIST by name; the worker's policies
     # dispatch-k8s-manager-agent and dispatch-k8s-manager-contact confine its writes to the contact Lease and the
     # names starting dispatch-claim-, and let no one else write those.
     {
@@ -167,7 +167,7 @@ class WorkerClients:
         all_jobs = await read_json(batch.list_namespaced_job(namespace, label_selector=selector, **opts))
         listed = await read_json(core.list_namespaced_pod(namespace, label_selector=selector, **opts))
         pods = list(listed.get("items", []))
-        jobs = await _found(podowners.job_names(pods), lambda j: batch.read_namespaced_job(j, namespace, **opts))
+        jobs = await _found(pod_owners.job_names(pods), lambda j: batch.read_namespaced_job(j, namespace, **opts))
         names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
         nodes = await _found(names, lambda n: core.read_node(n, **opts))
         return WorkerLook(pods, jobs, nodes, copy=copy, jobset=jobset, all_jobs=list(all_jobs.get("items", [])),
@@ -291,8 +291,8 @@ class WorkerClients:
         )  # fmt: skip
 
     async def prove(self, worker: str, namespace: str, queue: str) -> WorkerProof:
-        """What Preflight proves ``worker`` by (agent/workerproof.py): each right of WORKER_RULES asked with a
-        SelfSubjectAccessReview, then the job's LocalQueue, its ClusterQueue and the AdmissionChecks that lists
+        """What Preflight proves ``worker`` by (agent/multicluster/worker_proof.py): each right of WORKER_RULES asked
+        with a SelfSubjectAccessReview, then the job's LocalQueue, its ClusterQueue and the AdmissionChecks that lists
         (GETs; one not found is None)."""
         api = await self._client(worker)
         custom, auth = client.CustomObjectsApi(api), client.AuthorizationV1Api(api)

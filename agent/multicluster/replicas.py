@@ -1,5 +1,5 @@
 """The runtime copy on the workers of a MultiKueue manager, decided (docs/multicluster.md, "The runtime copy on
-the workers"). Pure functions of the objects as read; agent/workerreads.py reads and writes them.
+the workers"). Pure functions of the objects as read; agent/multicluster/worker_reads.py reads and writes them.
 
 MultiKueue's copy of a dispatch TrainJob on a worker names the job's runtime copy, which Trainer needs in the same
 namespace there, with the same spec (the worker's Kueue builds the Workload's pod sets from it, and a Workload that
@@ -16,7 +16,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.gate import Blocker
+from agent.domain.decide import Blocker
 from contract.keys import LABEL_REPLICA_OF
 from contract.objects import annotations, dig, labels
 

@@ -1,5 +1,5 @@
 """A lost worker's quota on a MultiKueue manager, decided (docs/multicluster.md, "A lost worker's quota"). Pure
-functions of the objects as read; agent/workerpass.py reads them and writes the release.
+functions of the objects as read; agent/multicluster/worker_pass.py reads them and writes the release.
 
 Kueue evicts a Workload on the manager when its worker is lost (MultiKueue's check goes to Retry once the worker
 has been unreachable for ``workerLostTimeout``) or when a Hold evicts it; it suspends the TrainJob and releases the
@@ -13,8 +13,8 @@ every worker again before its Ready, and raises A by K.
 
 MultiKueue-ness is the TrainJob's own ``spec.managedBy`` (immutable, set by Kueue), and the checks whose workers the
 look covers are identified by fresh reads of every check the Workload lists, as the gate identifies them
-(agent/gate.py ``dispatch_mode``), never by the AdmissionCheck watch cache: a cache that misses a MultiKueue check
-(just made, or deleted and made again) would leave its workers unread, and the release would find nothing to wait
+(agent/domain/decide.py ``dispatch_mode``), never by the AdmissionCheck watch cache: a cache that misses a MultiKueue
+check (just made, or deleted and made again) would leave its workers unread, and the release would find nothing to wait
 for. A check that cannot be identified keeps the quota.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.gate import dispatch_mode
-from agent.workload import EVICTED, FINISHED, QUOTA_RESERVED, condition_true, owner_trainjob
+from agent.domain.decide import dispatch_mode
+from agent.domain.workload import EVICTED, FINISHED, QUOTA_RESERVED, condition_true, owner_trainjob
 from contract.admission import preconditions
 from contract.multicluster import managed_by_multikueue
 from contract.objects import dig

@@ -7,7 +7,7 @@ the old processes may still run. So every trainer pod carries ``dispatch.phpboys
 (contract/keys.py POD_FINALIZER, put on the pod template by dispatch's runtime patch; the Job controller
 copies a template's finalizers onto the pods it creates). A pod being deleted keeps its object, with a
 ``deletionTimestamp``, until the agent removes the finalizer, and the agent removes it only when the
-node-loss classification (agent/nodeloss.py) says the pod may no longer run: the kubelet wrote a terminal
+node-loss classification (agent/domain/node_loss.py) says the pod may no longer run: the kubelet wrote a terminal
 phase, the pod was never bound, or its node is out of service with a silent kubelet. A pod whose node is
 gone keeps its finalizer, so it stays listed, and the gate stays Pending naming it.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent.nodeloss import classify
+from agent.domain.node_loss import classify
 from contract.admission import preconditions
 from contract.errors import ContractError
 from contract.keys import POD_FINALIZER

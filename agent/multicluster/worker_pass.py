@@ -1,7 +1,7 @@
-"""What the manager's agent does through its workers: the look at a job's workers in a pass (agent/reconcile.py),
-the sweep of stale replicas and the release of a kept quota in the round over the workers (agent/controller.py).
-agent/workerreads.py reads and writes on the workers; agent/workers.py, agent/replicas.py and agent/lostquota.py
-decide.
+"""What the manager's agent does through its workers: the look at a job's workers in a pass (agent/gate/reconcile.py),
+the sweep of stale replicas and the release of a kept quota in the round over the workers (agent/gate/controller.py).
+agent/multicluster/worker_reads.py reads and writes on the workers; agent/multicluster/workers.py,
+agent/multicluster/replicas.py and agent/multicluster/lost_quota.py decide.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.gate import Blocker, hold_message, other_checks
-from agent.kube import Kube
-from agent.lostquota import checks_to_look_at, kept_active, kept_message, release_patch, released_message
-from agent.replicas import stale_replicas, unprepared
-from agent.workerreads import WorkerClients
-from agent.workers import FENCE_NOT_TRUSTED, plan_workers, unreadable, worker_blockers
-from agent.workload import owner_trainjob
+from agent.domain.decide import Blocker, hold_message, other_checks
+from agent.domain.workload import owner_trainjob
+from agent.multicluster.lost_quota import checks_to_look_at, kept_active, kept_message, release_patch, released_message
+from agent.multicluster.replicas import stale_replicas, unprepared
+from agent.multicluster.worker_reads import WorkerClients
+from agent.multicluster.workers import FENCE_NOT_TRUSTED, plan_workers, unreadable, worker_blockers
+from agent.runtime.kube import Kube
 from contract.claims import claim_name, dispatched_to, dispatched_worker, record_ops
 from contract.keys import LABEL_REPLICA_OF
 from contract.multicluster import listed_multikueue_checks, multikueue_config_of
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
-    """Delete, on every worker, the replicas whose TrainJob on the manager is gone (agent/replicas.py
+    """Delete, on every worker, the replicas whose TrainJob on the manager is gone (agent/multicluster/replicas.py
     ``stale_replicas``); how many. The TrainJob is read from the agent's watch when it holds the one the replica
     names, else fetched (a GET after the LIST of the replicas): so no GET while every job is there. A worker that
     cannot be read, or a delete refused (the replica made again meanwhile), is left for the next sweep."""
@@ -62,9 +62,9 @@ async def release_kept_quota(
     kube: Kube, workers: WorkerClients | None, namespace: str, name: str, taints: Sequence[str]
 ) -> bool:
     """Release the quota Kueue keeps for the evicted Workload ``namespace/name`` of a dispatch TrainJob on the
-    manager (agent/lostquota.py): once the look at every worker the gate makes before a dispatch finds nothing of
-    the job that may still run, clear the active Jobs MultiKueue copied into the TrainJob's status. True: released.
-    Otherwise an Event on the TrainJob says what it waits for; a failed write is left to the next round."""
+    manager (agent/multicluster/lost_quota.py): once the look at every worker the gate makes before a dispatch finds
+    nothing of the job that may still run, clear the active Jobs MultiKueue copied into the TrainJob's status. True:
+    released. Otherwise an Event on the TrainJob says what it waits for; a failed write is left to the next round."""
     workload = await kube.get_workload(namespace, name)
     owner = owner_trainjob(workload)
     trainjob = await kube.get_trainjob(namespace, owner[0]) if owner is not None else None
@@ -96,7 +96,7 @@ async def release_kept_quota(
 
 async def read_checks(kube: Kube, names: Sequence[str]) -> dict[str, Mapping[str, Any] | str | None]:
     """Each AdmissionCheck named, read fresh: the object, None when it is not there, or why it could not be read
-    (agent/gate.py ``dispatch_mode`` takes them so)."""
+    (agent/domain/decide.py ``dispatch_mode`` takes them so)."""
     read = await asyncio.gather(*(kube.get_admission_check(n) for n in names), return_exceptions=True)
     found: dict[str, Mapping[str, Any] | str | None] = {}
     for name, got in zip(names, read, strict=True):
@@ -120,8 +120,8 @@ async def look_at_workers(
     trainjob: Mapping[str, Any] | None = None,
 ) -> list[Blocker]:
     """What on the workers holds a dispatch of ``workload`` (in MultiKueue mode; ``multikueue``: the MultiKueue
-    checks' names): what of the job may still run there (agent/workers.py ``worker_blockers``), the workers that
-    cannot be read or have no credential, MultiKueue checks whose workers cannot be known, and workers not ready
+    checks' names): what of the job may still run there (agent/multicluster/workers.py ``worker_blockers``), the workers
+    that cannot be read or have no credential, MultiKueue checks whose workers cannot be known, and workers not ready
     for the job (``want``: the replica of its runtime copy each worker read must hold, made there where missing;
     None: the copy could not be read, and the gate holds for that). Empty: nothing of an earlier execution may
     run on any worker, and each can run the job.
