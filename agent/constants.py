@@ -8,22 +8,18 @@ from __future__ import annotations
 
 from typing import Final
 
-# -- API coordinates ------------------------------------------------------------------------------
-KUEUE_GROUP: Final = "kueue.x-k8s.io"
-KUEUE_VERSION: Final = "v1beta2"
-"""Kueue's storage version; v1beta1 is deprecated."""
-WORKLOADS: Final = "workloads"
-ADMISSION_CHECKS: Final = "admissionchecks"
-MULTIKUEUE_CONFIGS: Final = "multikueueconfigs"
-MULTIKUEUE_CLUSTERS: Final = "multikueueclusters"
-LOCAL_QUEUES: Final = "localqueues"
-CLUSTER_QUEUES: Final = "clusterqueues"
-TRAINER_VERSION: Final = "v1alpha1"
-TRAINJOBS: Final = "trainjobs"
-TRAINING_RUNTIMES: Final = "trainingruntimes"
-JOBSET_GROUP: Final = "jobset.x-k8s.io"
-JOBSET_VERSION: Final = "v1alpha2"
-JOBSETS: Final = "jobsets"
+from contract import upstream
+
+# -- API coordinates: plurals, as kubernetes_asyncio's calls take them (contract/upstream.py names them) -----
+WORKLOADS: Final = upstream.WORKLOADS.plural
+ADMISSION_CHECKS: Final = upstream.ADMISSION_CHECKS.plural
+MULTIKUEUE_CONFIGS: Final = upstream.MULTIKUEUE_CONFIGS.plural
+MULTIKUEUE_CLUSTERS: Final = upstream.MULTIKUEUE_CLUSTERS.plural
+LOCAL_QUEUES: Final = upstream.LOCAL_QUEUES.plural
+CLUSTER_QUEUES: Final = upstream.CLUSTER_QUEUES.plural
+TRAINJOBS: Final = upstream.TRAINJOBS.plural
+TRAINING_RUNTIMES: Final = upstream.TRAINING_RUNTIMES.plural
+JOBSETS: Final = upstream.JOBSETS.plural
 
 # -- Events on the TrainJob -----------------------------------------------------------------------
 EVENT_COMPONENT: Final = "dispatch-admission"

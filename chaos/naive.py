@@ -45,9 +45,10 @@ from agent.domain.workload import KUEUE_API_VERSION, READY, check_state_apply, o
 from agent.runtime.leader import Kind, plan
 from contract.admission import admission_count, admission_floor, raise_admission
 from contract.errors import ContractError
-from contract.keys import LEASE_NAME, LEASE_NAMESPACE, TRAINER_API_VERSION
+from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from contract.objects import dig, micro_time
 from contract.ownership import is_dispatch
+from contract.upstream import TRAINER_API_VERSION
 from harness.kube_http import ApiError, KubeHttp
 from harness.tier_b import HARNESS_POLICY_PREFIX
 from webhook.config import DEFAULT_DISPATCH_USERNAME

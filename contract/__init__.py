@@ -20,6 +20,7 @@ Modules, by what they hold:
 * ``claims``: the claim, under which a MultiKueue worker runs a copy only while the manager wants it there.
 * ``workerlook``: what of a job may still run on a MultiKueue worker.
 * ``objects``: reading plain objects as the API returns them, without trusting their shape.
+* ``upstream``: every upstream group, version and resource, once, and their REST paths.
 * ``errors``: ``ContractError``.
 
 Everything here is a pure function of plain data (objects as the API returns them, as dicts) and raises

@@ -222,12 +222,8 @@ PROLOGUE_CONFIGMAP_LABELS: Final = {
 
 # -- Kinds and groups of the objects the webhook polices besides the TrainJob ---------------------
 KIND_WORKLOAD: Final = "Workload"
-JOBSET_GROUP: Final = "jobset.x-k8s.io"
 
 # -- API groups and kinds the contract builds or reads --------------------------------------------
-TRAINER_GROUP: Final = "trainer.kubeflow.org"
-COORDINATION_GROUP: Final = "coordination.k8s.io"
-TRAINER_API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 KIND_TRAINJOB: Final = "TrainJob"
 KIND_TRAINING_RUNTIME: Final = "TrainingRuntime"
 KIND_CLUSTER_TRAINING_RUNTIME: Final = "ClusterTrainingRuntime"

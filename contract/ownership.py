@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from contract.keys import KIND_TRAINJOB, LABEL_QUEUE_NAME, RUNTIME_PATCH_MANAGER, TRAINER_GROUP
+from contract.keys import KIND_TRAINJOB, LABEL_QUEUE_NAME, RUNTIME_PATCH_MANAGER
 from contract.names import is_dispatch_name
 from contract.objects import dig, labels
+from contract.upstream import TRAINER_GROUP
 
 
 def runtime_patches(trainjob: object) -> list[Any]:

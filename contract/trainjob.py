@@ -24,14 +24,13 @@ from contract.keys import (
     LABEL_PRIORITY_CLASS,
     LABEL_QUEUE_NAME,
     LABEL_SUBMISSION,
-    TRAINER_API_VERSION,
-    TRAINER_GROUP,
 )
 from contract.names import build_name, validate_job_id
 from contract.objects import dig
 from contract.runtime_patch import Credential, Publish, runtime_patch, trainer_replicated_job
 from contract.site import check_site_keys
 from contract.trainer import trainer_spec
+from contract.upstream import TRAINER_API_VERSION, TRAINER_GROUP
 
 
 @dataclass(frozen=True)

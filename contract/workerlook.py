@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.claims import fresh_by_manager
-from contract.keys import JOBSET_GROUP
 from contract.multicluster import is_copy
 from contract.objects import dig
+from contract.upstream import JOBSET_GROUP
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,13 @@ from typing import Any, Final
 from contract.admission import admission_started, unsuspend_ops
 from contract.errors import ContractError, Problem
 from contract.gates import gates_of, has_dispatch_gate
-from contract.keys import (
-    ANNOTATION_ADMISSION_FLOOR,
-    ANNOTATION_ADMISSION_GATED_BY,
-    ANNOTATION_ADMISSION_STARTED,
-    GATE,
-    JOBSET_GROUP,
-)
+from contract.keys import ANNOTATION_ADMISSION_FLOOR, ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_ADMISSION_STARTED, GATE
 from contract.multicluster import ROLE_WORKER, is_copy, mark_copy_ops, records_only
 from contract.names import TrainJobName, parse_name
 from contract.objects import add_op, dig
 from contract.ownership import is_dispatch, is_kueue_mode, owned_by_dispatch
 from contract.patches import foreign_entry_problems
+from contract.upstream import JOBSET_GROUP
 from webhook.config import Config
 from webhook.review import Lookups, Request, Verdict
 from webhook.rules.creation import creation_problems, multikueue_copy_problems

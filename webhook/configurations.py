@@ -15,7 +15,6 @@ from typing import Any, Final
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
     GATE,
-    JOBSET_GROUP,
     KIND_TRAINJOB,
     LABEL_QUEUE_NAME,
     NAME,
@@ -23,6 +22,7 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINJOB_NAME_PREFIX,
 )
+from contract.upstream import JOBSET_GROUP
 
 TIMEOUT_SECONDS: Final = 5
 PATHS: Final = {"validate": "/validate", "mutate": "/mutate"}

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from contract.keys import (
-    JOBSET_GROUP,
     KIND_TRAINJOB,
     LABEL_JOBSET_NAME,
     LABEL_REPLICA_OF,
@@ -31,9 +30,9 @@ from contract.keys import (
     PREFIX,
     PROLOGUE_CONFIGMAP_PREFIX,
     RUNTIME_PATCH_MANAGER,
-    TRAINER_GROUP,
 )
 from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL
+from contract.upstream import JOBSET_GROUP, TRAINER_GROUP
 from webhook.cel import mentions_gate, q
 
 BELONGS: Final = "belongs to a dispatch job"

@@ -56,7 +56,6 @@ from contract.keys import (
     ANNOTATION_OPENED,
     ANNOTATION_UNVERIFIED,
     CLAIM_PREFIX,
-    COORDINATION_GROUP,
     GATE,
     HOLD_ANNOTATIONS,
     KIND_TRAINJOB,
@@ -74,7 +73,6 @@ from contract.keys import (
     PROLOGUE_VOLUME,
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
-    TRAINER_GROUP,
     UNVERIFIED_TRUE,
 )
 from contract.multicluster import (
@@ -87,6 +85,7 @@ from contract.multicluster import (
 )
 from contract.patches import FOREIGN_POD_SPEC
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP
+from contract.upstream import COORDINATION_GROUP, TRAINER_GROUP
 from webhook import owners
 from webhook.cel import annotation, is_principal, lists_gate, q, validating_policy
 from webhook.config import Config, Principals

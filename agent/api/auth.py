@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agent.api.errors import ApiError, ErrorKind
-from agent.api.kube import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, Kube, KubeError
+from agent.api.kube import Kube, KubeError
+from contract.upstream import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
 
 API_GROUP: Final = "dispatch.phpboyscout.uk"
 TRAINJOBS: Final = "trainjobs"

@@ -34,12 +34,12 @@ from contract.keys import (
     LABEL_SUBMISSION,
     PROBE_NODE_SELECTOR_KEY,
     PROBE_NODE_SELECTOR_VALUE,
-    TRAINER_GROUP,
 )
 from contract.names import parse_name, validate_job_id
 from contract.objects import add_op, annotations, dig, labels, parse_rfc3339, pointer
 from contract.ownership import dispatch_patch_index, is_dispatch, is_kueue_mode
 from contract.trainjob import Submission, build_trainjob
+from contract.upstream import TRAINER_GROUP
 
 T = TypeVar("T")
 

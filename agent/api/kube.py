@@ -11,59 +11,17 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
 
-from contract.keys import FIELD_MANAGER, TRAINER_GROUP
+from contract.keys import FIELD_MANAGER
 
 if TYPE_CHECKING:
     from agent.multicluster.worker_reads import WorkerClients
 
 JSON_PATCH: Final = "application/json-patch+json"
-
-
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        base = "/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"
-        if self.namespaced:
-            if namespace is None:
-                raise ValueError(f"{self.plural} is namespaced")
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        path = f"{base}/{self.plural}"
-        if name is not None:
-            path += "/" + quote(name, safe="")
-        if subresource is not None:
-            path += "/" + subresource
-        return path
-
-
-TRAINJOBS: Final = Resource(TRAINER_GROUP, "v1alpha1", "trainjobs")
-TRAINING_RUNTIMES: Final = Resource(TRAINER_GROUP, "v1alpha1", "trainingruntimes")
-CLUSTER_TRAINING_RUNTIMES: Final = Resource(TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", namespaced=False)
-WORKLOADS: Final = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
-ADMISSION_CHECKS: Final = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", namespaced=False)
-MULTIKUEUE_CONFIGS: Final = Resource("kueue.x-k8s.io", "v1beta2", "multikueueconfigs", namespaced=False)
-MULTIKUEUE_CLUSTERS: Final = Resource("kueue.x-k8s.io", "v1beta2", "multikueueclusters", namespaced=False)
-JOBSETS: Final = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
-PODS: Final = Resource("", "v1", "pods")
-CONFIG_MAPS: Final = Resource("", "v1", "configmaps")
-JOBS: Final = Resource("batch", "v1", "jobs")
-NODES: Final = Resource("", "v1", "nodes", namespaced=False)
-NAMESPACES: Final = Resource("", "v1", "namespaces", namespaced=False)
-SERVICE_ACCOUNTS: Final = Resource("", "v1", "serviceaccounts")
-LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
-TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
-SUBJECT_ACCESS_REVIEWS: Final = Resource("authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False)
 
 
 class KubeError(Exception):

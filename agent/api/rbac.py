@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from agent.api.auth import API_GROUP, LOG, PREFLIGHTS, TRAINJOBS
-from contract.keys import LEASE_NAME, TRAINER_GROUP
+from contract.keys import LEASE_NAME
+from contract.upstream import TRAINER_GROUP
 
 Rule = dict[str, Any]
 

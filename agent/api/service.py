@@ -21,25 +21,7 @@ from ulid import ULID
 from agent.api import decisions as d
 from agent.api import principals
 from agent.api.errors import ApiError, ErrorKind
-from agent.api.kube import (
-    ADMISSION_CHECKS,
-    CLUSTER_TRAINING_RUNTIMES,
-    CONFIG_MAPS,
-    JOBS,
-    JOBSETS,
-    LEASES,
-    MULTIKUEUE_CLUSTERS,
-    MULTIKUEUE_CONFIGS,
-    NAMESPACES,
-    NODES,
-    PODS,
-    SERVICE_ACCOUNTS,
-    TRAINING_RUNTIMES,
-    TRAINJOBS,
-    WORKLOADS,
-    Kube,
-    KubeError,
-)
+from agent.api.kube import Kube, KubeError
 from agent.api.models import (
     Capabilities,
     HoldRequest,
@@ -108,6 +90,23 @@ from contract.ownership import is_dispatch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.runtime_requirements import runtime_problems
 from contract.trainjob import Submission, build_runtime_copy, build_trainjob, runtime_copy_owner_reference
+from contract.upstream import (
+    ADMISSION_CHECKS,
+    CLUSTER_TRAINING_RUNTIMES,
+    CONFIG_MAPS,
+    JOBS,
+    JOBSETS,
+    LEASES,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    TRAINING_RUNTIMES,
+    TRAINJOBS,
+    WORKLOADS,
+)
 from serving.kube import describe_error
 
 POLL_SECONDS: Final = 0.5

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from contract.admission import admission_count, admission_floor
 from contract.gates import gates_of
-from contract.keys import GATE, TRAINER_GROUP
+from contract.keys import GATE
 from contract.multicluster import (
     MULTIKUEUE_MANAGED_BY,
     budget_problem,
@@ -36,6 +36,7 @@ from contract.multicluster import (
 from contract.objects import annotations, dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, configmap_differences
+from contract.upstream import TRAINER_GROUP
 
 DEFAULT_MANAGED_BY: Final = "trainer.kubeflow.org/trainjob-controller"
 NOT_MANAGED: Final = "Kueue is not managing this TrainJob"

@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agent.constants import KUEUE_GROUP, KUEUE_VERSION
-from contract.keys import KIND_TRAINJOB, TRAINER_GROUP
+from contract.keys import KIND_TRAINJOB
 from contract.objects import dig
+from contract.upstream import KUEUE_API_VERSION, TRAINER_GROUP
 
-KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 QUOTA_RESERVED: Final = "QuotaReserved"
 EVICTED: Final = "Evicted"
 FINISHED: Final = "Finished"

@@ -21,13 +21,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from agent.constants import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
-    JOBSET_VERSION,
     JOBSETS,
-    KUEUE_GROUP,
-    KUEUE_VERSION,
     LOCAL_QUEUES,
     REQUEST_TIMEOUT_SECONDS,
-    TRAINER_VERSION,
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
@@ -40,19 +36,25 @@ from agent.multicluster.workers import WorkerLook
 from contract.claims import DEFAULT_ORIGIN, Want, claim_lease
 from contract.keys import (
     CLAIM_PREFIX,
-    COORDINATION_GROUP,
     FIELD_MANAGER,
-    JOBSET_GROUP,
     LABEL_CLAIM,
     LABEL_JOBSET_NAME,
     LABEL_REPLICA_OF,
     LEASE_MANAGER_CONTACT,
     LEASE_NAMESPACE,
-    TRAINER_GROUP,
 )
 from contract.multicluster import contact_lease, contact_origin
 from contract.objects import dig, labels
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
+from contract.upstream import (
+    COORDINATION_GROUP,
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+)
 from serving.kube import api_client, describe_api_error, or_none, read_json
 
 Obj = dict[str, Any]

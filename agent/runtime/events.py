@@ -51,8 +51,9 @@ from agent.constants import (
     REASON_STALE_COPY,
     REASON_UNCLAIMED,
 )
-from contract.keys import KIND_TRAINJOB, TRAINER_API_VERSION
+from contract.keys import KIND_TRAINJOB
 from contract.objects import dig
+from contract.upstream import TRAINER_API_VERSION
 from serving.kube import describe_api_error
 
 log = logging.getLogger(__name__)

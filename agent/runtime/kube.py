@@ -15,15 +15,10 @@ from kubernetes_asyncio import client
 
 from agent.constants import (
     ADMISSION_CHECKS,
-    JOBSET_GROUP,
-    JOBSET_VERSION,
     JOBSETS,
-    KUEUE_GROUP,
-    KUEUE_VERSION,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
     REQUEST_TIMEOUT_SECONDS,
-    TRAINER_VERSION,
     TRAINING_RUNTIMES,
     TRAINJOBS,
     WORKLOADS,
@@ -31,9 +26,10 @@ from agent.constants import (
 from agent.runtime.caches import Reads
 from agent.runtime.events import EventRecorder
 from agent.runtime.pod_lists import SharedPodLists
-from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME, TRAINER_GROUP
+from contract.keys import ADMISSION_CHECK_CONTROLLER, FIELD_MANAGER, LABEL_JOBSET_NAME
 from contract.multicluster import is_fenced
 from contract.objects import dig
+from contract.upstream import JOBSET_GROUP, JOBSET_VERSION, KUEUE_GROUP, KUEUE_VERSION, TRAINER_GROUP, TRAINER_VERSION
 from serving.kube import or_none, read_json
 
 JSON_PATCH = "application/json-patch+json"

@@ -13,9 +13,10 @@ from kubernetes_asyncio import client
 
 from agent.api.app import ApiServer, serving
 from agent.api.client import AgentClient
-from agent.api.kube import CLUSTER_TRAINING_RUNTIMES, Kube
+from agent.api.kube import Kube
 from agent.api.settings import ApiSettings
 from certs import pki
+from contract.upstream import CLUSTER_TRAINING_RUNTIMES
 from harness.fixtures import runtime
 from serving.tls import ReloadingServerContext
 from tests.api.fake_kube import FakeKube, Grant, running

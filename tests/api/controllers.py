@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.api.kube import ADMISSION_CHECKS, JOBS, JOBSETS, LEASES, NODES, PODS, TRAINJOBS, WORKLOADS
 from contract.keys import (
     ADMISSION_CHECK_CONTROLLER,
     ANNOTATION_ADMISSION_GATED_BY,
@@ -13,6 +12,7 @@ from contract.keys import (
     LEASE_NAME,
     LEASE_NAMESPACE,
 )
+from contract.upstream import ADMISSION_CHECKS, JOBS, JOBSETS, LEASES, NODES, PODS, TRAINJOBS, WORKLOADS
 from tests.api.fake_kube import FakeKube
 
 CHECK = "dispatch-admission"

@@ -26,10 +26,11 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from agent.api.app import ApiServer, serving
-from agent.api.kube import CLUSTER_TRAINING_RUNTIMES, Kube
+from agent.api.kube import Kube
 from agent.api.openapi import document
 from agent.api.settings import ApiSettings
 from certs import pki
+from contract.upstream import CLUSTER_TRAINING_RUNTIMES
 from harness.fixtures import runtime
 from serving.tls import ReloadingServerContext
 from tests.api import controllers as c

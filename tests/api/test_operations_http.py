@@ -9,7 +9,6 @@ import pytest
 
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
-from agent.api.kube import JOBSETS, PODS, TRAINING_RUNTIMES, TRAINJOBS, WORKLOADS
 from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
 from contract.admission import admission_count, admission_floor
 from contract.keys import (
@@ -18,6 +17,7 @@ from contract.keys import (
     ANNOTATION_OPENED,
     LABEL_JOBSET_NAME,
 )
+from contract.upstream import JOBSETS, PODS, TRAINING_RUNTIMES, TRAINJOBS, WORKLOADS
 from harness.fixtures import runtime
 from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, Agent, supervisor_grants

@@ -11,9 +11,9 @@ import pytest
 
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
-from agent.api.kube import TRAINING_RUNTIMES, TRAINJOBS
 from agent.api.models import HoldRequest, ObjectRef, PreflightRequest
 from contract.keys import PROBE_IMAGE
+from contract.upstream import TRAINING_RUNTIMES, TRAINJOBS
 from tests.api import controllers as c
 from tests.api.conftest import NAMESPACE, TEST_SETTINGS, Agent
 from tests.api.fake_kube import FakeKube

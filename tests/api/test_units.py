@@ -18,11 +18,12 @@ from agent.api.auth import (
     reviewed_user,
 )
 from agent.api.errors import ApiError, ErrorKind
-from agent.api.kube import KubeError, Resource
+from agent.api.kube import KubeError
 from agent.api.models import ObjectRef, PreflightRequest
 from agent.api.openapi import document
 from agent.api.routes import ROUTES, coordinates
 from agent.api.settings import ApiSettings
+from contract.upstream import Resource
 from tests.api.requests import start_request
 
 

@@ -16,13 +16,14 @@ from kubernetes_asyncio import client
 from agent.api.app import ApiServer, serving
 from agent.api.client import AgentClient, AgentError
 from agent.api.errors import ErrorKind
-from agent.api.kube import JOBS, MULTIKUEUE_CLUSTERS, PODS, TRAINING_RUNTIMES, TRAINJOBS, Kube
+from agent.api.kube import Kube
 from agent.api.models import ObjectRef, StartResponse
 from agent.domain.operations import plan_open
 from agent.multicluster.worker_reads import WorkerClients
 from contract.admission import admission_path
 from contract.keys import ANNOTATION_FENCED, FENCED_POWERED_OFF, LABEL_JOBSET_NAME
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL
+from contract.upstream import JOBS, MULTIKUEUE_CLUSTERS, PODS, TRAINING_RUNTIMES, TRAINJOBS
 from harness import fixtures
 from harness.multicluster import MULTIKUEUE_CONTROLLER
 from serving.tls import ReloadingServerContext

@@ -22,7 +22,6 @@ from contract.keys import (
     PROLOGUE_VOLUME,
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
-    TRAINER_GROUP,
 )
 from contract.multicluster import MULTIKUEUE_MANAGED_BY, unverified
 from contract.names import TrainJobName, parse_name
@@ -32,6 +31,7 @@ from contract.prologue import PROLOGUE_PATH, SPEC_PROLOGUE, inline_prologue_argv
 from contract.runtime_patch import paths_overlap, prologue_mount, prologue_volume
 from contract.trainer import escape_expansion, prefixes_from_env, trainer_command, trainer_env
 from contract.trainjob import comment
+from contract.upstream import TRAINER_GROUP
 from webhook.runtime_facts import RuntimeFacts, facts_or_none
 
 SPEC_PROLOGUE_WARNING = (
