@@ -1,5 +1,7 @@
 module github.com/phpboyscout/dispatch-k8s/clients/go
 
+// The oldest language level the module graph allows: the golang.org/x modules the pinned oapi-codegen and
+// libopenapi-validator need declare go 1.26.0 (the code alone needs 1.24: range over functions, the tool directive).
 go 1.26.0
 
 tool github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen

@@ -17,14 +17,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -96,7 +94,7 @@ func (l *live) hand(t *testing.T, action string, body map[string]string) {
 }
 
 func (l *live) start(kueue bool) StartRequest {
-	req := StartRequest{JobID: newULID(), N: 1, G: Ptr(0), Attempt: 0, Namespace: l.ns, Runtime: RuntimeRef{Name: l.runtime},
+	req := StartRequest{JobID: NewJobID(), N: 1, G: Ptr(0), Attempt: 0, Namespace: l.ns, Runtime: RuntimeRef{Name: l.runtime},
 		Image: "registry.example/train:1", Command: []string{"python", "train.py"}, Env: map[string]string{"LR": "0.1"}}
 	if kueue {
 		req.Kueue = &KueueSpec{LocalQueue: l.queue}
@@ -120,8 +118,8 @@ func eventually[T any](t *testing.T, within time.Duration, what string, probe fu
 	}
 }
 
-func phase(c *Client, r ObjectRef, want string, check func(*StatusResponse) error) func() (*StatusResponse, error) {
-	return func() (*StatusResponse, error) {
+func phase(c *Client, r ObjectRef, want Phase, check func(*Status) error) func() (*Status, error) {
+	return func() (*Status, error) {
 		s, err := c.Status(context.Background(), r)
 		if err != nil {
 			return nil, err
@@ -138,8 +136,8 @@ func phase(c *Client, r ObjectRef, want string, check func(*StatusResponse) erro
 	}
 }
 
-func running(a int) func(*StatusResponse) error {
-	return func(s *StatusResponse) error {
+func running(a int) func(*Status) error {
+	return func(s *Status) error {
 		if s.A == nil || *s.A != a || len(s.Pods) != 1 || s.Pods[0].Phase == nil || *s.Pods[0].Phase != "Running" {
 			return fmt.Errorf("A %v, pods %+v", s.A, s.Pods)
 		}
@@ -168,11 +166,11 @@ func TestContract(t *testing.T) {
 		caps := eventually(t, 60*time.Second, "a passing Kueue-mode Preflight", func() (*Capabilities, error) {
 			caps, err := c.Preflight(ctx, PreflightRequest{Namespace: l.ns, Runtime: RuntimeRef{Name: l.runtime}, Kueue: &KueueSpec{LocalQueue: l.queue}})
 			if err == nil && caps.ObserveOnly {
-				err = fmt.Errorf("observe-only: %v", *caps.ObserveOnlyReason)
+				err = fmt.Errorf("observe-only: %v", caps.ObserveOnlyReason)
 			}
 			return caps, err
 		})
-		if !caps.StartGate || !caps.ReadmissionGate || caps.Mode == nil || *caps.Mode != CapabilitiesModeKueue {
+		if !caps.StartGate || !caps.ReadmissionGate || caps.Mode != ModeKueue {
 			t.Fatalf("%+v", caps)
 		}
 		if now, err := c.Capabilities(ctx); err != nil || now.ObserveOnly {
@@ -181,7 +179,7 @@ func TestContract(t *testing.T) {
 	})
 
 	t.Run("what a supervisor meets", func(t *testing.T) {
-		gone := ObjectRef{Namespace: l.ns, Name: "dj-" + strings.ToLower(newULID()) + "-s1", UID: "no-such-uid"}
+		gone := ObjectRef{Namespace: l.ns, Name: "dj-" + strings.ToLower(NewJobID()) + "-s1", UID: "no-such-uid"}
 		e := want(t, func() error { _, err := c.Status(ctx, gone); return err }(), ErrNotFound, "does not exist")
 		if e.Orphans == nil || len(e.Orphans) != 0 {
 			t.Errorf("a name nothing ever used leaves no orphans: %q", e.Orphans)
@@ -198,7 +196,7 @@ func TestContract(t *testing.T) {
 		for name, call := range map[string]func() error{
 			"status": func() error { _, err := c.Status(ctx, l.foreign); return err },
 			"hold": func() error {
-				_, err := c.Hold(ctx, HoldRequest{Namespace: l.foreign.Namespace, Name: l.foreign.Name, UID: l.foreign.UID, Who: "supervisor", Reason: "mine?"})
+				_, err := c.Hold(ctx, l.foreign, HoldRequest{Who: "supervisor", Reason: "mine?"})
 				return err
 			},
 			"stop": func() error { _, err := c.Stop(ctx, l.foreign); return err },
@@ -246,7 +244,7 @@ func TestContract(t *testing.T) {
 		// Observe-only in Kueue mode: a Preflight through a queue that does not list dispatch's check fails,
 		// and Start refuses until a Kueue-mode Preflight passes again.
 		caps, err := c.Preflight(ctx, PreflightRequest{Namespace: l.ns, Runtime: RuntimeRef{Name: l.runtime}, Kueue: &KueueSpec{LocalQueue: l.unchecked}})
-		if err != nil || !caps.ObserveOnly || !strings.Contains(*caps.ObserveOnlyReason, "does not list dispatch's AdmissionCheck") {
+		if err != nil || !caps.ObserveOnly || !strings.Contains(caps.ObserveOnlyReason, "does not list dispatch's AdmissionCheck") {
 			t.Fatalf("%+v %v", caps, err)
 		}
 		_, err = c.Start(ctx, l.start(true))
@@ -254,7 +252,7 @@ func TestContract(t *testing.T) {
 		eventually(t, 60*time.Second, "a passing Kueue-mode Preflight", func() (*Capabilities, error) {
 			caps, err := c.Preflight(ctx, PreflightRequest{Namespace: l.ns, Runtime: RuntimeRef{Name: l.runtime}, Kueue: &KueueSpec{LocalQueue: l.queue}})
 			if err == nil && caps.ObserveOnly {
-				err = errors.New(*caps.ObserveOnlyReason)
+				err = errors.New(caps.ObserveOnlyReason)
 			}
 			return caps, err
 		})
@@ -305,7 +303,7 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Ref(started)
+	r := started.Ref()
 	again, err := c.Start(ctx, req) // the same request again: the same object
 	if err != nil || *again != *started {
 		t.Fatalf("Start again: %+v %v", again, err)
@@ -319,11 +317,11 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 	if err != nil || gated.Phase != "Gated" || gated.Gate != GateClosed || !gated.Ceased {
 		t.Fatalf("%+v %v", gated, err)
 	}
-	_, err = c.Output(ctx, OutputRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID})
+	_, err = c.Output(ctx, r, OutputOptions{})
 	want(t, err, ErrNotFound, "")
 
 	// A hold placed before Open survives Open: the job is held, nothing runs, until Release.
-	held, err := c.Hold(ctx, HoldRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Who: "supervisor", Reason: "a maintenance window"})
+	held, err := c.Hold(ctx, r, HoldRequest{Who: "supervisor", Reason: "a maintenance window"})
 	if err != nil || held.Outcome != "held: Workload deactivated" {
 		t.Fatalf("%+v %v", held, err)
 	}
@@ -332,7 +330,7 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 		t.Fatalf("%+v %v", opened, err)
 	}
 	s := eventually(t, 30*time.Second, "held after Open", phase(c, r, "Held", nil))
-	if s.Hold == nil || s.Hold.Who == nil || *s.Hold.Who != "supervisor" || s.Gate != GateOpen || len(s.Pods) != 0 {
+	if s.Hold == nil || s.Hold.Who != "supervisor" || s.Gate != GateOpen || len(s.Pods) != 0 {
 		t.Fatalf("%+v", s)
 	}
 	if rel, err := c.Release(ctx, r); err != nil || rel.Outcome != "released: Workload reactivated" {
@@ -345,11 +343,11 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 
 	// Output, followed: lines written to the container's log arrive on the open stream. (A followed log is
 	// answered once it has something to send: the first line is written before the streams open.)
-	first, second := newULID()+" step 1 loss 0.9", newULID()+" step 2 loss 0.5"
+	first, second := NewJobID()+" step 1 loss 0.9", NewJobID()+" step 2 loss 0.5"
 	l.hand(t, "log", map[string]string{"line": first})
 	var streams []*Output
 	for range 4 {
-		out, err := c.Output(ctx, OutputRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Follow: Ptr(true)})
+		out, err := c.Output(ctx, r, OutputOptions{Follow: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +357,7 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 		t.Errorf("streamed %s, rank 0 is %s", streams[0].Pod, s.Pods[0].Name)
 	}
 	// A fifth follower for the same user is refused (maxFollowStreams), saying when to try again.
-	_, err = l.client(t, WithRetry(RetryPolicy{})).Output(ctx, OutputRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Follow: Ptr(true)})
+	_, err = l.client(t, WithRetry(RetryPolicy{})).Output(ctx, r, OutputOptions{Follow: true})
 	if e := want(t, err, ErrRateLimited, "maxFollowStreams"); e.RetryAfter <= 0 {
 		t.Errorf("no Retry-After: %+v", e)
 	}
@@ -397,10 +395,10 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 	}
 
 	// Held while running: the pods go; released: A raised again before the next execution.
-	if held, err := c.Hold(ctx, HoldRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Who: "supervisor", Reason: "preempted by the supervisor"}); err != nil || held.Outcome != "held: Workload deactivated" {
+	if held, err := c.Hold(ctx, r, HoldRequest{Who: "supervisor", Reason: "preempted by the supervisor"}); err != nil || held.Outcome != "held: Workload deactivated" {
 		t.Fatalf("%+v %v", held, err)
 	}
-	eventually(t, 90*time.Second, "held, its pods gone", phase(c, r, "Held", func(s *StatusResponse) error {
+	eventually(t, 90*time.Second, "held, its pods gone", phase(c, r, "Held", func(s *Status) error {
 		if len(s.Pods) != 0 {
 			return fmt.Errorf("pods %+v", s.Pods)
 		}
@@ -417,7 +415,7 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 	// List, a page at a time: the job is there under its JobID.
 	var pages int
 	var found []ListItem
-	for page, err := range c.List(ctx, ListRequest{Namespace: l.ns, JobID: &req.JobID, Limit: Ptr(1)}) {
+	for page, err := range c.List(ctx, ListRequest{Namespace: l.ns, JobID: req.JobID, Limit: 1}) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -432,9 +430,9 @@ func kueueJob(t *testing.T, l *live, c *Client) {
 	if stopped, err := c.Stop(ctx, r); err != nil || stopped.Outcome != "stopping" {
 		t.Fatalf("%+v %v", stopped, err)
 	}
-	eventually(t, 30*time.Second, "being deleted", func() (*StatusResponse, error) {
+	eventually(t, 30*time.Second, "being deleted", func() (*Status, error) {
 		s, err := c.Status(ctx, r)
-		if err == nil && s.DeletionTimestamp == nil {
+		if err == nil && s.DeletionTimestamp.IsZero() {
 			err = errors.New("no deletionTimestamp yet")
 		}
 		if errors.Is(err, ErrNotFound) {
@@ -453,7 +451,7 @@ func plainJob(t *testing.T, l *live, c *Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Ref(started)
+	r := started.Ref()
 	if opened, err := openAsASupervisor(ctx, c, r); err != nil || opened.A == nil || *opened.A != 1 {
 		t.Fatalf("%+v %v", opened, err)
 	}
@@ -465,10 +463,10 @@ func plainJob(t *testing.T, l *live, c *Client) {
 
 	// The kubelet is slow to stop the pod: after a Hold it stays Terminating, and Release refuses, naming it.
 	l.hand(t, "linger", map[string]string{"pod": pod})
-	if held, err := c.Hold(ctx, HoldRequest{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Who: "supervisor", Reason: "drain"}); err != nil || held.Outcome != "held: TrainJob suspended" {
+	if held, err := c.Hold(ctx, r, HoldRequest{Who: "supervisor", Reason: "drain"}); err != nil || held.Outcome != "held: TrainJob suspended" {
 		t.Fatalf("%+v %v", held, err)
 	}
-	eventually(t, 60*time.Second, "held, its pod still stopping", phase(c, r, "Held", func(s *StatusResponse) error {
+	eventually(t, 60*time.Second, "held, its pod still stopping", phase(c, r, "Held", func(s *Status) error {
 		if len(s.Pods) != 1 || !s.Pods[0].MayStillRun || s.Ceased {
 			return fmt.Errorf("pods %+v, ceased %v", s.Pods, s.Ceased)
 		}
@@ -486,42 +484,6 @@ func plainJob(t *testing.T, l *live, c *Client) {
 	eventually(t, 90*time.Second, "running again with A 2", phase(c, r, "Running", running(2)))
 	if _, err := c.Stop(ctx, r); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// newULID is a ULID (a dispatch JobID): 48 bits of milliseconds and 80 random bits, Crockford base32.
-func newULID() string {
-	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-	var b [16]byte
-	ms := uint64(time.Now().UnixMilli())
-	for i := range 6 {
-		b[i] = byte(ms >> (40 - 8*i))
-	}
-	_, _ = rand.Read(b[6:])
-	var out [26]byte
-	// 128 bits as 26 digits of 5 bits, the first holding the top 3.
-	var hi, lo uint64
-	for i := range 8 {
-		hi = hi<<8 | uint64(b[i])
-		lo = lo<<8 | uint64(b[i+8])
-	}
-	for i := 25; i >= 0; i-- {
-		out[i] = alphabet[lo&31]
-		lo = lo>>5 | hi<<59
-		hi >>= 5
-	}
-	return string(out[:])
-}
-
-func TestNewULIDIsCanonical(t *testing.T) {
-	for range 100 {
-		id := newULID()
-		if len(id) != 26 || id[0] > '7' || strings.ToUpper(id) != id || strings.ContainsAny(id, "ILOU") {
-			t.Fatal(id)
-		}
-	}
-	if a, b := newULID(), newULID(); a == b || slices.Contains([]string{""}, a) {
-		t.Fatal(a, b)
 	}
 }
 

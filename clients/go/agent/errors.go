@@ -26,8 +26,11 @@ var (
 	// ErrRejected: the operation must not happen (a fence, Kueue not managing the TrainJob, admission
 	// refused it, a TrainJob that is not dispatch's). Do not retry.
 	ErrRejected = errors.New("rejected")
-	// ErrConflict: the object is not as the request expects (another UID, a name an earlier TrainJob left
-	// objects under, pods of the previous execution that may still run). Re-read (Status) and decide.
+	// ErrConflict: the object is not as the request expects; nothing was written. Per call (each method's
+	// documentation): Start, the name belongs to an earlier TrainJob (Error.Orphans) or another request;
+	// Open, Hold, Release and Stop, the name belongs to another UID; Open and Release in plain mode, a pod of
+	// the previous execution may still run (call again once it is gone, with a bound); Hold and Release in Kueue
+	// mode, the Workload is not there; Open, Hold and Release, the objects kept changing under the write. Status, List, Output, Preflight and Capabilities never answer it. Re-read (Status) and decide.
 	ErrConflict = errors.New("conflict")
 	// ErrRateLimited: too many failed tokens from this address, or too many followed Output streams.
 	// Nothing was read or written; Error.RetryAfter says when to try again.
@@ -46,8 +49,10 @@ var (
 	ErrUnsupported = errors.New("unsupported by this agent")
 
 	// ErrOutcomeUnknown: the call was sent and then cut off (the connection closed or reset, a timeout, the
-	// context ended) before its answer: it may or may not have taken effect. Re-read (Status, List) before
-	// calling again. Always a *CutOffError.
+	// context ended) before its answer: it may or may not have taken effect. Either re-read to learn what
+	// happened (Status; List by JobID after a Start) and decide, or repeat the same call, which is safe for
+	// every operation (docs/api.md, "Repeating a call"). Always a *CutOffError; when the caller's context
+	// ended it also matches context.Canceled or context.DeadlineExceeded.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
@@ -77,7 +82,7 @@ type Error struct {
 
 	// On a MultiKueue manager, with not_found from Status and Start's refusals: what of the job (or of an earlier
 	// TrainJob of its name) is left on each worker, by worker.
-	Workers []WorkerRemainsModel
+	Workers []WorkerRemains
 	// On a MultiKueue manager, with not_found from Status: nil elsewhere; else whether every worker was read and
 	// nothing of the job may run or start on any (CeasedReason says why).
 	Ceased       *bool
@@ -121,13 +126,13 @@ func (e *CutOffError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err
 
 // wireError is the API's error body.
 type wireError struct {
-	Error        string                `json:"error"`
-	Message      string                `json:"message"`
-	Field        *string               `json:"field"`
-	Orphans      *[]string             `json:"orphans"`
-	Workers      *[]WorkerRemainsModel `json:"workers"`
-	Ceased       *bool                 `json:"ceased"`
-	CeasedReason *string               `json:"ceasedReason"`
+	Error        string           `json:"error"`
+	Message      string           `json:"message"`
+	Field        *string          `json:"field"`
+	Orphans      *[]string        `json:"orphans"`
+	Workers      *[]WorkerRemains `json:"workers"`
+	Ceased       *bool            `json:"ceased"`
+	CeasedReason *string          `json:"ceasedReason"`
 }
 
 // noSuchEndpoint starts the agent's answer to a path it does not serve.
@@ -165,7 +170,9 @@ func answerError(op string, status int, header http.Header, body []byte) (e *Err
 	e.Message = fmt.Sprintf("HTTP %d without the API's error body: %q", status, text)
 	switch {
 	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
-		e.Kind, e.sentinel = "not_found", ErrUnsupported
+		// Not the agent's answer (it answers a missing TrainJob with its own body): a path this server does
+		// not serve. Never ErrNotFound, which a supervisor would take for a TrainJob that is gone.
+		e.Kind, e.sentinel = "unsupported", ErrUnsupported
 	case status == http.StatusUnauthorized:
 		e.Kind = "unauthenticated"
 	case status == http.StatusForbidden:
@@ -205,4 +212,21 @@ func retryAfter(value string, now time.Time) time.Duration {
 func unreachable(op, server string, cause error) *Error {
 	return &Error{Op: op, Kind: "unavailable", Message: fmt.Sprintf("cannot reach %s: %v (nothing was sent)", server, cause),
 		sentinel: ErrUnavailable, cause: cause}
+}
+
+// statuses is the HTTP status of each kind (docs/api.md, Errors).
+var statuses = map[string]int{"invalid": 400, "unauthenticated": 401, "forbidden": 403, "not_found": 404,
+	"rejected": 409, "conflict": 409, "rate_limited": 429, "observe_only": 503, "unavailable": 503, "internal": 500}
+
+// NewError is the *Error the agent answers for op with kind (one of the API's error kinds: "not_found",
+// "conflict", ...) and message, matching the kind's sentinel: for fakes of Interface (agentfake) and tests.
+func NewError(op, kind, message string) *Error {
+	return &Error{Op: op, Kind: kind, StatusCode: statuses[kind], Message: message, sentinel: kinds[kind]}
+}
+
+// IsKind says whether err is an *Error of kind (a kind this client may have no sentinel for, from a newer
+// agent, matches too).
+func IsKind(err error, kind string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == kind
 }

