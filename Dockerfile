@@ -12,7 +12,7 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY requirements/lock.txt requirements/lock.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md VERSION LICENSE ./
 # Every package of [tool.setuptools.packages.find] (tests/chart/test_image.py keeps this list complete).
 COPY contract contract
 COPY serving serving

@@ -270,6 +270,8 @@ def test_the_build_stage_gets_every_package_of_the_wheel_and_the_prologue(tmp_pa
             assert (tmp_path / "build" / package.replace(".", "/") / name).is_file(), f"{package}/{name}"
     assert (tmp_path / "build" / "pyproject.toml").is_file()
     assert (tmp_path / "build" / PYPROJECT["project"]["readme"]).is_file(), "setuptools reads the readme"
+    version_file = PYPROJECT["tool"]["setuptools"]["dynamic"]["version"]["file"]
+    assert (tmp_path / "build" / version_file).is_file(), "setuptools reads the version"
 
 
 def _top_level_imports(path: Path) -> set[str]:
