@@ -12,6 +12,8 @@
 * rbac-api.yaml: the agent API's rights and the ClusterRoles a cluster admin grants its callers, from
   agent/api/rbac.py.
 * README.md (`helm show readme`): from values.yaml's `# --` comments and values.schema.json (charts/readme.py).
+* docs/security.md's allowlist table, between its markers (``ALLOWLIST_BEGIN`` ... ``GENERATED_END``): from
+  webhook/owners.py, the table the owner policies are rendered from.
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ from contract.multicluster import ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from contract.prologue import PROLOGUE_CONFIGMAP
 from webhook.config import Config, Owners, Principals
 from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
-from webhook.owners import DISPATCH, KUEUE, MANAGER_AGENT, MULTIKUEUE
-from webhook.policies import admission_policies, manager_policies, mark_copy_policy, worker_policies
+from webhook.owners import DISPATCH, KUEUE, MANAGER_AGENT, MULTIKUEUE, allowlist_table
+from webhook.policies import admission_policies
+from webhook.rules.multicluster import manager_policies, mark_copy_policy, worker_policies
 
 CHART = Path(__file__).parent / "dispatch-k8s"
 TEMPLATES = CHART / "templates"
+SECURITY_DOC = Path(__file__).parents[1] / "docs" / "security.md"
+ALLOWLIST_BEGIN = "<!-- generated: owners-allowlist (charts/generate.py, from webhook/owners.py) -->\n"
+GENERATED_END = "<!-- end generated -->\n"
 NAMESPACE = "{{ .Release.Namespace }}"
 FULLNAME = "{{ include `dispatch-k8s.fullname` . }}"
 SERVICE = FULLNAME
@@ -363,7 +369,18 @@ def rendered() -> dict[Path, str]:
         + "{{- /* The prologue's ConfigMap: content-addressed (contract/prologue.py), so named by the generator. */}}\n"
         + f'{{{{- define "dispatch-k8s.prologueConfigMap" -}}}}{PROLOGUE_CONFIGMAP}{{{{- end }}}}\n',
         CHART / "README.md": readme.render(CHART),
+        SECURITY_DOC: _with_generated(SECURITY_DOC.read_text(), ALLOWLIST_BEGIN, allowlist_table()),
     }
+
+
+def _with_generated(text: str, begin: str, generated: str) -> str:
+    """``text`` with what lies between ``begin`` and the next ``GENERATED_END`` replaced by ``generated``."""
+    if text.count(begin) != 1:
+        raise ValueError(f"expected one marker {begin.strip()!r}")
+    head, rest = text.split(begin)
+    if GENERATED_END not in rest:
+        raise ValueError(f"no {GENERATED_END.strip()!r} after {begin.strip()!r}")
+    return head + begin + generated + GENERATED_END + rest.split(GENERATED_END, 1)[1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Final
 
+from contract import upstream
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
     GATE,
@@ -22,7 +23,6 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINJOB_NAME_PREFIX,
 )
-from contract.upstream import JOBSET_GROUP
 
 TIMEOUT_SECONDS: Final = 5
 PATHS: Final = {"validate": "/validate", "mutate": "/mutate"}
@@ -89,12 +89,13 @@ def opened() -> str:
     return f"request.operation != 'CREATE' || object == null || !(({queue}) ? ({gated}) : ({suspended}))"
 
 
-RESOURCES: Final = (
-    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
-    ("kueue.x-k8s.io", "v1beta2", "workloads"),
-)
-JOBSETS: Final = (JOBSET_GROUP, "v1alpha2", "jobsets")
+def gvr(resource: upstream.Resource, subresource: str = "") -> tuple[str, str, str]:
+    """(group, version, resource or resource/subresource), as a webhook's or a policy's rules name a resource."""
+    return resource.group, resource.version, f"{resource.plural}/{subresource}" if subresource else resource.plural
+
+
+ROUTED: Final = (upstream.TRAINJOBS, upstream.TRAINING_RUNTIMES, upstream.WORKLOADS, upstream.JOBSETS)
+"""The resources the validating webhooks are sent (``VALIDATED``), in their order."""
 
 # What each validating webhook is sent: (resource or subresource, operations). Status writes are routed only
 # where they decide identity: dispatch's check on its Workloads, J on its JobSets; the JobSet's CREATE (created
@@ -196,6 +197,45 @@ RECORD_START: Final = "record-start"
 """The mutating webhook recording A at an unsuspend: rendered only where no MutatingAdmissionPolicy records it."""
 
 
+def _mutating(
+    client: dict[str, Any], timeout_seconds: int, *, policies: bool, mutating_policy: bool
+) -> list[dict[str, Any]]:
+    """The mutating webhooks: the closing of a TrainJob created open, and the record of A at an unsuspend where
+    no MutatingAdmissionPolicy writes it."""
+    trainjobs = gvr(upstream.TRAINJOBS)
+    unsuspends = {"name": "creates-or-unsuspends", "expression": UNSUSPENDS}
+    # Nothing to mutate in a TrainJob created closed (as Start creates them): the API server then does not
+    # call the webhook for it at all (one HTTPS round trip less per create; docs/performance.md).
+    created_open = {"name": "created-open", "expression": opened()}
+    mutating = [
+        {
+            **_webhook(
+                "mutate", *trainjobs, [("trainjobs", ["CREATE"])], timeout_seconds, also=(created_open,), **client
+            ),
+            "reinvocationPolicy": "Never",
+        },
+    ]
+    if not mutating_policy:
+        # The record of A at an unsuspend, where the MutatingAdmissionPolicy dispatch-k8s-record-start does not
+        # write it in-process (an API server older than v1.36, or no policies).
+        mutating.append(
+            {
+                **_webhook(
+                    "mutate",
+                    *trainjobs,
+                    [("trainjobs", ["UPDATE"])],
+                    timeout_seconds,
+                    also=(unsuspends,),
+                    name=RECORD_START,
+                    failure_policy="Ignore" if policies else "Fail",
+                    **client,
+                ),
+                "reinvocationPolicy": "Never",
+            }
+        )
+    return mutating
+
+
 def webhook_configurations(
     *,
     namespace: str,
@@ -230,43 +270,13 @@ def webhook_configurations(
     if not 1 <= timeout_seconds <= 30:
         raise ValueError(f"timeoutSeconds must be 1 to 30 (the API server's bounds), not {timeout_seconds}")
     validating = []
-    for g, v, r in (*RESOURCES, JOBSETS):
+    for g, v, r in (gvr(resource) for resource in ROUTED):
         creates, others = _split(r, VALIDATED[r])
         if creates:
             validating.append(_webhook("validate", g, v, r, creates, timeout_seconds, **client))
         if others and not policies:
             validating.append(_webhook("validate", g, v, r, others, timeout_seconds, name=MIRRORED, **client))
-    trainjobs = RESOURCES[0]
-    unsuspends = {"name": "creates-or-unsuspends", "expression": UNSUSPENDS}
-    # Nothing to mutate in a TrainJob created closed (as Start creates them): the API server then does not
-    # call the webhook for it at all (one HTTPS round trip less per create; docs/performance.md).
-    created_open = {"name": "created-open", "expression": opened()}
-    mutating = [
-        {
-            **_webhook(
-                "mutate", *trainjobs, [("trainjobs", ["CREATE"])], timeout_seconds, also=(created_open,), **client
-            ),
-            "reinvocationPolicy": "Never",
-        },
-    ]
-    if not mutating_policy:
-        # The record of A at an unsuspend, where the MutatingAdmissionPolicy dispatch-k8s-record-start does not
-        # write it in-process (an API server older than v1.36, or no policies).
-        mutating.append(
-            {
-                **_webhook(
-                    "mutate",
-                    *trainjobs,
-                    [("trainjobs", ["UPDATE"])],
-                    timeout_seconds,
-                    also=(unsuspends,),
-                    name=RECORD_START,
-                    failure_policy="Ignore" if policies else "Fail",
-                    **client,
-                ),
-                "reinvocationPolicy": "Never",
-            }
-        )
+    mutating = _mutating(client, timeout_seconds, policies=policies, mutating_policy=mutating_policy)
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",

@@ -11,15 +11,14 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from contract import upstream
 from contract.keys import LABEL_JOB_ID
 from contract.objects import dig
 from serving import watch
 from serving.kube import describe_api_error, read_json
 from webhook.runtime_facts import RuntimeFacts, runtime_facts, uid_of
 
-TRAINER_GROUP: Final = "trainer.kubeflow.org"
-TRAINER_VERSION: Final = "v1alpha1"
-RUNTIMES: Final = "trainingruntimes"
+RUNTIMES: Final = upstream.TRAINING_RUNTIMES
 
 LIST_PAGE: Final = 100
 """Copies per page of the LIST (serving/watch.py asks for 500, which suits Workloads). A copy carries a whole
@@ -42,7 +41,7 @@ class RuntimeReader:
     async def __call__(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
             return await self._api.get_namespaced_custom_object(
-                TRAINER_GROUP, TRAINER_VERSION, namespace, RUNTIMES, name
+                RUNTIMES.group, RUNTIMES.version, namespace, RUNTIMES.plural, name
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -113,10 +112,10 @@ class RuntimeCopies:
 
         def call(**kwargs: Any) -> Awaitable[Any]:
             return self._custom.list_cluster_custom_object(
-                TRAINER_GROUP, TRAINER_VERSION, RUNTIMES, label_selector=LABEL_JOB_ID, **kwargs
+                RUNTIMES.group, RUNTIMES.version, RUNTIMES.plural, label_selector=LABEL_JOB_ID, **kwargs
             )
 
-        await watch.run(RUNTIMES, self, call, self, self.synced, on_live=self._on_live)  # type: ignore[arg-type]
+        await watch.run(RUNTIMES.plural, self, call, self, self.synced, on_live=self._on_live)  # type: ignore[arg-type]
 
     async def list_page(self, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> dict[str, Any]:
         kwargs["limit"] = min(kwargs.get("limit") or LIST_PAGE, LIST_PAGE)
@@ -177,12 +176,12 @@ class LookupReadiness:
     async def _probe(self) -> tuple[bool, str]:
         try:
             resources = await self._api.get_api_resources(
-                TRAINER_GROUP, TRAINER_VERSION, _request_timeout=self._timeout
+                RUNTIMES.group, RUNTIMES.version, _request_timeout=self._timeout
             )
         except ApiException as exc:
             return False, f"API server: {describe_api_error(exc)}"
         except Exception as exc:  # connection refused, TLS, timeout: all mean "cannot look up now"
             return False, f"API server unreachable: {type(exc).__name__}: {exc}"
-        if not any(r.name == RUNTIMES for r in resources.resources or ()):
-            return False, f"API server does not serve {RUNTIMES}.{TRAINER_GROUP}/{TRAINER_VERSION}"
+        if not any(r.name == RUNTIMES.plural for r in resources.resources or ()):
+            return False, f"API server does not serve {RUNTIMES.plural}.{RUNTIMES.group}/{RUNTIMES.version}"
         return True, "ok"

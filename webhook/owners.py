@@ -11,8 +11,9 @@ Belonging is judged on the old and the new object (``belongs``), by names, label
 dispatch's finalizer, so a write cannot escape the rule by removing the marks in the same write, and a create
 that claims to belong is refused unless its principal is the kind's creator.
 
-The table is data: ``webhook.policies`` renders it as one ValidatingAdmissionPolicy per kind (the API server
-enforces it in-process, with or without the webhook), and docs/security.md's allowlist is checked against it.
+The table is data: ``webhook.rules.owners`` renders it as one ValidatingAdmissionPolicy per kind (the API server
+enforces it in-process, with or without the webhook), and charts/generate.py writes docs/security.md's allowlist
+from it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from contract import upstream
 from contract.keys import (
     KIND_TRAINJOB,
     LABEL_JOBSET_NAME,
@@ -31,9 +33,8 @@ from contract.keys import (
     PROLOGUE_CONFIGMAP_PREFIX,
     RUNTIME_PATCH_MANAGER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL
-from contract.upstream import JOBSET_GROUP, TRAINER_GROUP
-from webhook.cel import mentions_gate, q
+from contract.multicluster import MULTIKUEUE_MANAGED_BY
+from webhook.cel import is_multikueue_copy, mentions_gate, q
 
 BELONGS: Final = "belongs to a dispatch job"
 """In every refusal of an owner policy (dispatch-webhook selftest recognises it)."""
@@ -136,10 +137,6 @@ KUBERNETES_PRINCIPALS: Final = {KUBELET: f"request.userInfo.username.startsWith(
 them): a kubelet is a node's user, and only its own node's (``ONLY_ON``)."""
 
 
-def _origin(o: str) -> str:
-    return f"{o}.metadata.?labels[?{q(MULTIKUEUE_ORIGIN_LABEL)}].orValue('') != ''"
-
-
 def _managed_by_multikueue(o: str) -> str:
     return f"{o}.?spec.?managedBy.orValue('') == {q(MULTIKUEUE_MANAGED_BY)}"
 
@@ -159,7 +156,7 @@ def _on_its_node(o: str) -> str:
 
 ONLY_ON: Final[dict[str, Callable[[str], str]]] = {
     KUBELET: _on_its_node,
-    MULTIKUEUE: _origin,
+    MULTIKUEUE: is_multikueue_copy,
     MULTIKUEUE_STATUS: _managed_by_multikueue,
     DISPATCH_STATUS: _managed_by_multikueue,
     MANAGER_AGENT: _replica_or_prologue,
@@ -246,8 +243,8 @@ _POD_TEMPLATE = "spec.template.metadata"
 
 TRAINJOBS: Final = Kind(
     KIND_TRAINJOB,
-    TRAINER_GROUP,
-    "trainjobs",
+    upstream.TRAINJOBS.group,
+    upstream.TRAINJOBS.plural,
     {
         # MultiKueue creates the remote TrainJob on a worker, a copy of the manager's, and deletes it.
         ("CREATE", ""): (DISPATCH, MULTIKUEUE),
@@ -265,8 +262,8 @@ TRAINJOBS: Final = Kind(
 )
 RUNTIME_COPIES: Final = Kind(
     "TrainingRuntime",
-    TRAINER_GROUP,
-    "trainingruntimes",
+    upstream.TRAINING_RUNTIMES.group,
+    upstream.TRAINING_RUNTIMES.plural,
     {
         # On a worker, the manager's agent makes the replica of the manager's copy before a dispatch, and
         # deletes it once the manager's TrainJob is gone.
@@ -280,8 +277,8 @@ RUNTIME_COPIES: Final = Kind(
 )
 WORKLOADS: Final = Kind(
     "Workload",
-    "kueue.x-k8s.io",
-    "workloads",
+    upstream.WORKLOADS.group,
+    upstream.WORKLOADS.plural,
     {
         # MultiKueue creates the remote Workload on a worker and deletes it, removing Kueue's resource-in-use
         # finalizer first (an UPDATE); it updates its priority as the manager's changes, and opens its
@@ -301,8 +298,8 @@ WORKLOADS: Final = Kind(
 )
 JOBSETS: Final = Kind(
     "JobSet",
-    JOBSET_GROUP,
-    "jobsets",
+    upstream.JOBSETS.group,
+    upstream.JOBSETS.plural,
     {
         # Trainer applies it (server-side apply) while it or its TrainJob is suspended; Kueue suspends it as a
         # child of the TrainJob it manages.
@@ -316,8 +313,8 @@ JOBSETS: Final = Kind(
 )
 JOBS: Final = Kind(
     "Job",
-    "batch",
-    "jobs",
+    upstream.JOBS.group,
+    upstream.JOBS.plural,
     {
         # JobSet suspends and resumes them (clearing a resumed Job's status.startTime); Kueue suspends them as
         # children of the TrainJob it manages.
@@ -339,8 +336,8 @@ JOBS: Final = Kind(
 )
 PODS: Final = Kind(
     "Pod",
-    "",
-    "pods",
+    upstream.PODS.group,
+    upstream.PODS.plural,
     {
         ("CREATE", ""): (JOB_CONTROLLER,),
         # The Job controller removes its tracking finalizer, dispatch its own once the processes are proven
@@ -366,8 +363,8 @@ PODS: Final = Kind(
 )
 PROLOGUES: Final = Kind(
     "ConfigMap",
-    "",
-    "configmaps",
+    upstream.CONFIG_MAPS.group,
+    upstream.CONFIG_MAPS.plural,
     {
         # Start creates it before a namespace's first TrainJob of a prologue version. Nobody updates it (it is
         # immutable, and its labels name it for people only). The namespace controller (a role of the garbage
@@ -409,7 +406,8 @@ _ELSE: Final = {"configmaps": "UPDATE, even of its labels"}
 
 
 def allowlist_table() -> str:
-    """docs/security.md's allowlist, from the table the policies are rendered from (a test keeps them equal)."""
+    """docs/security.md's allowlist, from the table the policies are rendered from (charts/generate.py writes it
+    there between its markers, and its --check fails when the page differs)."""
     rows = ["| object | write | who may make it |", "|---|---|---|"]
     for kind in KINDS:
         for (operation, subresource), roles in kind.writes.items():

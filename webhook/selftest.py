@@ -26,12 +26,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
 
+from contract import upstream
 from contract.names import build_name
 from serving.kube import describe_api_error
 from webhook.admission import DENIAL_PREFIX
 from webhook.owners import BELONGS
 
-TRAINJOBS: Final = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+TRAINJOBS: Final = upstream.TRAINJOBS
 DEFAULT_RUNTIME: Final = "torch-distributed"
 """A ClusterTrainingRuntime Trainer ships: Trainer's own webhook, called beside ours, then accepts the probe."""
 
@@ -52,9 +53,8 @@ class Verdict:
 def probe(namespace: str, *, runtime: str = DEFAULT_RUNTIME, job_id: str | None = None) -> dict[str, Any]:
     """A TrainJob that is dispatch's by its name alone (no key under dispatch.phpboyscout.uk/, so no field
     policy refuses it; the owner policy of TrainJobs does, when the chart renders it)."""
-    group, version, _ = TRAINJOBS
     return {
-        "apiVersion": f"{group}/{version}",
+        "apiVersion": TRAINJOBS.api_version,
         "kind": "TrainJob",
         "metadata": {"name": build_name(job_id or str(ULID()), 1), "namespace": namespace},
         "spec": {"runtimeRef": {"name": runtime}},
@@ -101,7 +101,7 @@ def judge(status: int, message: str) -> Verdict:
 
 
 async def attempt(api: client.ApiClient, namespace: str, runtime: str) -> Verdict:
-    group, version, plural = TRAINJOBS
+    group, version, plural = TRAINJOBS.group, TRAINJOBS.version, TRAINJOBS.plural
     body = probe(namespace, runtime=runtime)
     try:
         await client.CustomObjectsApi(api).create_namespaced_custom_object(

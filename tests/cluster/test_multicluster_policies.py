@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
+from agent.multicluster.contact_lease import contact_lease
 from contract.claims import Want, claim_lease, claim_name
 from contract.keys import (
     ANNOTATION_ADMISSION_FLOOR,
@@ -36,14 +37,7 @@ from contract.keys import (
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
-from contract.multicluster import (
-    MULTIKUEUE_MANAGED_BY,
-    MULTIKUEUE_ORIGIN_LABEL,
-    ROLE_MANAGER,
-    ROLE_SINGLE,
-    ROLE_WORKER,
-    contact_lease,
-)
+from contract.multicluster import MULTIKUEUE_MANAGED_BY, MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from contract.prologue import prologue_configmap
 from contract.trainjob import build_runtime_copy, build_trainjob
 from harness.cluster import ControlPlane
@@ -51,12 +45,8 @@ from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError, KubeHttp
 from harness.principals import bound_here
 from webhook.config import Config, Principals
-from webhook.policies import (
-    MANAGER_AGENT_MESSAGE,
-    MANAGER_CONTACT_MESSAGE,
-    MANAGER_RUNS_NOTHING_MESSAGE,
-    admission_policies,
-)
+from webhook.policies import admission_policies
+from webhook.rules.multicluster import MANAGER_AGENT_MESSAGE, MANAGER_CONTACT_MESSAGE, MANAGER_RUNS_NOTHING_MESSAGE
 
 pytestmark = pytest.mark.cluster
 RBAC = "rbac.authorization.k8s.io/v1"

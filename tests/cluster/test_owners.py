@@ -23,7 +23,7 @@ from harness.cluster import ControlPlane
 from harness.kube_http import ApiError, KubeHttp
 from webhook import owners
 from webhook.config import Config, Owners, Principals
-from webhook.policies import owner_policies
+from webhook.rules.owners import owner_policies
 
 pytestmark = pytest.mark.cluster
 MERGE = "application/merge-patch+json"

@@ -23,7 +23,8 @@ from harness.kube_http import ApiError, KubeHttp
 from harness.principals import bound_here
 from tests.cluster.test_owners import NODE, RBAC, ROLES, STRANGER, _config, _user
 from webhook import owners
-from webhook.policies import admission_policies, owner_policy_name
+from webhook.policies import admission_policies
+from webhook.rules.owners import owner_policy_name
 
 pytestmark = pytest.mark.cluster
 JSON_PATCH = "application/json-patch+json"

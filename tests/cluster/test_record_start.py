@@ -24,7 +24,7 @@ from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_webhook_rules import request
 from webhook.admission import mutate
 from webhook.config import Config
-from webhook.policies import record_start_policy
+from webhook.rules.record_start import record_start_policy
 
 pytestmark = pytest.mark.cluster
 MERGE = "application/merge-patch+json"

@@ -10,7 +10,6 @@ from contract.errors import ContractError, Problem
 from contract.gates import has_dispatch_gate
 from contract.keys import (
     ANNOTATION_COMMENT,
-    ANNOTATION_UNVERIFIED,
     ENV_K8S_WORKDIR,
     ENV_RESERVED_PREFIX,
     GATE,
@@ -23,7 +22,7 @@ from contract.keys import (
     RUNTIME_PATCH_MANAGER,
     TRAINER_CONTAINER,
 )
-from contract.multicluster import MULTIKUEUE_MANAGED_BY, unverified
+from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from contract.names import TrainJobName, parse_name
 from contract.objects import annotations, dig, labels
 from contract.ownership import is_kueue_mode, runtime_patches
@@ -104,6 +103,45 @@ def _env_problems(env: object, name: TrainJobName) -> tuple[list[Problem], int |
     return problems, attempt
 
 
+def _key_problems(trainjob: Mapping[str, Any], name: TrainJobName) -> list[Problem]:
+    """``job-id`` and ``submission`` match the name, and no other dispatch key is there at birth."""
+    problems = []
+    have_labels, have_annotations = labels(trainjob), annotations(trainjob)
+    if have_labels.get(LABEL_JOB_ID) != name.job_id or have_labels.get(LABEL_SUBMISSION) != str(name.n):
+        problems.append(
+            _p(
+                "labels",
+                "metadata.labels",
+                {k: have_labels.get(k) for k in sorted(_LABELS_AT_BIRTH)},
+                f"{LABEL_JOB_ID}={name.job_id} and {LABEL_SUBMISSION}={name.n}",
+            )
+        )
+    extra = sorted(k for k in have_labels if k.startswith(PREFIX) and k not in _LABELS_AT_BIRTH)
+    extra += sorted(k for k in have_annotations if k.startswith(PREFIX) and k not in _ANNOTATIONS_AT_BIRTH)
+    if extra:
+        problems.append(_p("keys", "metadata", extra, "no other dispatch keys at creation"))
+    return problems
+
+
+def _command_problems(spec: Mapping[str, Any], *, allow_spec_prologue: bool) -> tuple[list[Problem], list[str]]:
+    """The trainer runs the prologue (or, where the site allows it, the spec's original text, with a warning), and
+    has a command of its own to exec."""
+    problems, warnings = [], []
+    command = dig(spec, "trainer", "command")
+    if command != trainer_command():
+        if allow_spec_prologue and command in _SPEC_COMMANDS:
+            warnings.append(SPEC_PROLOGUE_WARNING)
+        else:
+            shown = (
+                [*command[:2], "<text>", *command[3:]] if isinstance(command, list) and len(command) > 3 else command
+            )
+            problems.append(_p("prologue", "spec.trainer.command", shown, f"/bin/sh {PROLOGUE_PATH}"))
+    args = dig(spec, "trainer", "args")
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
+        problems.append(_p("args", "spec.trainer.args", args, "the job's command and arguments, at least one word"))
+    return problems, warnings
+
+
 def creation_problems(
     trainjob: Mapping[str, Any],
     runtime_copy: Mapping[str, Any] | RuntimeFacts | None,
@@ -120,23 +158,8 @@ def creation_problems(
         name = parse_name(dig(trainjob, "metadata", "name"))
     except ContractError as exc:
         return [_p("name", "metadata.name", dig(trainjob, "metadata", "name"), exc.message)], []
-    problems: list[Problem] = []
-    warnings: list[str] = []
-    have_labels, have_annotations = labels(trainjob), annotations(trainjob)
-
-    if have_labels.get(LABEL_JOB_ID) != name.job_id or have_labels.get(LABEL_SUBMISSION) != str(name.n):
-        problems.append(
-            _p(
-                "labels",
-                "metadata.labels",
-                {k: have_labels.get(k) for k in sorted(_LABELS_AT_BIRTH)},
-                f"{LABEL_JOB_ID}={name.job_id} and {LABEL_SUBMISSION}={name.n}",
-            )
-        )
-    extra = sorted(k for k in have_labels if k.startswith(PREFIX) and k not in _LABELS_AT_BIRTH)
-    extra += sorted(k for k in have_annotations if k.startswith(PREFIX) and k not in _ANNOTATIONS_AT_BIRTH)
-    if extra:
-        problems.append(_p("keys", "metadata", extra, "no other dispatch keys at creation"))
+    have_annotations = annotations(trainjob)
+    problems = _key_problems(trainjob, name)
 
     spec = dig(trainjob, "spec") or {}
     ref = dig(spec, "runtimeRef") or {}
@@ -147,18 +170,8 @@ def creation_problems(
     }:
         problems.append(_p("runtime-ref", "spec.runtimeRef", dict(ref), f"the runtime copy: TrainingRuntime {name}"))
 
-    command = dig(spec, "trainer", "command")
-    if command != trainer_command():
-        if allow_spec_prologue and command in _SPEC_COMMANDS:
-            warnings.append(SPEC_PROLOGUE_WARNING)
-        else:
-            shown = (
-                [*command[:2], "<text>", *command[3:]] if isinstance(command, list) and len(command) > 3 else command
-            )
-            problems.append(_p("prologue", "spec.trainer.command", shown, f"/bin/sh {PROLOGUE_PATH}"))
-    args = dig(spec, "trainer", "args")
-    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
-        problems.append(_p("args", "spec.trainer.args", args, "the job's command and arguments, at least one word"))
+    found, warnings = _command_problems(spec, allow_spec_prologue=allow_spec_prologue)
+    problems += found
 
     env_problems, attempt = _env_problems(dig(spec, "trainer", "env"), name)
     problems += env_problems
@@ -209,28 +222,6 @@ def creation_problems(
         if dig(trainjob, "spec", "managedBy") == MULTIKUEUE_MANAGED_BY:  # set by Kueue's defaulting, before us
             problems += runtime.multikueue_problems()
     return problems, warnings
-
-
-def multikueue_copy_problems(trainjob: Mapping[str, Any]) -> list[Problem]:
-    """On a worker, MultiKueue's copy of a dispatch TrainJob is created marked unverified and suspended (dispatch's
-    mutating webhook adds both: contract/multicluster.py ``mark_copy_ops``), so that it starts only once dispatch's
-    agent there has matched its A to its dispatch's stamp. Refused otherwise: without the mutation it could start
-    with an earlier dispatch's A (docs/multicluster.md, "The stale copy")."""
-    problems = []
-    if not unverified(trainjob):
-        problems.append(
-            _p(
-                "multikueue-copy",
-                f"metadata.annotations[{ANNOTATION_UNVERIFIED}]",
-                None,
-                "set at creation by dispatch's mutating webhook: the copy starts once dispatch's agent verified its A",
-            )
-        )
-    if dig(trainjob, "spec", "suspend") is not True:
-        problems.append(
-            _p("multikueue-copy", "spec.suspend", dig(trainjob, "spec", "suspend"), "a copy is created suspended")
-        )
-    return problems
 
 
 def _patch_problems(

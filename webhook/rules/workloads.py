@@ -5,18 +5,26 @@ readmission gate raised A, so a ``Ready`` written by anyone else (``patch worklo
 execution with the last one's A. Kueue adds the check as ``Pending`` and resets it to ``Pending`` on every
 eviction, which stays allowed. Kueue copies every check's ``podSetUpdates`` into its runtime-patch entry, so
 none may carry a pod key that decides identity. A Workload that dispatch holds (``spec.active: false`` with
-its hold annotations) is not reactivated but by dispatch's Release, which removes both at once.
+its hold annotations) is not reactivated but by dispatch's Release, which removes both at once. In CEL: the policy
+``dispatch-k8s-workloads`` (``workloads_policy``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
+from contract import upstream
 from contract.errors import Problem
-from contract.keys import HOLD_ANNOTATIONS, PREFIX
+from contract.keys import HOLD_ANNOTATIONS, LABEL_RESTART_ATTEMPT, PREFIX
+from contract.multicluster import ROLE_WORKER
 from contract.objects import annotations, dig
 from contract.patches import reserved_pod_key
+from webhook.cel import is_principal, pod_key_reserved, validating_policy
+from webhook.config import Config
+from webhook.configurations import NAME, claims, gvr
+from webhook.rules.multicluster import origin_kept
 
 READY = "Ready"
 
@@ -94,3 +102,55 @@ def workload_status_problems(
                         )
                     )
     return problems
+
+
+WORKLOADS: Final = f"{NAME}-workloads"
+
+
+def workloads_policy(config: Config) -> dict[str, Any]:
+    """``dispatch-k8s-workloads``: ``workload_status_problems`` and ``workload_update_problems`` in CEL (but
+    ``workload.queue``: the owner policy lets only Kueue, dispatch and the garbage collector update a Workload)."""
+    checks = json.dumps(list(config.admission_checks))
+    reserved_pod_keys = (
+        "u.?labels.orValue({}).all(k, !"
+        + pod_key_reserved("k")
+        + ") && "
+        + ("u.?annotations.orValue({}).all(k, !" + pod_key_reserved("k") + ")")
+    )
+    return validating_policy(
+        WORKLOADS,
+        [gvr(upstream.WORKLOADS), gvr(upstream.WORKLOADS, "status")],
+        ["UPDATE"],
+        {
+            "matchConditions": [{"name": "dispatch-objects", "expression": claims("workloads")}],
+            "variables": [
+                {"name": "dispatch", "expression": is_principal(config.dispatch)},
+                {"name": "checks", "expression": "object.?status.?admissionChecks.orValue([])"},
+                {"name": "oldChecks", "expression": "oldObject.?status.?admissionChecks.orValue([])"},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.dispatch || variables.checks.all(c, !(c.name in "
+                    f"{checks}) || c.state != 'Ready' || variables.oldChecks.exists(o, o.name == c.name && "
+                    "o.state == 'Ready' && o.?podSetUpdates.orValue([]) == c.?podSetUpdates.orValue([])))",
+                    "message": "only dispatch's admission controller sets its check Ready, after raising A",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.checks.all(c, variables.oldChecks.exists(o, o == c) || "
+                    f"c.?podSetUpdates.orValue([]).all(u, {reserved_pod_keys}))",
+                    "message": f"no check's podSetUpdates may carry pod keys under {PREFIX} or "
+                    f"{LABEL_RESTART_ATTEMPT}: Kueue copies them into the pods, over A",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!object.metadata.?annotations.orValue({}).exists(k, k in "
+                    f"{json.dumps(list(HOLD_ANNOTATIONS))}) || oldObject.spec.?active.orValue(true) != false || "
+                    "object.spec.?active.orValue(true) == false",
+                    "message": "dispatch holds this Workload: only Release reactivates it, removing the hold",
+                    "reason": "Forbidden",
+                },
+                *([origin_kept()] if config.multicluster_role == ROLE_WORKER else []),
+            ],
+        },
+    )
