@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from ulid import ULID
 
 from agent.constants import DEFAULT_WORKERS
@@ -84,8 +83,9 @@ from harness.cluster import ControlPlane, new_run_dir, start_control_plane
 from harness.doubles import status_body as kueue_status
 from harness.fixtures import runtime, submission
 from harness.kube_http import ApiError, KubeHttp
+from serving.client import KubeError
 from serving.kube import read_json
-from webhook.policies import record_start_policy
+from webhook.rules.record_start import record_start_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -135,7 +135,7 @@ class Api:
             return await read_json(
                 self.custom.get_namespaced_custom_object(*gv, namespace, plural, name, _preload_content=False)
             )
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return None
             raise

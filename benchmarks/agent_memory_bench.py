@@ -74,8 +74,6 @@ def child(n: int) -> None:
     from serving import watch
 
     class NoApi:
-        checks = None
-
         def __getattr__(self, name: str) -> Any:
             raise AssertionError(name)
 

@@ -69,7 +69,7 @@ from typing import Any
 
 from ulid import ULID
 
-from agent.api.decisions import rfc3339
+from agent.api.service.lifecycle_decisions import rfc3339
 from agent.domain.operations import plan_open
 from agent.domain.workload import READY, check_state, check_state_apply
 from benchmarks.agent_bench import process_cpu

@@ -22,11 +22,10 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from agent.constants import WORKLOADS
 from agent.runtime.kube import Kube
+from contract import upstream
 from contract.objects import dig
+from serving.client import KubeError
 from serving.kube import api_client
 from serving.watch import run as watch
 
@@ -101,8 +100,7 @@ async def serve(kubeconfig: str, namespace: str, check: str, workers: int) -> No
         if on:
             print("ready", flush=True)
 
-    def call(**kwargs: Any) -> Any:
-        return kube.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, WORKLOADS, **kwargs)
+    call = kube.rest.collection(upstream.WORKLOADS.path(namespace))
 
     async def worker() -> None:
         while True:
@@ -110,7 +108,7 @@ async def serve(kubeconfig: str, namespace: str, check: str, workers: int) -> No
             events.queued.discard(key)
             try:
                 await one_pass(kube, events, key, check)
-            except ApiException as exc:  # a conflict: the watch brings the Workload again if it still waits
+            except KubeError as exc:  # a conflict: the watch brings the Workload again if it still waits
                 print(f"{key[0]}/{key[1]}: {exc.status} {exc.reason}", flush=True)
 
     await asyncio.gather(watch("workloads", kube, call, events, synced, on_live=live),

@@ -228,8 +228,10 @@ async def _run(args: argparse.Namespace) -> int:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await runner.cleanup()
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                raise error
     return 0
 
 

@@ -216,7 +216,8 @@ class CertController:
             after = lifecycle.carry_out(material, plan, self.policy, now)
             patch = lifecycle.secret_patch(secret["metadata"]["resourceVersion"], before, after)
             try:
-                written = await self._core.patch_namespaced_secret(
+                # The stub omits ``_content_type``, which the client accepts (it is in the method's all_params).
+                written = await self._core.patch_namespaced_secret(  # type: ignore[call-arg]
                     self.target.secret,
                     self.target.namespace,
                     patch,
@@ -236,7 +237,7 @@ class CertController:
             self.stats.plans.append(plan.describe())
             log.info("Secret %s updated: %s", self._secret_ref, plan.describe())
             # What the API server stored is the truth (another writer's keys included).
-            return lifecycle.parse(lifecycle.decode_secret_data(self._api.sanitize_for_serialization(written)["data"]))
+            return lifecycle.parse(lifecycle.decode_secret_data(self._json(written)["data"]))
         raise RuntimeError(f"Secret {self._secret_ref}: still conflicting after {MAX_ATTEMPTS} attempts")
 
     async def _inject(self, bundle: bytes) -> dict[tuple[str, str], Mapping[str, Any] | None]:
@@ -378,7 +379,7 @@ class CertController:
                     "the certificate controller only fills it"
                 ) from None
             raise
-        return self._api.sanitize_for_serialization(secret)
+        return self._json(secret)
 
     def _configuration_refs(self) -> list[tuple[str, str]]:
         kinds = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
@@ -395,7 +396,7 @@ class CertController:
             else self._admission.read_mutating_webhook_configuration
         )
         try:
-            obj = self._api.sanitize_for_serialization(await read(name))
+            obj = self._json(await read(name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -414,8 +415,16 @@ class CertController:
             if kind == "ValidatingWebhookConfiguration"
             else self._admission.patch_mutating_webhook_configuration
         )
-        written = await patch(name, ops, field_manager=self._field_manager, _content_type="application/json-patch+json")
-        return self._api.sanitize_for_serialization(written)
+        # The stub omits ``_content_type``, which the client accepts (it is in the method's all_params).
+        written = await patch(  # type: ignore[call-arg]
+            name, ops, field_manager=self._field_manager, _content_type="application/json-patch+json"
+        )
+        return self._json(written)
+
+    def _json(self, model: object) -> dict[str, Any]:
+        """The API's JSON of an object the client read or wrote (a model serializes to a dict)."""
+        body: dict[str, Any] = self._api.sanitize_for_serialization(model)
+        return body
 
     async def _backoff(self, attempt: int) -> None:
         # Jitter so that replicas that collided do not collide again in lockstep (client-go DefaultRetry).

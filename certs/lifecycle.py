@@ -42,6 +42,7 @@ from typing import Any, Final
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509 import verification
 
@@ -244,7 +245,7 @@ def _pair_problem(cert_pem: bytes, key_pem: bytes, *, ca: bool) -> str | None:
     return None
 
 
-def _spki(public_key: Any) -> bytes:
+def _spki(public_key: PublicKeyTypes) -> bytes:
     return public_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
 
 

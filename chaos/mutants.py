@@ -30,7 +30,9 @@ from harness.kube_http import KubeHttp
 from harness.sandbox import on_node
 from harness.tier_b import HARNESS_POLICY_PREFIX
 from webhook.configurations import NAME
-from webhook.policies import JOB_RESUME, RECORD_START, START_APPROVAL, UNSUSPEND
+from webhook.rules.jobs import JOB_RESUME
+from webhook.rules.record_start import RECORD_START
+from webhook.rules.unsuspend import START_APPROVAL, UNSUSPEND
 
 ADMISSION_V: Final = "admissionregistration.k8s.io/v1"
 PRODUCT: Final = ("contract", "serving", "webhook", "agent", "certs", "prologue")
@@ -111,9 +113,9 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             ),
             # ... and in CEL: the MutatingAdmissionPolicy record-start that raises A in Kueue's unsuspend.
             Edit(
-                "webhook/policies.py",
+                "webhook/rules/record_start.py",
                 '"expression": "variables.readable && variables.kueue && (variables.current <= variables.before || "\n'
-                '                    "variables.current < variables.floor)",',
+                '            "variables.current < variables.floor)",',
                 '"expression": "variables.readable && variables.kueue && variables.current == 0",',
             ),
         ),
@@ -157,7 +159,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             Edit(_GATE, _OPEN_CHECK, ""),
             # The Preflight's proof of the start gate (a closed probe stays closed), which would otherwise refuse
             # every Start of the campaign: the mechanism off, the proof of it must not stand in for it.
-            Edit("agent/api/decisions.py", "    elif probe.leaks:\n", "    elif False:\n"),
+            Edit("agent/api/service/capabilities.py", "    elif probe.leaks:\n", "    elif False:\n"),
             # ... and the webhook's creation rule that a Kueue-mode dispatch TrainJob is created gated.
             Edit(
                 "webhook/rules/creation.py",
@@ -210,12 +212,12 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         3,
         (
             Edit(
-                "contract/multicluster.py",
+                "agent/multicluster/copy_verdicts.py",
                 "    if contact is None:\n        return CopyVerdict(CopyAction.WAIT, NO_CONTACT)\n",
                 "    if contact is None:\n        contact = 0\n",
             ),
             Edit(
-                "contract/multicluster.py",
+                "agent/multicluster/copy_verdicts.py",
                 "    if claim != needs[1]:\n"
                 "        return CopyVerdict(CopyAction.WAIT, unclaimed_message(needs, claim))\n",
                 "",
@@ -376,7 +378,7 @@ def rendered_record_start(tree: Path, namespace: str) -> dict[str, Any]:
     """The MutatingAdmissionPolicy record-start as the mutant's tree renders it (its own interpreter run on the tree:
     the campaign's process runs the product)."""
     code = (
-        "import json, sys; from webhook.policies import record_start_policy; "
+        "import json, sys; from webhook.rules.record_start import record_start_policy; "
         f"print(json.dumps([d for d in record_start_policy({namespace!r}) "
         "if d['kind'] == 'MutatingAdmissionPolicy']))"
     )

@@ -54,7 +54,9 @@ from harness.tier_b import HARNESS_POLICY_PREFIX
 from webhook.config import DEFAULT_DISPATCH_USERNAME
 from webhook.configurations import NAME, UNSUSPENDS, webhook_configurations
 from webhook.configurations import RECORD_START as CONFIG_RECORD_START
-from webhook.policies import JOB_RESUME, RECORD_START, START_APPROVAL, UNSUSPEND
+from webhook.rules.jobs import JOB_RESUME
+from webhook.rules.record_start import RECORD_START
+from webhook.rules.unsuspend import START_APPROVAL, UNSUSPEND
 
 log = logging.getLogger(__name__)
 

@@ -202,7 +202,7 @@ class Traffic:
             "kueue": {"localQueue": queue, "priorityClass": priority},
         })  # fmt: skip
         name = f"dj-{job_id.lower()}-s1"
-        started = await self.call("start", name, None, lambda: agent.domain.start(req))
+        started = await self.call("start", name, None, lambda: agent.start(req))
         if started is None:
             return  # a cut Start leaves a closed TrainJob at most: nothing runs before Open
         job = Job(self.namespace, started.name, started.uid, queue, priority, kind)
@@ -239,7 +239,7 @@ class Traffic:
 
     async def poll(self, agent: AgentClient, op: str = "status", jobs: list[Job] | None = None) -> None:
         async def one(job: Job) -> None:
-            st = await self.call(op, job.name, job.uid, lambda: agent.domain.status(job.ref))
+            st = await self.call(op, job.name, job.uid, lambda: agent.status(job.ref))
             if st is not None:
                 job.phase, job.ceased = st.phase, st.ceased
             elif job.stopped and self.last_error.get(job.name) == ErrorKind.NOT_FOUND:

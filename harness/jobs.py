@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.api.decisions import RUNTIME_NOT_SEEN
+from agent.api.service.failures import RUNTIME_NOT_SEEN
 from agent.domain.operations import Target, Write
 from contract.keys import FIELD_MANAGER, LABEL_WORKLOAD_JOB_UID
 from contract.prologue import prologue_configmap
@@ -28,7 +28,7 @@ _PROLOGUE_MADE: set[tuple[str, str]] = set()
 
 def create_as_start(admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]) -> dict[str, Any]:
     """The runtime copy, then the TrainJob, as Start creates them: Kueue's and Trainer's webhooks read the copy
-    from their informer caches and may refuse the TrainJob for a moment (agent/api/service.py rides this out
+    from their informer caches and may refuse the TrainJob for a moment (agent/api/service/base.py rides this out
     the same way, on the same messages). The prologue's ConfigMap first, as Start makes sure of it (a real
     kubelet does not start a trainer pod without it): once per namespace and API server in this process, so
     that a benchmark's jobs cost the API server what their own objects cost (Start reads it each time)."""

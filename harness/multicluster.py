@@ -44,8 +44,8 @@ from harness.tier_b import (
     start_tier_b,
 )
 from webhook.config import Principals
-from webhook.policies import UNSUSPEND as UNSUSPEND_POLICY
 from webhook.policies import admission_policies
+from webhook.rules.unsuspend import UNSUSPEND as UNSUSPEND_POLICY
 
 KUEUE_V: Final = "kueue.x-k8s.io/v1beta2"
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"

@@ -43,13 +43,10 @@ from webhook import owners
 from webhook.config import DEFAULT_KUEUE_USERNAME, Config, Owners, Principals
 from webhook.configurations import NAME, namespace_selector
 from webhook.dependents import dependents_policy
-from webhook.policies import (
-    mark_copy_policy,
-    owner_policies,
-    record_start_policy,
-    start_approval_policy,
-    worker_policies,
-)
+from webhook.rules.multicluster import mark_copy_policy, worker_policies
+from webhook.rules.owners import owner_policies
+from webhook.rules.record_start import record_start_policy
+from webhook.rules.unsuspend import start_approval_policy
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"

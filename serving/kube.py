@@ -12,6 +12,8 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+from serving.client import KubeError, read_json
+
 
 class KubeConfigError(RuntimeError):
     pass
@@ -102,33 +104,21 @@ def describe_api_error(exc: ApiException) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One line for any failure of a call to an API server: ``describe_api_error`` for the API server's answer,
-    the exception's type and message otherwise (a connection refused, a timeout, an unreadable kubeconfig)."""
+    """One line for any failure of a call to an API server: the API server's answer (``KubeError.describe``,
+    ``describe_api_error``), the exception's type and message otherwise (a connection refused, a timeout, an
+    unreadable kubeconfig)."""
+    if isinstance(exc, KubeError):
+        return exc.describe()
     if isinstance(exc, ApiException):
         return describe_api_error(exc)
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
-async def read_json(call: Awaitable[Any]) -> Any:
-    """The JSON body of a call made with ``_preload_content=False`` (the API's own JSON, not a client model:
-    the pure core reads camelCase dicts), or ApiException carrying the API server's message."""
-    response = await call
-    try:
-        raw = await response.read()
-    finally:
-        response.release()
-    if not 200 <= response.status <= 299:
-        exc = ApiException(status=response.status, reason=response.reason)
-        exc.body = raw.decode("utf-8", "replace")
-        raise exc
-    return json.loads(raw) if raw else None
-
-
 async def or_none(call: Awaitable[Any]) -> Any:
-    """The call's JSON object, or None when it is not found (404); any other failure raises."""
+    """The call's JSON object (``read_json``), or None when it is not found (404); any other failure raises."""
     try:
         return await read_json(call)
-    except ApiException as exc:
+    except KubeError as exc:
         if exc.status == 404:
             return None
         raise

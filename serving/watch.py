@@ -22,11 +22,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 import aiohttp
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from contract.objects import dig
 from serving.backoff import Backoff
-from serving.kube import describe_api_error
+from serving.client import KubeError, error
 
 WATCH_TIMEOUT_SECONDS: Final = 300
 """A watch asks the API server to close it after this long (jittered), and is then resumed."""
@@ -97,9 +96,7 @@ async def stream(
     try:
         status = getattr(response, "status", 200)
         if not 200 <= status <= 299:
-            exc = ApiException(status=status, reason=getattr(response, "reason", ""))
-            exc.body = (await response.read()).decode("utf-8", "replace")
-            raise exc
+            raise error(status, await response.read())
         if on_live is not None:
             on_live(True)
         while line := await response.content.readline():
@@ -107,9 +104,7 @@ async def stream(
             kind, obj = event.get("type"), event.get("object")
             if kind == "ERROR":
                 obj = obj if isinstance(obj, Mapping) else {}
-                exc = ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
-                exc.body = json.dumps(obj)  # type: ignore[assignment]  # describe_api_error reads str and bytes alike
-                raise exc
+                raise KubeError(int(obj.get("code") or 0), str(obj.get("reason") or ""), str(obj.get("message") or ""))
             if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, Mapping):
                 handler.event(kind, obj)
             rv = dig(obj, "metadata", "resourceVersion")
@@ -150,7 +145,7 @@ async def run(
                 continue
             # Ended at once without an error: do not hammer the API server with reconnects.
             why, text = "closed", "the server ended the watch at once"
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status == 404 and not position:
                 # The API server does not serve the resource: its CRD (Kueue's) is not installed. An absent
                 # collection is an empty one — nothing to gate, plain mode only — so the agent is ready and
@@ -160,7 +155,7 @@ async def run(
                     handler.end()
                     synced.set()
                     log.warning("%s: not served by the API server (CRD not installed?): watching nothing", name)
-                why, text = "absent", describe_api_error(exc)
+                why, text = "absent", exc.describe()
                 _restarted(on_restart, why)
                 await asyncio.sleep(backoff.next())
                 continue
@@ -169,7 +164,7 @@ async def run(
                 position = []
                 _restarted(on_restart, "gone")
                 continue
-            why, text = "error", describe_api_error(exc)
+            why, text = "error", exc.describe()
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             why, text = "error", f"{type(exc).__name__}: {exc}"
         delay = backoff.next()

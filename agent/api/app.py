@@ -164,6 +164,10 @@ class ApiServer:
         self.kube = kube
         self.settings = settings
         self.service = Service(kube, settings)
+        self.operations: dict[str, Callable[..., Awaitable[BaseModel]]] = {
+            route.operation: getattr(self.service, route.operation) for route in ROUTES if route.response is not None
+        }
+        """Each route's operation (agent/api/service/), by the route's ``operation``; Output streams apart."""
         self.authenticate = authenticator or Authenticator(
             kube, audiences=settings.token_audiences, ttl=settings.token_cache_seconds
         )
@@ -252,7 +256,7 @@ class ApiServer:
         if route.response is None:
             assert isinstance(body, OutputRequest)
             return await self._stream(request, body, user)
-        call = getattr(self.service, route.operation)
+        call = self.operations[route.operation]
         result = await (call(body) if body is not None else call())
         return _json(result)
 

@@ -17,10 +17,12 @@ from typing import Any, Final
 
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.kube import Kube, KubeError
+from contract import upstream
 from contract.upstream import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
 
 API_GROUP: Final = "dispatch.phpboyscout.uk"
-TRAINJOBS: Final = "trainjobs"
+# dispatch's operations on a TrainJob, as a resource of its own group named by the TrainJob's own plural.
+TRAINJOBS: Final = upstream.TRAINJOBS.plural
 LOG: Final = "log"
 PREFLIGHTS: Final = "preflights"
 CACHE_MAX: Final = 4096

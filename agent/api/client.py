@@ -1,7 +1,7 @@
 """A small async client of the agent's API, typed with the API's own models.
 
     async with AgentClient("https://dispatch-agent.dispatch-system:8443", token, ca_file="ca.crt") as agent:
-        started = await agent.domain.start(StartRequest(...))
+        started = await agent.start(StartRequest(...))
         await agent.open(ObjectRef(namespace=..., name=started.name, uid=started.uid))
 
 Every failure raises ``AgentError`` carrying the API's ``ErrorKind`` (``unavailable`` when the agent could

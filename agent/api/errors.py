@@ -1,9 +1,15 @@
-"""Typed API errors, each with a stable HTTP status and JSON body ``{"error", "message", "field"}``."""
+"""Typed API errors, each with a stable HTTP status and JSON body ``{"error", "message", "field"}``; and
+``contract``, which turns a contract builder's ContractError into an ``invalid`` request naming the field."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+from contract.errors import ContractError
+
+T = TypeVar("T")
 
 
 class ErrorKind(StrEnum):
@@ -84,3 +90,11 @@ class ApiError(Exception):
             body["ceased"] = self.ceased
             body["ceasedReason"] = self.ceased_reason or ""
         return body
+
+
+def contract(call: Callable[..., T], *args: Any) -> T:
+    """Run a contract builder; its ContractError is an invalid request naming the field."""
+    try:
+        return call(*args)
+    except ContractError as exc:
+        raise ApiError(ErrorKind.INVALID, exc.message, field=exc.field) from None

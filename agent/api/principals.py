@@ -35,7 +35,7 @@ that the manager's credential is the only one so named, nor which name MultiKueu
 
 Break-glass (a site's admins) and dispatch (the agent's own ServiceAccount) are not components and not proven here,
 nor the kubelets, whose principal Kubernetes defines (``system:node:<name>``, webhook/owners.py).
-The decision is pure; agent/api/service.py reads what ``wanted`` names and passes it in as ``Seen``.
+The decision is pure; agent/api/service/preflight.py reads what ``wanted`` names and passes it in as ``Seen``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,30 @@ from typing import Any, Final
 
 from agent.api.auth import API_GROUP, LOG, PREFLIGHTS, TRAINJOBS
 from contract.keys import LEASE_NAME
-from contract.upstream import TRAINER_GROUP
+from contract.upstream import (
+    ADMISSION_CHECKS,
+    BATCH_GROUP,
+    CLUSTER_TRAINING_RUNTIMES,
+    CONFIG_MAPS,
+    COORDINATION_GROUP,
+    JOBS,
+    JOBSET_GROUP,
+    JOBSETS,
+    KUEUE_GROUP,
+    LEASES,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    SUBJECT_ACCESS_REVIEWS,
+    TOKEN_REVIEWS,
+    TRAINER_GROUP,
+    TRAINING_RUNTIMES,
+    WORKLOADS,
+)
+from contract.upstream import TRAINJOBS as UPSTREAM_TRAINJOBS
 
 Rule = dict[str, Any]
 
@@ -19,45 +42,53 @@ AGENT_RULES: Final[list[Rule]] = [
     # Start creates the copy and the TrainJob, adds the copy's ownerReference (patch), reads them back, and
     # deletes what it refuses; Open/Hold/Release patch the TrainJob; Stop deletes it; Preflight's probe.
     # List: dispatch's TrainJobs in a namespace.
-    {"apiGroups": [TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"apiGroups": [TRAINER_GROUP], "resources": ["trainingruntimes"], "verbs": ["get", "create", "patch", "delete"]},
+    {
+        "apiGroups": [TRAINER_GROUP],
+        "resources": [UPSTREAM_TRAINJOBS.plural],
+        "verbs": ["get", "list", "create", "patch", "delete"],
+    },
+    {
+        "apiGroups": [TRAINER_GROUP],
+        "resources": [TRAINING_RUNTIMES.plural],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
     # The prologue's ConfigMap Start makes sure of in the TrainJob's namespace (read, created when missing).
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": [CONFIG_MAPS.plural], "verbs": ["get", "create"]},
     # The source runtime Start copies.
-    {"apiGroups": [TRAINER_GROUP], "resources": ["clustertrainingruntimes"], "verbs": ["get"]},
+    {"apiGroups": [TRAINER_GROUP], "resources": [CLUSTER_TRAINING_RUNTIMES.plural], "verbs": ["get"]},
     # The TrainJob's Workload (found by label, so list); Hold/Release patch it. Dispatch's AdmissionChecks.
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [WORKLOADS.plural], "verbs": ["list", "patch"]},
     # Hold on a MultiKueue manager sets dispatch's own check Retry (Kueue then evicts through MultiKueue).
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["admissionchecks"], "verbs": ["list"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [f"{WORKLOADS.plural}/status"], "verbs": ["patch"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [ADMISSION_CHECKS.plural], "verbs": ["list"]},
     # Preflight through a MultiKueue queue: the MultiKueueConfigs its MultiKueue checks name and the
     # MultiKueueClusters' fences, which say the workers to prove (agent/multicluster/worker_proof.py).
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueconfigs"], "verbs": ["get"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["multikueueclusters"], "verbs": ["list"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [MULTIKUEUE_CONFIGS.plural], "verbs": ["get"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [MULTIKUEUE_CLUSTERS.plural], "verbs": ["list"]},
     # Status; and Preflight, which lists the pods of the namespaces the owners' ServiceAccounts are in.
-    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [JOBSET_GROUP], "resources": [JOBSETS.plural], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": [PODS.plural], "verbs": ["list"]},
     # Preflight: each owner's ServiceAccount and its namespace, read, never assumed (agent/api/principals.py).
-    {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": [NAMESPACES.plural, SERVICE_ACCOUNTS.plural], "verbs": ["get"]},
     # Each pod's Job, the link to its JobSet (agent/domain/pod_owners.py): a labelled pod is not proof of ownership.
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    {"apiGroups": [BATCH_GROUP], "resources": [JOBS.plural], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": [NODES.plural], "verbs": ["get"]},
     # Output.
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": [f"{PODS.plural}/log"], "verbs": ["get"]},
     # The readmission controller's heartbeat (its Lease, renewed by the agent's leader), read by Preflight and
     # by every call that may let something run (Kueue mode is observe-only while it is stale), and each mode's
     # verdict (observe-only or not) recorded on that Lease by Preflight; created if the controller has not yet.
     # The agent's own Role on its one Lease grants the same (the chart folds these into it).
     {
-        "apiGroups": ["coordination.k8s.io"],
-        "resources": ["leases"],
+        "apiGroups": [COORDINATION_GROUP],
+        "resources": [LEASES.plural],
         "verbs": ["get", "update"],
         "resourceNames": [LEASE_NAME],
     },
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": [COORDINATION_GROUP], "resources": [LEASES.plural], "verbs": ["create"]},
     # Every call: who is calling, and may they (the same two rules as system:auth-delegator).
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
-    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    {"apiGroups": [TOKEN_REVIEWS.group], "resources": [TOKEN_REVIEWS.plural], "verbs": ["create"]},
+    {"apiGroups": [SUBJECT_ACCESS_REVIEWS.group], "resources": [SUBJECT_ACCESS_REVIEWS.plural], "verbs": ["create"]},
 ]
 """A ClusterRole: the agent acts in whichever namespaces its supervisors use. API discovery (``GET /apis``,
 for Preflight's versions) is every authenticated user's through the default ``system:discovery``."""

@@ -12,7 +12,7 @@ from typing import Final
 from pydantic import BaseModel
 
 from agent.api.auth import PREFLIGHTS, TRAINJOBS, Access
-from agent.api.decisions import contract
+from agent.api.errors import contract
 from agent.api.models import (
     Capabilities,
     HoldRequest,
@@ -51,6 +51,8 @@ class Need:
 @dataclass(frozen=True)
 class Route:
     operation: str
+    """The path's last segment, and the method of ``agent.api.service.Service`` that answers the route (its module
+    per operation group: agent/api/service/__init__.py)."""
     method: str
     summary: str
     description: str

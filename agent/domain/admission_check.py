@@ -16,7 +16,8 @@ from contract.objects import dig
 
 
 def is_ours(ac: object) -> bool:
-    return dig(ac, "spec", "controllerName") == ADMISSION_CHECK_CONTROLLER
+    controller: object = dig(ac, "spec", "controllerName")
+    return controller == ADMISSION_CHECK_CONTROLLER
 
 
 def active_condition(ac: object) -> Mapping[str, Any] | None:

@@ -24,16 +24,16 @@ patch written before its Ready; the unsuspend then only records it. It also stam
 equals the stamp its remote Workload carries (agent/multicluster/copies.py).
 
 MultiKueue mode is the TrainJob's ``spec.managedBy`` (immutable), never a cache of the AdmissionChecks
-(``dispatch_mode``): a cache misses a MultiKueue check just made, or deleted and made again, and the one-cluster
-path would then approve without a look at the workers, a raise or a new stamp. It fails closed: a check of the
-Workload that cannot be identified, a managed TrainJob whose Workload lists no MultiKueue check, or a Workload
-listing one for a TrainJob MultiKueue does not manage is a hold. Every hold in MultiKueue mode removes the stamp
-from the Workload (``clear_stamp_ops``, in the hold's patch of the Workload), so a stale stamp never outlives its
-dispatch; ``dispatched-spent``, the highest A ever stamped on the Workload, is written with each stamp and never
-removed. A raise whose stamp never landed is reused by the next pass instead of raising again (``reusable_a``):
-no Ready followed it, so no copy carries it that a worker could verify; an A ever stamped is never reused. So a
-raise is burned only by a stamp that landed without its Ready, or by a new Workload (docs/multicluster.md,
-"Numbering each dispatch").
+(``dispatch_mode``; it and the stamp's life are in agent/domain/multikueue_mode.py): a cache misses a MultiKueue
+check just made, or deleted and made again, and the one-cluster path would then approve without a look at the
+workers, a raise or a new stamp. It fails closed: a check of the Workload that cannot be identified, a managed
+TrainJob whose Workload lists no MultiKueue check, or a Workload listing one for a TrainJob MultiKueue does not
+manage is a hold. Every hold in MultiKueue mode removes the stamp from the Workload (``clear_stamp_ops``, in the
+hold's patch of the Workload), so a stale stamp never outlives its dispatch; ``dispatched-spent``, the highest A
+ever stamped on the Workload, is written with each stamp and never removed. A raise whose stamp never landed is
+reused by the next pass instead of raising again (``reusable_a``): no Ready followed it, so no copy carries it that
+a worker could verify; an A ever stamped is never reused. So a raise is burned only by a stamp that landed without
+its Ready, or by a new Workload (docs/multicluster.md, "Numbering each dispatch").
 
 On a MultiKueue worker (role worker) a remote Workload, MultiKueue's copy (its origin label), is approved at its
 first admission on this worker only (``worker_copy``): the gate records ``worker-admitted`` on it, in a JSON
@@ -57,17 +57,14 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final
 
+from agent.domain.multikueue_mode import clear_stamp_ops, reusable_a, stamp_ops
 from agent.domain.node_loss import Assessment
 from agent.domain.pod_owners import ForeignPod
 from agent.domain.workload import PENDING, READY, check_state, check_state_apply, owner_trainjob, waiting_reason
 from contract.admission import (
     Raise,
-    admission_count,
-    admission_floor,
     admission_started,
-    approval,
     approval_ops,
-    parse_count,
     preconditions,
     start_count,
 )
@@ -75,9 +72,6 @@ from contract.errors import ContractError
 from contract.foreign import foreign_reasons, jobset_uid_ops, jobset_uid_reason
 from contract.gates import is_opened_by_dispatch
 from contract.keys import (
-    ANNOTATION_APPROVED_ADMISSION,
-    ANNOTATION_DISPATCHED,
-    ANNOTATION_DISPATCHED_SPENT,
     ANNOTATION_HOLD_INSTANCE,
     ANNOTATION_HOLD_REASON,
     ANNOTATION_HOLD_WHO,
@@ -86,18 +80,16 @@ from contract.keys import (
     HOLD_ANNOTATIONS,
 )
 from contract.multicluster import (
-    MULTIKUEUE_CONTROLLER,
-    MULTIKUEUE_MANAGED_BY,
     ROLE_SINGLE,
     ROLE_WORKER,
     Role,
     is_copy,
-    managed_by_multikueue,
     multikueue_problems,
     raise_dispatch,
     step,
 )
-from contract.objects import add_op, annotations, dig, pointer
+from contract.objects import add_op, dig, pointer
+from contract.objects import annotations as annotations_of
 from contract.ownership import is_dispatch
 
 
@@ -266,6 +258,24 @@ def decide(
         dispatch_raise = _dispatch_raise(trainjob, runtime_spec, workload) if multikueue else None
     except ContractError as exc:
         return hold(f"cannot number the next execution: {exc}")
+    return _admit(workload, check, trainjob, jobset, now, foreign, a=a, raises=raises, dispatch_raise=dispatch_raise)
+
+
+def _admit(
+    workload: Mapping[str, Any],
+    check: str,
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    now: str,
+    foreign: tuple[str, ...],
+    *,
+    a: int,
+    raises: bool,
+    dispatch_raise: tuple[int, Raise] | None,
+) -> Decision:
+    """The admission of the next execution, numbered ``a`` (``raises``: the write that starts it raises A) or, in
+    MultiKueue mode, by the gate's own raise (``dispatch_raise``: K and the raise): the TrainJob's patch (the
+    JobSet's UID, the approval, the raise), the Workload's stamp, and the Ready."""
     # The JobSet's UID, the first time it is seen, and only the TrainJob's own (an orphan of an earlier
     # TrainJob of this name is not the JobSet J counts for; recorded, it would never be corrected).
     record = jobset_uid_ops(trainjob, jobset)
@@ -291,10 +301,7 @@ def decide(
         # The stamp: MultiKueue clones this Workload into the remote one from the cache entry that shows the
         # Ready, so the stamp it carries is this dispatch's A even when its copy of the TrainJob is older.
         # With it, the record of the highest A ever stamped on this Workload, which no hold removes.
-        stamp = [
-            *preconditions(workload),
-            *_annotate(workload, {ANNOTATION_DISPATCHED: str(a), ANNOTATION_DISPATCHED_SPENT: str(a)}),
-        ]
+        stamp = [*preconditions(workload), *stamp_ops(workload, a)]
     return Decision(
         Action.ADMIT,
         message,
@@ -342,7 +349,7 @@ def worker_copy(
     once its owner is known to be another kind or a TrainJob not of dispatch's, it is decided as today."""
     if _someone_elses(workload, trainjob):
         return None
-    recorded = annotations(workload).get(ANNOTATION_WORKER_ADMITTED)
+    recorded = annotations_of(workload).get(ANNOTATION_WORKER_ADMITTED)
     if recorded is not None:
         return _set(Action.HOLD, workload, check, PENDING, worker_held_message(recorded), now)
     return Decision(
@@ -385,144 +392,6 @@ def _dispatch_raise(
     return k, raise_dispatch(trainjob, k)
 
 
-# -- MultiKueue mode, and the stamp's life on the manager ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mode:
-    """How the manager's gate treats a dispatch TrainJob (``dispatch_mode``)."""
-
-    multikueue: bool
-    """MultiKueue mode: MultiKueue manages the TrainJob (``spec.managedBy``)."""
-    checks: tuple[str, ...] = ()
-    """The MultiKueue checks the Workload lists, identified by fresh reads: whose workers the gate looks at."""
-    problem: str | None = None
-    """Why the gate must hold it, whatever else it sees; None: nothing in the mode stops it."""
-
-
-def other_checks(workload: Mapping[str, Any] | None, ours: Collection[str]) -> list[str]:
-    """The checks the Workload lists (``status.admissionChecks``) other than dispatch's own, sorted: those read
-    fresh to identify its MultiKueue checks."""
-    entries = dig(workload, "status", "admissionChecks")
-    names = {e.get("name") for e in entries if isinstance(e, Mapping)} if isinstance(entries, list) else set()
-    return sorted(n for n in names if isinstance(n, str) and n not in ours)
-
-
-def dispatch_mode(trainjob: Mapping[str, Any] | None, found: Mapping[str, Mapping[str, Any] | str | None]) -> Mode:
-    """MultiKueue mode for a dispatch TrainJob, decided by its ``spec.managedBy`` (Kueue sets it, and it is
-    immutable), never by a cache of the AdmissionChecks. ``found``: each check the Workload lists but dispatch's
-    own (``other_checks``), as read fresh: the AdmissionCheck, None when it is not there, or why it could not be
-    read.
-
-    Fails closed: a check that cannot be identified (not there, as while it is deleted and made again, or not
-    readable) could be a MultiKueue check, so the gate holds; so it does when MultiKueue manages the TrainJob and
-    its Workload lists no MultiKueue check, and when the Workload lists one and MultiKueue does not manage the
-    TrainJob (the raise by K is permitted only on a TrainJob MultiKueue manages, and one cluster's numbering is
-    not enough where MultiKueue may copy it)."""
-    managed = managed_by_multikueue(trainjob)
-    checks = tuple(
-        sorted(n for n, ac in found.items() if isinstance(ac, Mapping) and _controller(ac) == MULTIKUEUE_CONTROLLER)
-    )
-    unknown = [
-        f"AdmissionCheck {n}: {'not found' if ac is None else f'cannot be read: {ac}'}"
-        for n, ac in sorted(found.items())
-        if not isinstance(ac, Mapping)
-    ]
-    problem = None
-    if unknown:
-        problem = f"cannot identify every check of the Workload ({'; '.join(unknown)}), so not whether MultiKueue " + (
-            f"will copy this TrainJob (its spec.managedBy is {MULTIKUEUE_MANAGED_BY}): a MultiKueue job waits "
-            "until its MultiKueue check can be read, never approved on the one-cluster path"
-            if managed
-            else "may copy this TrainJob: it waits until every check can be read"
-        )
-    elif managed and not checks:
-        problem = (
-            f"MultiKueue manages this TrainJob (spec.managedBy {MULTIKUEUE_MANAGED_BY}), and its Workload lists no "
-            "MultiKueue check: its workers cannot be known, so it waits; it is never approved on the one-cluster path"
-        )
-    elif not managed and checks:
-        problem = (
-            f"the Workload lists the MultiKueue check {', '.join(checks)}, and the TrainJob's spec.managedBy is not "
-            f"{MULTIKUEUE_MANAGED_BY}: MultiKueue does not manage it, so it cannot be numbered for a dispatch to a "
-            "worker, nor approved as in one cluster alone; a person decides (Stop, and submit it again to a queue "
-            "that matches)"
-        )
-    return Mode(managed, checks, problem)
-
-
-def _controller(ac: Mapping[str, Any]) -> object:
-    return dig(ac, "spec", "controllerName")
-
-
-def highest_stamped(workload: Mapping[str, Any] | None) -> int | None:
-    """The highest A the gate ever stamped on the Workload: its record ``ANNOTATION_DISPATCHED_SPENT`` or its stamp
-    ``ANNOTATION_DISPATCHED``, whichever is higher (a stamp written without the record counts); None when it shows
-    neither. ContractError when one is not a count."""
-    found = annotations(workload)
-    values = [
-        parse_count(f"annotation {key}", found[key])
-        for key in (ANNOTATION_DISPATCHED, ANNOTATION_DISPATCHED_SPENT)
-        if key in found
-    ]
-    return max(values) if values else None
-
-
-def reusable_a(trainjob: Mapping[str, Any], workload: Mapping[str, Any]) -> int | None:
-    """The A of the gate's last raise, when the next dispatch of ``workload`` may take it instead of a new raise by
-    K; else None.
-
-    Only a raise that no Workload was ever stamped with: its stamp never landed, so no Ready followed it (the stamp
-    is written after the raise, the Ready after the stamp, each only once the one before landed), no remote
-    Workload carries that A (MultiKueue clones the manager Workload's annotations into it), and no copy with that
-    A can be verified on a worker (verify_copy: the copy's A must equal its remote Workload's stamp). Shown by:
-    A equals the floor and is above the A last started (``admission-started``), the TrainJob is suspended, the
-    gate's approval on it is of exactly A on this Workload (written in the same patch as the raise, and a stamp is
-    only ever written on the Workload its pass approved), and this Workload's record of the highest A stamped
-    (``highest_stamped``) is below A. A Workload made again (a new uid) never reuses: the old one may carry the
-    stamp. Anything unreadable: None, and the gate raises."""
-    try:
-        a, floor, started = admission_count(trainjob), admission_floor(trainjob), admission_started(trainjob)
-        stamped = highest_stamped(workload)
-    except ContractError:
-        return None
-    uid = dig(workload, "metadata", "uid")
-    if a is None or floor != a or (started is not None and started >= a) or not isinstance(uid, str) or not uid:
-        return None
-    if dig(trainjob, "spec", "suspend") is not True:
-        return None
-    if annotations(trainjob).get(ANNOTATION_APPROVED_ADMISSION) != approval(a, uid):
-        return None
-    if stamped is not None and stamped >= a:
-        return None
-    return a
-
-
-def _annotate(obj: Mapping[str, Any], values: Mapping[str, str]) -> list[dict[str, Any]]:
-    """JSON Patch ops that set these annotations (all in one op when the object has none yet)."""
-    if not isinstance(dig(obj, "metadata", "annotations"), Mapping):
-        return [add_op(obj, ("metadata", "annotations"), dict(values))]
-    return [add_op(obj, ("metadata", "annotations", k), v) for k, v in values.items()]
-
-
-def clear_stamp_ops(workload: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The JSON Patch ops (without preconditions) that remove the Workload's stamp, keeping the highest A stamped
-    in ``ANNOTATION_DISPATCHED_SPENT`` (raised to the stamp first, when it is lower or absent); none when there is
-    no stamp, or when the stamp or the record is not a count (a worker verifies no copy under such a stamp, and
-    the gate reuses no raise while it is there)."""
-    found = annotations(workload)
-    if ANNOTATION_DISPATCHED not in found:
-        return []
-    try:
-        stamped = highest_stamped(workload)
-    except ContractError:
-        return []
-    ops: list[dict[str, Any]] = [{"op": "remove", "path": pointer("metadata", "annotations", ANNOTATION_DISPATCHED)}]
-    if found.get(ANNOTATION_DISPATCHED_SPENT) != str(stamped):
-        ops.append(add_op(workload, ("metadata", "annotations", ANNOTATION_DISPATCHED_SPENT), str(stamped)))
-    return ops
-
-
 def jobs_active(trainjob: Mapping[str, Any]) -> bool:
     """A Job of the TrainJob is active by its status (Kueue's ``IsActive``): on a MultiKueue manager, the status
     MultiKueue copied from the worker's TrainJob, which Kueue waits to show none before it releases the quota."""
@@ -535,7 +404,7 @@ def jobs_active(trainjob: Mapping[str, Any]) -> bool:
 
 def hold_in_force(obj: Mapping[str, Any] | None) -> str | None:
     """A hold of dispatch's on the object (its hold annotations), described; None when there is none."""
-    found = annotations(obj)
+    found = annotations_of(obj)
     if not any(k in found for k in HOLD_ANNOTATIONS):
         return None
     return describe_hold(found)

@@ -49,7 +49,8 @@ from contract.keys import (
     OPENED_TRUE,
 )
 from contract.multicluster import managed_by_multikueue
-from contract.objects import add_op, annotations, dig, pointer
+from contract.objects import add_op, dig, pointer
+from contract.objects import annotations as annotations_of
 from contract.ownership import is_kueue_mode
 
 
@@ -121,7 +122,7 @@ def is_opened(trainjob: object) -> bool:
     since the Workload keeps the gate while a hold deactivates it); plain mode carries the opened mark."""
     if is_kueue_mode(trainjob):
         return GATE not in gates_of(trainjob)
-    return annotations(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
+    return annotations_of(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
 
 
 def _raise_ops(trainjob: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
@@ -135,7 +136,7 @@ def _raise_ops(trainjob: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
 def is_held(obj: object) -> bool:
     """dispatch's hold annotations are on the object: the TrainJob (in both modes: the record), or a Kueue-mode
     Workload (written there too; a Workload-only hold was left by an older agent)."""
-    return any(key in annotations(obj) for key in HOLD_ANNOTATIONS)
+    return any(key in annotations_of(obj) for key in HOLD_ANNOTATIONS)
 
 
 def _waiting(blockers: Sequence[Blocker]) -> Refused:
@@ -160,7 +161,7 @@ def plan_open(
     a previous execution may still run (``blockers``). ``jobset``: recorded the first time it is seen.
     ``workload``: its other parties' gates are reported in ``held_by`` too."""
     others = held_by(trainjob, workload)
-    marked = annotations(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
+    marked = annotations_of(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
     mark = add_op(trainjob, ("metadata", "annotations", ANNOTATION_OPENED), OPENED_TRUE)
     if is_opened(trainjob):
         if is_kueue_mode(trainjob) and not marked and finished(trainjob) is None:
@@ -173,7 +174,7 @@ def plan_open(
         raise Refused("rejected", f"the TrainJob ended ({end}) without ever being opened")
     record = jobset_uid_ops(trainjob, jobset)
     if is_kueue_mode(trainjob):
-        rest = without_dispatch_gate(annotations(trainjob).get(ANNOTATION_ADMISSION_GATED_BY))
+        rest = without_dispatch_gate(annotations_of(trainjob).get(ANNOTATION_ADMISSION_GATED_BY))
         path = pointer("metadata", "annotations", ANNOTATION_ADMISSION_GATED_BY)
         change = {"op": "remove", "path": path} if rest is None else {"op": "replace", "path": path, "value": rest}
         # The opened mark in the same update: the readmission gate approves only a job dispatch opened.
@@ -228,9 +229,9 @@ class Hold:
 
 def _hold_ops(obj: Mapping[str, Any], hold: Hold) -> list[dict[str, Any]]:
     ops = [add_op(obj, ("metadata", "annotations", key), value) for key, value in hold.annotations().items()]
-    if ANNOTATION_HOLD_UNTIL in annotations(obj) and not hold.until:
+    if ANNOTATION_HOLD_UNTIL in annotations_of(obj) and not hold.until:
         ops.append({"op": "remove", "path": pointer("metadata", "annotations", ANNOTATION_HOLD_UNTIL)})
-    if not annotations(obj):  # one add creates the map; the rest add into it
+    if not annotations_of(obj):  # one add creates the map; the rest add into it
         return [add_op(obj, ("metadata", "annotations"), hold.annotations())]
     return ops
 
@@ -239,13 +240,13 @@ def _unhold_ops(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [
         {"op": "remove", "path": pointer("metadata", "annotations", key)}
         for key in HOLD_ANNOTATIONS
-        if key in annotations(obj)
+        if key in annotations_of(obj)
     ]
 
 
 def _carries(obj: object, hold: Hold) -> bool:
     """The object carries exactly this hold's annotations (and no other ``until``)."""
-    found = annotations(obj)
+    found = annotations_of(obj)
     return {key: found[key] for key in HOLD_ANNOTATIONS if key in found} == hold.annotations()
 
 

@@ -30,7 +30,8 @@ from typing import Any, Final
 
 from contract.foreign import owns_jobset
 from contract.keys import ANNOTATION_JOBSET_UID
-from contract.objects import annotations, dig
+from contract.objects import annotations as annotations_of
+from contract.objects import dig
 
 JOB_API_VERSION: Final = "batch/v1"
 JOBSET_API_GROUP: Final = "jobset.x-k8s.io"
@@ -83,7 +84,7 @@ def _jobset_of(job: object) -> Mapping[str, Any] | None:
 def known_jobset_uids(trainjob: object, jobset: object) -> frozenset[str]:
     """The recorded JobSet UID, and the JobSet as read when the TrainJob (by uid) controls it."""
     uids = set()
-    recorded = annotations(trainjob).get(ANNOTATION_JOBSET_UID)
+    recorded = annotations_of(trainjob).get(ANNOTATION_JOBSET_UID)
     if isinstance(recorded, str) and recorded:
         uids.add(recorded)
     seen = dig(jobset, "metadata", "uid")

@@ -33,7 +33,8 @@ from contract.multicluster import (
     multikueue_checks,
     multikueue_problems,
 )
-from contract.objects import annotations, dig, labels
+from contract.objects import annotations as annotations_of
+from contract.objects import dig, labels
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.prologue import PROLOGUE_CONFIGMAP, configmap_differences
 from contract.upstream import TRAINER_GROUP
@@ -58,7 +59,7 @@ def _ref(obj: object) -> dict[str, Any]:
 def readback_changes(written: Mapping[str, Any], read: Mapping[str, Any]) -> list[str]:
     """What of the TrainJob as written is not as read back; empty when nothing changed."""
     changes = []
-    for where, get in (("label", labels), ("annotation", annotations)):
+    for where, get in (("label", labels), ("annotation", annotations_of)):
         have = get(read)
         for key, value in get(written).items():
             if have.get(key) != value:

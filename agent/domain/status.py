@@ -8,7 +8,7 @@ DISPATCH_ATTEMPT of every execution the cluster still shows can be recomputed ex
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -31,7 +31,8 @@ from contract.keys import (
     POD_FINALIZER,
 )
 from contract.multicluster import PREBUILT_WORKLOAD, is_copy, managed_by_multikueue
-from contract.objects import annotations, dig, labels, parse_rfc3339
+from contract.objects import annotations as annotations_of
+from contract.objects import dig, labels, parse_rfc3339
 from contract.ownership import dispatch_patch, is_kueue_mode
 from contract.trainer import prefixes_from_env
 
@@ -122,7 +123,7 @@ class Status:
     (agent/multicluster/worker_remains.py), which then decides Ceased (``idle_on_workers``)."""
 
 
-def _count(read: Any, obj: object) -> int | None:
+def _count(read: Callable[[object], int | None], obj: object) -> int | None:
     try:
         return read(obj)
     except ContractError:
@@ -266,7 +267,9 @@ def ceased(
         return False, f"the current execution (A={current}) may still create pods: {appearing}"
     if not _pods_keep_evidence(trainjob):
         ran = [
-            p for p in trainer_pods(trainjob, pods) if _pod_count(annotations(p).get(ANNOTATION_ADMISSION)) == current
+            p
+            for p in trainer_pods(trainjob, pods)
+            if _pod_count(annotations_of(p).get(ANNOTATION_ADMISSION)) == current
         ]
         if not ran:
             return False, (
@@ -283,7 +286,7 @@ def hold_status(holder: object, now: dt.datetime | None) -> HoldStatus | None:
     """dispatch's hold annotations as recorded on ``holder``, or None when there is no hold."""
     if not is_held(holder):
         return None
-    values = annotations(holder)
+    values = annotations_of(holder)
 
     def get(key: str) -> str | None:
         value = values.get(key)
@@ -320,7 +323,7 @@ def executions(trainjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
         job_id = None
     groups: dict[tuple[int, int], list[str]] = {}
     for pod in trainer_pods(trainjob, pods):
-        a = _pod_count(annotations(pod).get(ANNOTATION_ADMISSION))
+        a = _pod_count(annotations_of(pod).get(ANNOTATION_ADMISSION))
         j = _pod_count(labels(pod).get(LABEL_RESTART_ATTEMPT))
         if a is not None and j is not None:
             groups.setdefault((a, j), []).append(str(dig(pod, "metadata", "name")))
@@ -386,7 +389,7 @@ def _pod_statuses(pods: Sequence[Mapping[str, Any]], assessment: Assessment) -> 
             verdict=c.verdict.value,
             may_still_run=c.may_still_run,
             reason=c.reason,
-            a=_pod_count(annotations(p).get(ANNOTATION_ADMISSION)),
+            a=_pod_count(annotations_of(p).get(ANNOTATION_ADMISSION)),
             j=_pod_count(labels(p).get(LABEL_RESTART_ATTEMPT)),
         )
         for p, c in zip(pods, assessment.classifications, strict=True)
@@ -400,7 +403,7 @@ def copy_of(workload: Mapping[str, Any] | None, copy: Mapping[str, Any] | None) 
     of the same key (Kueue v0.19.2 ``SetMultiKueueMeta``). A TrainJob of the same name made there by anyone
     else is not reported as the job."""
     name = dig(workload, "metadata", "name")
-    named = (labels(copy).get(PREBUILT_WORKLOAD), annotations(copy).get(PREBUILT_WORKLOAD))
+    named = (labels(copy).get(PREBUILT_WORKLOAD), annotations_of(copy).get(PREBUILT_WORKLOAD))
     return is_copy(copy) and name is not None and name in named
 
 

@@ -1,7 +1,9 @@
-"""The check's controller: watches feed a work queue of Workload keys; workers run reconcile() while we lead.
+"""The check's controller: watches feed a work queue of Workload keys; workers run reconcile() while we lead,
+each pass with the one ``Pass`` (agent/gate/context.py) built here, and beside them the leader's other concerns,
+a runnable each (agent/gate/runnable.py).
 
-Watch-driven, not polling, and stateless where it matters: the in-memory index (which TrainJob a Workload
-belongs to, which Workloads are due, which are held on which Nodes) only decides *what to enqueue*; every
+Watch-driven, not polling, and stateless where it matters: the in-memory index (agent/gate/index.py: which TrainJob a
+Workload belongs to, which Workloads are due; here, which are held on which Nodes) only decides *what to enqueue*; every
 decision reads the Workload and what it needs anew (agent/gate/reconcile.py), the Workload, TrainJob and JobSet
 from the watches' stores (agent/runtime/caches.py: safe because each write acting on them is preconditioned on the
 resourceVersion read), the pods by a consistent LIST.
@@ -9,10 +11,12 @@ resourceVersion read), the pods by a consistent LIST.
 * Workloads (all namespaces): a Workload whose check of ours is due (Pending, quota reserved, not evicted,
   finished or deactivated) is enqueued on each change.
 * AdmissionChecks: which check names are ours (config, so a cache); a new one of ours enqueues the
-  Workloads due on it, and gets its Active condition while we lead.
+  Workloads due on it, and gets its Active condition while we lead (agent/gate/active.py).
 * Pods with a ``jobset.sigs.k8s.io/jobset-name`` label: a change enqueues its TrainJob's Workload if that
-  is due, so a check held on a pod that may still run is looked at again when the pod changes or goes.
-* Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion).
+  is due, so a check held on a pod that may still run is looked at again when the pod changes or goes; the pod
+  finalizer's releaser (agent/gate/releaser.py) is told too.
+* Nodes: a change enqueues the Workloads held on pods bound to that Node (a taint, a heartbeat, deletion), and has
+  the releaser look at the pods on it.
 * TrainJobs and JobSets (agent/runtime/caches.py): kept in memory for the passes' reads; a change enqueues the
   TrainJob's Workload if due, so an Open, a Hold or a Release that changes only the TrainJob wakes the gate.
   A JobSet's change also has its TrainJob's JobSet UID recorded if it is not yet (agent/gate/jobset_record.py). On a
@@ -22,7 +26,7 @@ resourceVersion read), the pods by a consistent LIST.
 
 On a MultiKueue manager with worker credentials, the leader also goes round its workers every
 ``workerRoundSeconds`` (nothing here watches them): the replicas of runtime copies whose TrainJob is gone, and the
-Workloads the index marks evicted with their quota kept (agent/multicluster/lost_quota.py).
+Workloads the index marks evicted with their quota kept (agent/gate/worker_round.py).
 
 The watches run on every replica, leader or not: a standby's index and queue are warm when it takes over,
 so it starts on every due Workload at once (the queue de-duplicates), and readiness means the same thing on
@@ -33,26 +37,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from agent.config import AgentConfig
 from agent.constants import ADMISSION_CHECKS, JOBSETS, TRAINJOBS, WORKLOADS
-from agent.domain.admission_check import AdmissionCheckCache, active_patch
+from agent.domain.admission_check import AdmissionCheckCache
 from agent.domain.decide import Action
-from agent.domain.workload import EVICTED, QUOTA_RESERVED, condition_true, owner_trainjob, waiting_reason
+from agent.gate.active import ActiveCondition
+from agent.gate.context import Hooks, OurChecks, Pass, WorkloadKey
+from agent.gate.index import WorkloadIndex, hint_of, key_of
 from agent.gate.jobset_record import JobSetRecorder
-from agent.gate.reconcile import Hooks, Outcome, WorkloadKey, reconcile, utc_now
+from agent.gate.reconcile import Outcome, reconcile
 from agent.gate.releaser import FinalizerReleaser
+from agent.gate.runnable import Loop, Runnable
+from agent.gate.worker_round import WorkerRound
 from agent.multicluster.claims import ClaimRenewer
 from agent.multicluster.contact import ManagerContact, WorkerContact
 from agent.multicluster.copies import CopyVerifier
-from agent.multicluster.worker_pass import release_kept_quota, sweep_replicas
 from agent.multicluster.worker_reads import WorkerClients
 from agent.runtime.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.runtime.kube import Kube
@@ -63,7 +67,7 @@ from contract.keys import LABEL_JOBSET_NAME
 from contract.multicluster import ROLE_WORKER
 from contract.objects import dig, labels, parse_rfc3339
 from serving import watch
-from serving.backoff import Backoff
+from serving.client import KubeError
 from serving.kube import describe_error
 
 log = logging.getLogger(__name__)
@@ -73,73 +77,6 @@ WATCHED = (ADMISSION_CHECKS, WORKLOADS, "pods", "nodes")
 CACHED = (TRAINJOBS, JOBSETS)
 """The watches that only spare a pass its GETs: not waited for (with a ServiceAccount that may not list
 them, they never list, and every read is a GET)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """What the Workload watch last said about one Workload: enough to know when to enqueue it."""
-
-    trainjob: tuple[str, str] | None
-    """(namespace, name) of the TrainJob that controls it."""
-    due: frozenset[str]
-    """Names of its checks (anyone's) that are Pending with quota reserved and nothing else in the way."""
-    kept: bool = False
-    """Evicted with its quota still reserved: Kueue waits for its job to stop (on a MultiKueue manager, perhaps
-    for a lost worker's copied status: agent/multicluster/lost_quota.py)."""
-
-
-def hint_of(workload: Mapping[str, Any]) -> Hint:
-    entries = dig(workload, "status", "admissionChecks")
-    names = [e.get("name") for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
-    owner = owner_trainjob(workload)
-    namespace = sys.intern(str(dig(workload, "metadata", "namespace")))
-    due = frozenset(n for n in names if isinstance(n, str) and waiting_reason(workload, n) is None)
-    return Hint(
-        trainjob=(namespace, owner[0]) if owner else None,
-        due=_due_names.setdefault(due, due) if len(_due_names) < 4096 else due,
-        kept=condition_true(workload, EVICTED) and condition_true(workload, QUOTA_RESERVED),
-    )
-
-
-_due_names: dict[frozenset[str], frozenset[str]] = {}
-"""One frozenset per distinct set of due check names (a handful: the check names of the cluster), shared by
-every Hint, so a Workload costs a pointer for it, not a set."""
-
-
-def key_of(obj: Mapping[str, Any]) -> WorkloadKey:
-    """Namespaces interned: 100,000 Workloads in a few namespaces keep a few strings, not 100,000."""
-    return WorkloadKey(sys.intern(str(dig(obj, "metadata", "namespace"))), str(dig(obj, "metadata", "name")))
-
-
-class WorkloadIndex:
-    """Workload key -> Hint, and TrainJob -> Workload key. An optimisation only: it says what to enqueue."""
-
-    def __init__(self) -> None:
-        self.hints: dict[WorkloadKey, Hint] = {}
-        self.by_trainjob: dict[tuple[str, str], WorkloadKey] = {}
-
-    def put(self, key: WorkloadKey, hint: Hint) -> None:
-        old = self.hints.get(key)
-        if old is not None and old.trainjob is not None and old.trainjob != hint.trainjob:
-            self.by_trainjob.pop(old.trainjob, None)
-        self.hints[key] = hint
-        if hint.trainjob is not None:
-            self.by_trainjob[hint.trainjob] = key
-
-    def remove(self, key: WorkloadKey) -> None:
-        hint = self.hints.pop(key, None)
-        if hint is not None and hint.trainjob is not None and self.by_trainjob.get(hint.trainjob) == key:
-            del self.by_trainjob[hint.trainjob]
-
-    def due(self, key: WorkloadKey, ours: frozenset[str]) -> bool:
-        hint = self.hints.get(key)
-        return hint is not None and not hint.due.isdisjoint(ours)
-
-    def due_keys(self, ours: frozenset[str]) -> list[WorkloadKey]:
-        return [k for k, h in self.hints.items() if not h.due.isdisjoint(ours)]
-
-    def kept_keys(self) -> list[WorkloadKey]:
-        return [k for k, h in self.hints.items() if h.kept]
 
 
 class Controller:
@@ -155,7 +92,6 @@ class Controller:
     ) -> None:
         self.kube, self.config, self.identity = kube, config, identity
         self.metrics = metrics or AgentMetrics()
-        self.hooks = hooks
         self.workers = workers
         """On a MultiKueue manager, the read-only clients to its workers (``workerKubeconfigs``): guarantee 4."""
         self.queue: WorkQueue[WorkloadKey] = WorkQueue()
@@ -168,14 +104,17 @@ class Controller:
         self.metrics.follow_holds(
             lambda: [self.held_since[k] for k in self.held if k in self.held_since] if self.leading else []
         )
-        self.releaser = FinalizerReleaser(kube, config.node_loss_taints)
-        """Removes dispatch's pod finalizer once a pod's processes are proven gone (agent/domain/pod_finalizer.py)."""
         self.checks = AdmissionCheckCache()
-        kube.checks = self.checks
+        """Our AdmissionChecks, as the watch below has them."""
         self.reads = Reads(kube)
         """The passes' reads of Workloads, TrainJobs and JobSets, from the stores the watches below feed."""
         self.reads.count = self.metrics.reads.inc
-        kube.reads = self.reads
+        self.ctx = Pass(kube, self.reads, OurChecks(kube, self.checks), config, hooks or Hooks(), workers)
+        """What every pass works with (agent/gate/context.py), built once."""
+        self.active = ActiveCondition(kube, self.checks)
+        """Sets our AdmissionChecks Active while we lead (agent/gate/active.py)."""
+        self.releaser = FinalizerReleaser(kube, config.node_loss_taints)
+        """Removes dispatch's pod finalizer once a pod's processes are proven gone (agent/domain/pod_finalizer.py)."""
         self.recorder = JobSetRecorder(kube, self.reads)
         """Records each TrainJob's JobSet UID when its JobSet is first seen (agent/gate/jobset_record.py)."""
         worker = config.multicluster_role == ROLE_WORKER
@@ -192,6 +131,8 @@ class Controller:
         self.claim_renewer = ClaimRenewer(kube, workers, config.worker_contact_seconds) if workers is not None else None
         """On a MultiKueue manager: renews the claims of the copies it wants running on the workers
         (agent/multicluster/claims.py)."""
+        self.runnables = self._runnables()
+        """What the leader runs beside its workers, one concern each (agent/gate/runnable.py)."""
         self.synced = {name: asyncio.Event() for name in (*WATCHED, *CACHED)}
         self.elector = LeaderElector(
             kube,
@@ -204,15 +145,20 @@ class Controller:
             renew_deadline=config.renew_deadline_seconds,
             retry_period=config.retry_period_seconds,
         )
-        self._active_dirty = asyncio.Event()
         self._lead_task: asyncio.Task[None] | None = None
         self._broken: asyncio.Future[None] | None = None
         """Set when the leading task died of a bug: run() then ends with it, and the process exits."""
         self._listed: set[WorkloadKey] = set()
         """The Workloads the Workload LIST in progress has handed over so far (a re-LIST drops the rest)."""
         self._checks_listed: list[Mapping[str, Any]] = []
+        self._handlers = self._watch_handlers()
+        self._live = {WORKLOADS: self.reads.workloads.on_live, TRAINJOBS: self.reads.trainjobs.on_live,
+                      JOBSETS: self.reads.jobsets.on_live}  # fmt: skip
+
+    def _watch_handlers(self) -> dict[str, watch.Handler]:
+        """What each watch tells (the handlers below; the releaser, the stores of the passes' reads)."""
         checks = _Handler(self._checks_page, self._check_event, self._checks_listed.clear, self._checks_end)
-        self._handlers: dict[str, watch.Handler] = {
+        return {
             ADMISSION_CHECKS: checks,
             WORKLOADS: _Handler(self._workloads_page, self._workload_event, self._workloads_begin, self._workloads_end),
             "pods": _Handler(self._pods_page, self._pod_event, self.releaser.list_begin, self.releaser.list_end),
@@ -220,8 +166,29 @@ class Controller:
             TRAINJOBS: StoreHandler(self.reads.trainjobs, keep_trainjob, self._trainjob_changed),
             JOBSETS: StoreHandler(self.reads.jobsets, keep_jobset, self._jobset_changed),
         }
-        self._live = {WORKLOADS: self.reads.workloads.on_live, TRAINJOBS: self.reads.trainjobs.on_live,
-                      JOBSETS: self.reads.jobsets.on_live}  # fmt: skip
+
+    def _runnables(self) -> list[Runnable]:
+        """The leader's concerns beside the workers, in the order they start."""
+        found: list[Runnable] = [self.active, self.releaser, self.recorder]
+        if self.copies is not None:
+            found.append(Loop("copy-verification", self.copies.run))
+        if self.contact is not None:
+            found.append(Loop("manager-contact", self.contact.run))
+        if self.manager_contact is not None:
+            found.append(Loop("worker-contact", self.manager_contact.run))
+        if self.claim_renewer is not None:
+            found.append(Loop("claims", self.claim_renewer.run))
+        if self.workers is not None:
+            round_ = WorkerRound(
+                self.kube,
+                self.reads,
+                self.workers,
+                self.index.kept_keys,
+                taints=self.config.node_loss_taints,
+                seconds=self.config.worker_round_seconds,
+            )
+            found.append(round_)
+        return found
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -305,42 +272,14 @@ class Controller:
             await asyncio.gather(task, return_exceptions=True)  # a failure was surfaced by _lead_ended
 
     async def _lead(self) -> None:
-        """While leading: once every watch has listed, the workers and the Active condition."""
+        """While leading: once every watch has listed, the runnables and the workers."""
         await asyncio.gather(*(self.synced[name].wait() for name in WATCHED))
         log.info("serving the readmission gate with %d worker(s)", self.config.workers)
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._keep_active(), name="active-condition")
-            group.create_task(self.releaser.run(), name="pod-finalizers")
-            group.create_task(self.recorder.run(), name="jobset-uid-records")
-            if self.copies is not None:
-                group.create_task(self.copies.run(), name="copy-verification")
-            if self.contact is not None:
-                group.create_task(self.contact.run(), name="manager-contact")
-            if self.manager_contact is not None:
-                group.create_task(self.manager_contact.run(), name="worker-contact")
-            if self.claim_renewer is not None:
-                group.create_task(self.claim_renewer.run(), name="claims")
+            for runnable in self.runnables:
+                group.create_task(runnable.run(), name=runnable.name)
             for i in range(self.config.workers):
                 group.create_task(self._work(), name=f"worker-{i}")
-            if self.workers is not None:
-                group.create_task(self._go_round_workers(self.workers), name="worker-round")
-
-    async def _go_round_workers(self, workers: WorkerClients) -> None:
-        """On a MultiKueue manager, every ``workerRoundSeconds``: the replicas of runtime copies on the workers go
-        once their TrainJob is gone, and each Workload Kueue evicted but keeps the quota of gets it released once
-        nothing of its job may run on a worker (agent/multicluster/lost_quota.py). Nothing on the manager watches the
-        workers, so both are rounds."""
-        while True:
-            try:
-                await sweep_replicas(self.kube, workers)
-            except Exception as exc:  # a failed round is the next round's to finish; the leader's tasks go on
-                log.warning("the sweep of the workers' replicas stopped: %s", describe_error(exc))
-            for key in self.index.kept_keys():
-                try:
-                    await release_kept_quota(self.kube, workers, key.namespace, key.name, self.config.node_loss_taints)
-                except Exception as exc:  # one Workload's failure never stops the round
-                    log.warning("Workload %s: its kept quota was not looked at: %s", key, describe_error(exc))
-            await asyncio.sleep(self.config.worker_round_seconds)
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -353,7 +292,7 @@ class Controller:
             self.metrics.queue_depth.set(len(self.queue))
             started = time.perf_counter()
             try:
-                outcome = await reconcile(self.kube, key, self.config, self.hooks, workers=self.workers)
+                outcome = await reconcile(self.ctx, key)
             except asyncio.CancelledError:
                 # Leadership lost mid-pass: the key goes back, for whoever leads next.
                 self.queue.done(key)
@@ -361,7 +300,7 @@ class Controller:
                 raise
             except Exception as exc:
                 self.queue.done(key)
-                log.warning("%s: pass failed: %s", key, describe_error(exc), exc_info=not isinstance(exc, ApiException))
+                log.warning("%s: pass failed: %s", key, describe_error(exc), exc_info=not isinstance(exc, KubeError))
                 self.metrics.errors.inc(type(exc).__name__)
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started, "error")
                 self.queue.add_after(key, self.limiter.when(key))
@@ -395,31 +334,6 @@ class Controller:
         elif outcome.action is not None:
             self._unhold(key)
 
-    # -- the Active condition ---------------------------------------------------------------------
-
-    async def _keep_active(self) -> None:
-        backoff = Backoff()
-        while True:
-            self._active_dirty.clear()
-            failed = False
-            for ac in self.checks.objects():
-                # From the watch's cache: a failed test op (the cache was behind) is retried after a backoff,
-                # by when the watch has brought the AdmissionCheck as it is.
-                ops, name = active_patch(ac, utc_now()), str(dig(ac, "metadata", "name"))
-                if ops is None:
-                    continue
-                try:
-                    await self.kube.patch_admission_check_status(name, ops)
-                    log.info("AdmissionCheck %s: Active=True", name)
-                except Exception as exc:
-                    failed = True
-                    log.warning("AdmissionCheck %s: cannot set Active: %s", name, describe_error(exc))
-            if failed:
-                await asyncio.sleep(backoff.next())
-                continue
-            backoff.reset()
-            await self._active_dirty.wait()
-
     # -- watch handlers: they only enqueue ----------------------------------------------------------
 
     def _checks_page(self, items: list[Mapping[str, Any]]) -> None:
@@ -436,7 +350,7 @@ class Controller:
             self._checks_changed()
 
     def _checks_changed(self) -> None:
-        self._active_dirty.set()
+        self.active.changed()
         for key in self.index.due_keys(self.checks.ours()):
             # Held as "not due" under the old check names, perhaps: that pass reads it afresh.
             self.reads.workloads.discard((key.namespace, key.name))

@@ -41,6 +41,9 @@ def owner_key(jobset: Mapping[str, Any]) -> TrainJobKey | None:
 
 
 class JobSetRecorder:
+    name = "jobset-uid-records"
+    """As a runnable of the leader's (agent/gate/runnable.py)."""
+
     def __init__(self, kube: Kube, reads: Reads) -> None:
         self.kube, self.reads = kube, reads
         self.queue: WorkQueue[TrainJobKey] = WorkQueue()

@@ -45,7 +45,8 @@ decides whether a counted pod is proven ours or unproven (agent/domain/pod_owner
 Nodes are fresh GETs: a stale Node could still show an out-of-service taint since removed, which would
 release a pod wrongly.
 
-Nothing here keeps state between passes; the controller's caches decide what to enqueue and spare GETs.
+Nothing here keeps state between passes; the controller's caches decide what to enqueue and spare GETs. What a
+pass reads from and writes through comes whole in its ``Pass`` (agent/gate/context.py).
 """
 
 from __future__ import annotations
@@ -53,63 +54,29 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from kubernetes_asyncio.client.exceptions import ApiException
+from typing import Any
 
 from agent.domain import pod_owners
-from agent.domain.decide import Action, Blocker, Decision, Mode, blockers_of, decide, dispatch_mode, other_checks
+from agent.domain.decide import Action, Blocker, Decision, blockers_of, decide
+from agent.domain.multikueue_mode import Mode, dispatch_mode, other_checks
 from agent.domain.node_loss import assess
 from agent.domain.workload import QUOTA_RESERVED, keep_our_entries, owner_trainjob, waiting_reason
+from agent.gate.context import Pass, WorkloadKey
 from agent.multicluster.replicas import replica
 from agent.multicluster.worker_pass import look_at_workers, read_checks
-from agent.multicluster.worker_reads import WorkerClients
 from agent.multicluster.workers import is_remote
 from agent.runtime.kube import Kube
 from contract.admission import admission_count
-from contract.multicluster import Role
 from contract.objects import dig
 from contract.ownership import is_dispatch
-from serving.kube import describe_api_error
+from serving.client import KubeError
 from serving.logs import fields
 
 log = logging.getLogger(__name__)
 
 UNPROVEN = " (its Job is gone, so it cannot be proven not to be this TrainJob's)"
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class WorkloadKey:
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-class Settings(Protocol):
-    """What a pass needs from the configuration (agent.config.AgentConfig has it)."""
-
-    @property
-    def node_loss_taints(self) -> Sequence[str]: ...
-
-    @property
-    def multicluster_role(self) -> Role: ...
-
-
-Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Hooks:
-    """Test seams only: the stalled-leader and crash tests act between the steps of a pass."""
-
-    after_read: Hook | None = None
-    """Called with the Workload as read in step a, before anything else is read or written."""
-    after_record: Hook | None = None
-    """Called with the TrainJob as read, once the JobSet UID record landed, before the check is written."""
 
 
 @dataclass(frozen=True)
@@ -146,38 +113,102 @@ def due_checks(workload: Mapping[str, Any], ours: frozenset[str]) -> list[str]:
     return [n for n in names if n in ours and waiting_reason(workload, n) is None]
 
 
-async def reconcile(
-    kube: Kube,
-    key: WorkloadKey,
-    settings: Settings,
-    hooks: Hooks | None = None,
-    *,
-    workers: WorkerClients | None = None,
-) -> Outcome:
-    """One pass over ``key``; ``workers``: a MultiKueue manager's read-only clients to its workers (guarantee 4)."""
-    hooks = hooks or Hooks()
+async def reconcile(ctx: Pass, key: WorkloadKey) -> Outcome:
+    """One pass over ``key``, with what ``ctx`` holds (agent/gate/context.py): its reads, our check names, the
+    workers' clients on a MultiKueue manager (guarantee 4), the settings and the test hooks."""
     # a. The one read of the Workload.
-    workload = await kube.reads.workload(key.namespace, key.name)
+    workload = await ctx.reads.workload(key.namespace, key.name)
     if workload is None:
         return Outcome(None, "the Workload is gone")
-    ours = await kube.our_checks()
+    ours = await ctx.checks.names()
     due = due_checks(workload, ours)
     if not due:
         return Outcome(None, "no check of ours is due")
     check = due[0]
     reserved_at = _quota_reserved_at(workload)
-    if hooks.after_read is not None:
-        await hooks.after_read(workload)
+    if ctx.hooks.after_read is not None:
+        await ctx.hooks.after_read(workload)
 
-    # b. What the decision needs: the TrainJob and JobSet (caches), the pods (a LIST after the pass began).
-    trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(kube, workload, settings)
+    # b. What the decision needs: the TrainJob and JobSet (caches), the pods (a LIST after the pass began), and in
+    # MultiKueue mode the workers.
+    seen = await _see(ctx, workload, ours)
+    trainjob, blockers = seen.trainjob, seen.blockers
+
+    # c. The decision.
+    d = decide(
+        workload=workload,
+        check=check,
+        trainjob=trainjob,
+        jobset=seen.jobset,
+        pods=seen.pods,
+        blockers=blockers,
+        now=utc_now(),
+        foreign_pods=seen.foreign_pods,
+        multikueue=seen.mode.multikueue,
+        runtime_spec=seen.runtime_spec,
+        role=ctx.settings.multicluster_role,
+        multikueue_problem=seen.mode.problem,
+    )
+    base: dict[str, Any] = {"check": check, "quota_reserved_at": reserved_at}
+
+    # d. The writes: the TrainJob's patch (the JobSet UID record when first seen, the approval of the execution),
+    # and only if it landed, the Workload's and the check.
+    refused = await _write_trainjob(ctx, key, trainjob, check, d, base)
+    if refused is not None:
+        return refused
+    written = await _write_workload(ctx, key, workload, ours, trainjob, check, d, base)
+    if isinstance(written, Outcome):
+        return written
+    wrote = written
+    ready = wrote and d.action in (Action.APPROVE, Action.ADMIT)
+    _log_decision(key, trainjob, check, d, "written" if wrote else "unchanged", d.message)
+
+    # e. Reports, about the TrainJob that owns the Workload (not another object that took its name).
+    if wrote and d.action is Action.HOLD and _owned(workload, trainjob) and is_dispatch(trainjob):
+        await ctx.kube.events.held(trainjob, d.message)
+    reported = await _report_foreign(ctx.kube, trainjob, d)
+    return Outcome(
+        d.action,
+        d.message,
+        # A hold that no pod or node change will lift (the TrainJob not readable yet, A not raisable) has no
+        # event of ours to wake it: look again after a backoff.
+        # Nor will one on a worker: nothing here watches the workers.
+        requeue=d.action is Action.HOLD and (not blockers or any(is_remote(b) for b in blockers)),
+        new_a=d.new_a,
+        ready=ready,
+        held_nodes=seen.nodes if d.action is Action.HOLD and blockers else None,
+        # Another check of ours is due as well: it gets its own pass (its own look and its own Ready, each
+        # preconditioned on that pass's read). Not after a hold: the same pods hold every check.
+        more=ready and len(due) > 1,
+        foreign_reported=reported,
+        **base,
+    )
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What step b read for the decision."""
+
+    trainjob: dict[str, Any] | None
+    jobset: dict[str, Any] | None
+    pods: list[Mapping[str, Any]]
+    foreign_pods: tuple[pod_owners.ForeignPod, ...]
+    blockers: list[Blocker]
+    nodes: frozenset[str]
+    mode: Mode
+    runtime_spec: Mapping[str, Any] | None
+
+
+async def _see(ctx: Pass, workload: Mapping[str, Any], ours: frozenset[str]) -> _Seen:
+    """Step b: the TrainJob, its JobSet and pods, its mode, and in MultiKueue mode what its workers hold."""
+    trainjob, jobset, pods, foreign_pods, blockers, nodes = await _look(ctx, workload)
 
     # MultiKueue mode: the TrainJob's spec.managedBy decides it, and its MultiKueue checks are identified by fresh
     # GETs of the checks the Workload lists (never the AdmissionCheck cache: it misses a check deleted and made
     # again). The gate numbers the dispatch before its Ready, by K from the runtime copy (one GET).
-    mode = await _mode(kube, workload, trainjob, ours)
+    mode = await _mode(ctx.kube, workload, trainjob, ours)
     multikueue, multikueue_checks = mode.multikueue, mode.checks
-    runtime_copy = await _runtime_copy(kube, trainjob) if multikueue else None
+    runtime_copy = await _runtime_copy(ctx.kube, trainjob) if multikueue else None
     runtime_spec = _spec_of(runtime_copy)
     if multikueue and mode.problem is None and trainjob is not None and _owned(workload, trainjob):
         # Guarantee 4: no pod of the job runs here; an earlier execution may still run on any of its workers.
@@ -185,68 +216,81 @@ async def reconcile(
         name = dig(trainjob, "metadata", "name")
         want = replica(runtime_copy, dig(trainjob, "metadata", "uid")) if runtime_spec is not None else None
         remote = await look_at_workers(
-            kube, workers, workload, multikueue_checks, name, settings.node_loss_taints, want, trainjob
+            ctx.kube,
+            ctx.reads,
+            ctx.workers,
+            workload,
+            multikueue_checks,
+            name,
+            ctx.settings.node_loss_taints,
+            want,
+            trainjob,
         )
         blockers = [*blockers, *remote]
+    return _Seen(trainjob, jobset, pods, foreign_pods, blockers, nodes, mode, runtime_spec)
 
-    # c. The decision.
-    d = decide(
-        workload=workload,
-        check=check,
-        trainjob=trainjob,
-        jobset=jobset,
-        pods=pods,
-        blockers=blockers,
-        now=utc_now(),
-        foreign_pods=foreign_pods,
-        multikueue=multikueue,
-        runtime_spec=runtime_spec,
-        role=settings.multicluster_role,
-        multikueue_problem=mode.problem,
-    )
-    base = {"check": check, "quota_reserved_at": reserved_at}
 
-    # d. The writes: the TrainJob's patch (the JobSet UID record when first seen, the approval of the execution),
-    # and only if it landed, the check.
-    if d.trainjob_patch is not None:
-        assert trainjob is not None  # decide() patches only a TrainJob it was given
-        try:
-            recorded = await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
-        except ApiException as exc:
-            # 409: the TrainJob changed since it was read; 422: a different object of that name. Decide again
-            # on a fresh read.
-            reported = await _report_foreign(kube, trainjob, d)
-            _log_decision(key, trainjob, check, d, "record refused", describe_api_error(exc))
-            return Outcome(
-                d.action,
-                f"the TrainJob's patch (JobSet UID record, approval) was refused: {describe_api_error(exc)}",
-                requeue=True,
-                conflict="trainjob" if exc.status in (409, 422) else None,
-                foreign_reported=reported,
-                **base,
-            )
-        kube.reads.wrote_trainjob(recorded)
-        if hooks.after_record is not None:
-            await hooks.after_record(trainjob)
+async def _write_trainjob(
+    ctx: Pass,
+    key: WorkloadKey,
+    trainjob: Mapping[str, Any] | None,
+    check: str,
+    d: Decision,
+    base: dict[str, Any],
+) -> Outcome | None:
+    """The TrainJob's patch, if the decision makes one; the pass's Outcome when it was refused."""
+    if d.trainjob_patch is None:
+        return None
+    assert trainjob is not None  # decide() patches only a TrainJob it was given
+    kube = ctx.kube
+    try:
+        recorded = await kube.patch_trainjob(key.namespace, dig(trainjob, "metadata", "name"), d.trainjob_patch)
+    except KubeError as exc:
+        # 409: the TrainJob changed since it was read; 422: a different object of that name. Decide again
+        # on a fresh read.
+        reported = await _report_foreign(kube, trainjob, d)
+        _log_decision(key, trainjob, check, d, "record refused", exc.describe())
+        return Outcome(
+            d.action,
+            f"the TrainJob's patch (JobSet UID record, approval) was refused: {exc.describe()}",
+            requeue=True,
+            conflict="trainjob" if exc.status in (409, 422) else None,
+            foreign_reported=reported,
+            **base,
+        )
+    ctx.reads.wrote_trainjob(recorded)
+    if ctx.hooks.after_record is not None:
+        await ctx.hooks.after_record(trainjob)
+    return None
 
+
+async def _write_workload(
+    ctx: Pass,
+    key: WorkloadKey,
+    workload: Mapping[str, Any],
+    ours: frozenset[str],
+    trainjob: Mapping[str, Any] | None,
+    check: str,
+    d: Decision,
+    base: dict[str, Any],
+) -> Outcome | bool:
+    """The Workload's patch, then the check write, as the decision makes them: whether the check was written, or
+    the pass's Outcome when a write was refused."""
+    kube = ctx.kube
     check_write = d.check_write
     if d.workload_patch is not None:
-        # On a worker, the record of the copy's first admission, before its Ready: a crash or a refused Ready
-        # after it leaves the copy held, never admitted twice. On a manager, the deactivation of a held Workload
-        # and the removal of its stamp on a hold, or the stamp of the A just raised (after the raise landed,
-        # before the Ready).
         try:
             recorded_wl = await kube.patch_workload(key.namespace, key.name, d.workload_patch)
-        except ApiException as exc:
-            _log_decision(key, trainjob, check, d, "record refused", describe_api_error(exc))
+        except KubeError as exc:
+            _log_decision(key, trainjob, check, d, "record refused", exc.describe())
             return Outcome(
                 d.action,
-                f"the Workload's patch was refused: {describe_api_error(exc)}",
+                f"the Workload's patch was refused: {exc.describe()}",
                 requeue=True,
                 conflict="workload" if exc.status in (409, 422) else None,
                 **base,
             )
-        kube.reads.wrote_workload(recorded_wl)
+        ctx.reads.wrote_workload(recorded_wl)
         if check_write is not None:
             # The record was preconditioned on the read of step a, so its resourceVersion follows that read
             # with no other write between: the Ready, preconditioned on it, still lands only in this cycle.
@@ -257,45 +301,23 @@ async def reconcile(
     if check_write is not None:
         try:
             written = await kube.apply_workload_status(keep_our_entries(check_write, workload, ours))
-            kube.reads.wrote_workload(written)
+            ctx.reads.wrote_workload(written)
             wrote = True
-        except ApiException as exc:
+        except KubeError as exc:
             # 409: the Workload changed since step a (Kueue's eviction above all). The approval of this read
             # must not land; the next pass reads afresh and looks at the pods again.
             reported = await _report_foreign(kube, trainjob, d)
-            _log_decision(key, trainjob, check, d, "check write refused", describe_api_error(exc))
+            _log_decision(key, trainjob, check, d, "check write refused", exc.describe())
             return Outcome(
                 d.action,
-                f"the check write was refused: {describe_api_error(exc)}",
+                f"the check write was refused: {exc.describe()}",
                 requeue=True,
                 conflict="workload" if exc.status == 409 else None,
                 new_a=d.new_a,
                 foreign_reported=reported,
                 **base,
             )
-    ready = wrote and d.action in (Action.APPROVE, Action.ADMIT)
-    _log_decision(key, trainjob, check, d, "written" if wrote else "unchanged", d.message)
-
-    # e. Reports, about the TrainJob that owns the Workload (not another object that took its name).
-    if wrote and d.action is Action.HOLD and _owned(workload, trainjob) and is_dispatch(trainjob):
-        await kube.events.held(trainjob, d.message)
-    reported = await _report_foreign(kube, trainjob, d)
-    return Outcome(
-        d.action,
-        d.message,
-        # A hold that no pod or node change will lift (the TrainJob not readable yet, A not raisable) has no
-        # event of ours to wake it: look again after a backoff.
-        # Nor will one on a worker: nothing here watches the workers.
-        requeue=d.action is Action.HOLD and (not blockers or any(is_remote(b) for b in blockers)),
-        new_a=d.new_a,
-        ready=ready,
-        held_nodes=nodes if d.action is Action.HOLD and blockers else None,
-        # Another check of ours is due as well: it gets its own pass (its own look and its own Ready, each
-        # preconditioned on that pass's read). Not after a hold: the same pods hold every check.
-        more=ready and len(due) > 1,
-        foreign_reported=reported,
-        **base,
-    )
+    return wrote
 
 
 def _log_decision(
@@ -352,7 +374,7 @@ def _admission_count(trainjob: Mapping[str, Any] | None) -> int | None:
 
 
 async def _look(
-    kube: Kube, workload: Mapping[str, Any], settings: Settings
+    ctx: Pass, workload: Mapping[str, Any]
 ) -> tuple[
     dict[str, Any] | None,
     dict[str, Any] | None,
@@ -371,13 +393,14 @@ async def _look(
     if owner is None:
         return None, None, [], (), [], frozenset()
     name, uid = owner
-    trainjob = await kube.reads.trainjob(namespace, name, uid)
+    kube = ctx.kube
+    trainjob = await ctx.reads.trainjob(namespace, name, uid)
     if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
         return trainjob, None, [], (), [], frozenset()
     # The TrainJob is suspended while its check is Pending, so every pod of its JobSet belongs to a
     # previous execution.
     labelled = await kube.list_pods(namespace, name)
-    jobset = await kube.reads.jobset(namespace, name)
+    jobset = await ctx.reads.jobset(namespace, name)
     # Only the pods the ownership chain does not prove someone else's are waited on (agent/pod_owners.py).
     job_names = pod_owners.job_names(labelled)
     jobs = await asyncio.gather(*(kube.get_job(namespace, j) for j in job_names))
@@ -388,7 +411,7 @@ async def _look(
     names = sorted({n for p in pods if isinstance(n := dig(p, "spec", "nodeName"), str) and n})
     found = await asyncio.gather(*(kube.get_node(n) for n in names))
     nodes = {n: node for n, node in zip(names, found, strict=True) if node is not None}  # absent: not in the map
-    assessment = assess(pods, nodes, settings.node_loss_taints)
+    assessment = assess(pods, nodes, ctx.settings.node_loss_taints)
     blockers = blockers_of(assessment, frozenset(owned.unproven), suffix=UNPROVEN)
     return trainjob, jobset, pods, owned.foreign, blockers, frozenset(names)
 

@@ -14,12 +14,11 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from agent.domain.pod_finalizer import carries, release_ops
 from agent.runtime.kube import Kube
 from contract.objects import dig
 from serving.backoff import Backoff
+from serving.client import KubeError
 from serving.kube import describe_error
 
 log = logging.getLogger(__name__)
@@ -32,6 +31,9 @@ def pod_key(pod: Mapping[str, Any]) -> PodKey:
 
 
 class FinalizerReleaser:
+    name = "pod-finalizers"
+    """As a runnable of the leader's (agent/gate/runnable.py)."""
+
     def __init__(self, kube: Kube, node_loss_taints: Sequence[str]) -> None:
         self.kube = kube
         self.node_loss_taints = tuple(node_loss_taints)
@@ -119,7 +121,7 @@ class FinalizerReleaser:
             return True
         try:
             await self.kube.patch_pod(*pod_key(pod), ops)
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status in (404, 409, 422):  # gone, changed or replaced: its next event decides afresh
                 return True
             log.warning("pod %s/%s: cannot remove dispatch's finalizer: %s", *pod_key(pod), describe_error(exc))

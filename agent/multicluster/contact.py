@@ -26,21 +26,13 @@ from typing import Any
 
 from agent.constants import CONTACT_POLL_SECONDS, CONTACT_SWEEP_SECONDS, TRAINJOBS
 from agent.multicluster.claims import ClaimWatch
+from agent.multicluster.contact_lease import contact_epoch
+from agent.multicluster.copy_verdicts import CopyAction, CopyVerdict, outlived_contact, unclaimed, unclaimed_marked
 from agent.multicluster.worker_reads import WorkerClients
 from agent.runtime.kube import Kube
 from contract.claims import copy_claim
 from contract.keys import CLAIM_PREFIX, LABEL_CLAIM, LEASE_MANAGER_CONTACT
-from contract.multicluster import (
-    MULTIKUEUE_ORIGIN_LABEL,
-    CopyAction,
-    CopyVerdict,
-    contact_epoch,
-    outlived_contact,
-    prebuilt_workload,
-    unclaimed,
-    unclaimed_marked,
-    unverified,
-)
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, prebuilt_workload, unverified
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_error
@@ -134,7 +126,7 @@ class ContactWatch:
 
 class WorkerContact:
     """Role worker: reads the contact Lease every ``CONTACT_POLL_SECONDS`` and deletes the copies that outlived a
-    loss of contact (contract/multicluster.py ``outlived_contact`` decides each). Only the leader runs it."""
+    loss of contact (agent/multicluster/copy_verdicts.py ``outlived_contact`` decides each). Only the leader runs it."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.kube, self.namespace = kube, namespace

@@ -5,8 +5,8 @@ earlier dispatch's A (the gate's raise and its Ready are two writes to two objec
 arrival in that cache); it makes the remote Workload from the cache entry that shows the Ready, so the stamp the
 manager's gate wrote before it (``dispatched-admission``) is this dispatch's A. dispatch's mutating webhook marks
 every copy ``unverified`` at its creation, and the unsuspend rules refuse its start while the mark is on it. This
-verifier, fed by the TrainJob watch, decides each marked copy (contract/multicluster.py ``verify_copy``, pure):
-its A equals the stamp, no other copy was let start under that Workload, and the manager's agent is in contact
+verifier, fed by the TrainJob watch, decides each marked copy (agent/multicluster/copy_verdicts.py ``verify_copy``,
+pure): its A equals the stamp, no other copy was let start under that Workload, and the manager's agent is in contact
 (agent/multicluster/contact.py), so it records the copy's uid and the contact epoch on the remote Workload, then removes
 the mark (each a JSON Patch preconditioned on the object as read); or its A differs, so it deletes the copy
 (preconditioned on its uid and resourceVersion): the remote Workload it adopted goes with it and the manager
@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.multicluster.contact import WorkerContact
+from agent.multicluster.copy_verdicts import CopyAction, verify_copy
 from agent.runtime.caches import Reads
 from agent.runtime.kube import Kube
 from agent.runtime.queue import RateLimiter, WorkQueue, serve_keys
 from contract.claims import claimed, copy_claim
-from contract.multicluster import CopyAction, is_copy, prebuilt_workload, unverified, verify_copy
+from contract.multicluster import is_copy, prebuilt_workload, unverified
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_error

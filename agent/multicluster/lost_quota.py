@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.domain.decide import dispatch_mode
+from agent.domain.multikueue_mode import dispatch_mode
 from agent.domain.workload import EVICTED, FINISHED, QUOTA_RESERVED, condition_true, owner_trainjob
 from contract.admission import preconditions
 from contract.multicluster import managed_by_multikueue

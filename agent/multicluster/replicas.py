@@ -18,7 +18,8 @@ from typing import Any
 
 from agent.domain.decide import Blocker
 from contract.keys import LABEL_REPLICA_OF
-from contract.objects import annotations, dig, labels
+from contract.objects import annotations as annotations_of
+from contract.objects import dig, labels
 
 
 def replica(runtime_copy: Mapping[str, Any], trainjob_uid: str) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def replica(runtime_copy: Mapping[str, Any], trainjob_uid: str) -> dict[str, Any
             "name": dig(runtime_copy, "metadata", "name"),
             "namespace": dig(runtime_copy, "metadata", "namespace"),
             "labels": {**labels(runtime_copy), LABEL_REPLICA_OF: trainjob_uid},
-            "annotations": dict(annotations(runtime_copy)),
+            "annotations": dict(annotations_of(runtime_copy)),
         },
         "spec": copy.deepcopy(dict(runtime_copy.get("spec") or {})),
     }

@@ -1,5 +1,5 @@
 """What the manager's agent does through its workers: the look at a job's workers in a pass (agent/gate/reconcile.py),
-the sweep of stale replicas and the release of a kept quota in the round over the workers (agent/gate/controller.py).
+the sweep of stale replicas and the release of a kept quota in the round over the workers (agent/gate/worker_round.py).
 agent/multicluster/worker_reads.py reads and writes on the workers; agent/multicluster/workers.py,
 agent/multicluster/replicas.py and agent/multicluster/lost_quota.py decide.
 """
@@ -12,25 +12,26 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from agent.domain.decide import Blocker, hold_message, other_checks
+from agent.domain.decide import Blocker, hold_message
+from agent.domain.multikueue_mode import other_checks
 from agent.domain.workload import owner_trainjob
 from agent.multicluster.lost_quota import checks_to_look_at, kept_active, kept_message, release_patch, released_message
 from agent.multicluster.replicas import stale_replicas, unprepared
 from agent.multicluster.worker_reads import WorkerClients
 from agent.multicluster.workers import FENCE_NOT_TRUSTED, plan_workers, unreadable, worker_blockers
+from agent.runtime.caches import Reads
 from agent.runtime.kube import Kube
 from contract.claims import claim_name, dispatched_to, dispatched_worker, record_ops
 from contract.keys import LABEL_REPLICA_OF
 from contract.multicluster import listed_multikueue_checks, multikueue_config_of
 from contract.objects import dig, labels
-from serving.kube import describe_api_error, describe_error
+from serving.client import KubeError
+from serving.kube import describe_error
 
 log = logging.getLogger(__name__)
 
 
-async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
+async def sweep_replicas(reads: Reads, workers: WorkerClients) -> int:
     """Delete, on every worker, the replicas whose TrainJob on the manager is gone (agent/multicluster/replicas.py
     ``stale_replicas``); how many. The TrainJob is read from the agent's watch when it holds the one the replica
     names, else fetched (a GET after the LIST of the replicas): so no GET while every job is there. A worker that
@@ -45,7 +46,7 @@ async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
         trainjobs = {}
         for r in found:
             key = (dig(r, "metadata", "namespace"), dig(r, "metadata", "name"))
-            trainjobs[key] = await kube.reads.trainjob(*key, uid=labels(r).get(LABEL_REPLICA_OF, ""))
+            trainjobs[key] = await reads.trainjob(*key, uid=labels(r).get(LABEL_REPLICA_OF, ""))
         for stale in stale_replicas(found, trainjobs):
             where = f"{dig(stale, 'metadata', 'namespace')}/{dig(stale, 'metadata', 'name')}"
             try:
@@ -59,7 +60,7 @@ async def sweep_replicas(kube: Kube, workers: WorkerClients) -> int:
 
 
 async def release_kept_quota(
-    kube: Kube, workers: WorkerClients | None, namespace: str, name: str, taints: Sequence[str]
+    kube: Kube, reads: Reads, workers: WorkerClients | None, namespace: str, name: str, taints: Sequence[str]
 ) -> bool:
     """Release the quota Kueue keeps for the evicted Workload ``namespace/name`` of a dispatch TrainJob on the
     manager (agent/multicluster/lost_quota.py): once the look at every worker the gate makes before a dispatch finds
@@ -80,14 +81,14 @@ async def release_kept_quota(
     if unidentified is not None:
         await kube.events.quota_kept(trainjob, kept_message(active, unidentified))
         return False
-    blockers = await look_at_workers(kube, workers, workload, checks, job, taints, trainjob=trainjob)
+    blockers = await look_at_workers(kube, reads, workers, workload, checks, job, taints, trainjob=trainjob)
     if blockers:
         await kube.events.quota_kept(trainjob, kept_message(active, hold_message(blockers)))
         return False
     try:
         await kube.patch_trainjob(namespace, job, release_patch(trainjob), status=True)
-    except ApiException as exc:  # 409: MultiKueue or Kueue wrote it since; the next round reads it again
-        log.info("TrainJob %s/%s: its quota was not released: %s", namespace, job, describe_api_error(exc))
+    except KubeError as exc:  # 409: MultiKueue or Kueue wrote it since; the next round reads it again
+        log.info("TrainJob %s/%s: its quota was not released: %s", namespace, job, exc.describe())
         return False
     log.info("TrainJob %s/%s: released its quota (%d active Job(s) cleared)", namespace, job, active)
     await kube.events.quota_released(trainjob, released_message(active))
@@ -111,6 +112,7 @@ async def read_checks(kube: Kube, names: Sequence[str]) -> dict[str, Mapping[str
 
 async def look_at_workers(
     kube: Kube,
+    reads: Reads,
     workers: WorkerClients | None,
     workload: Mapping[str, Any],
     multikueue: Collection[str],
@@ -170,14 +172,14 @@ async def look_at_workers(
     if plan.fenced:
         log.debug("worker(s) declared powered off, not read: %s", ", ".join(plan.fenced))
     if trainjob is not None and set(empty) & set(record):
-        await _forget(kube, trainjob, [w for w in record if w not in empty])
+        await _forget(kube, reads, trainjob, [w for w in record if w not in empty])
     return [*plan.blockers, *(b for found in held for b in found)]
 
 
-async def _forget(kube: Kube, trainjob: Mapping[str, Any], keep: list[str]) -> None:
+async def _forget(kube: Kube, reads: Reads, trainjob: Mapping[str, Any], keep: list[str]) -> None:
     """Take the workers a look found empty off the TrainJob's record; a conflict leaves them for the next look."""
     namespace, name = dig(trainjob, "metadata", "namespace"), dig(trainjob, "metadata", "name")
     try:
-        kube.reads.wrote_trainjob(await kube.patch_trainjob(namespace, name, record_ops(trainjob, keep)))
+        reads.wrote_trainjob(await kube.patch_trainjob(namespace, name, record_ops(trainjob, keep)))
     except Exception as exc:
         log.info("TrainJob %s/%s: its record of workers not updated: %s", namespace, name, describe_error(exc))

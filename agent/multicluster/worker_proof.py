@@ -26,10 +26,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agent.domain.admission_check import active_condition, is_ours
+from agent.multicluster.contact_lease import contact_epoch, contact_origin
 from agent.multicluster.workers import WorkerPlan
 from contract.claims import DEFAULT_ORIGIN
 from contract.keys import ADMISSION_CHECK_CONTROLLER, LEASE_MANAGER_CONTACT
-from contract.multicluster import MULTIKUEUE_CONTROLLER, contact_epoch, contact_origin
+from contract.multicluster import MULTIKUEUE_CONTROLLER
 from contract.objects import dig, parse_rfc3339
 
 CLUSTER_SCOPED: Final = frozenset({"nodes", "clusterqueues", "admissionchecks"})

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.constants import (
     ADMISSION_CHECKS,
@@ -30,6 +29,7 @@ from agent.constants import (
 from agent.domain import pod_owners
 from agent.domain.decide import Blocker
 from agent.domain.start import prologue_configmap_refusal
+from agent.multicluster.contact_lease import contact_lease, contact_origin
 from agent.multicluster.replicas import replica_blocker, unprepared
 from agent.multicluster.worker_proof import WorkerProof, accesses, listed_checks
 from agent.multicluster.workers import WorkerLook
@@ -43,7 +43,6 @@ from contract.keys import (
     LEASE_MANAGER_CONTACT,
     LEASE_NAMESPACE,
 )
-from contract.multicluster import contact_lease, contact_origin
 from contract.objects import dig, labels
 from contract.prologue import PROLOGUE_CONFIGMAP, prologue_configmap
 from contract.upstream import (
@@ -55,7 +54,8 @@ from contract.upstream import (
     TRAINER_GROUP,
     TRAINER_VERSION,
 )
-from serving.kube import api_client, describe_api_error, or_none, read_json
+from serving.client import KubeError
+from serving.kube import api_client, or_none, read_json
 
 Obj = dict[str, Any]
 
@@ -318,26 +318,26 @@ class WorkerClients:
             cq = dig(localqueue, "spec", "clusterQueue")
             clusterqueue = await or_none(get(CLUSTER_QUEUES, cq)) if isinstance(cq, str) and cq else None
             checks = {n: await or_none(get(ADMISSION_CHECKS, n)) for n in listed_checks(clusterqueue)}
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 403:
                 raise
             # A right refused: the reviews above name it; the queue is reported unread, not missing.
-            return WorkerProof(None, None, {}, tuple(denied), unread=describe_api_error(exc))
+            return WorkerProof(None, None, {}, tuple(denied), unread=exc.describe())
         coordination = client.CoordinationV1Api(api)
         try:
             contact = await or_none(
                 coordination.read_namespaced_lease(LEASE_MANAGER_CONTACT, self.lease_namespace, **opts)
             )
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 403:
                 raise
             contact = None  # the reviews above name the right
         return WorkerProof(localqueue, clusterqueue, checks, tuple(denied), contact=contact)
 
     async def renew_contact(self, worker: str, duration: int) -> int | None:
-        """Renew the contact Lease on ``worker`` (contract/multicluster.py ``contact_lease`` decides: a renewal, or
-        a new epoch after a gap); the epoch it shows now. A conflict (another replica renewed meanwhile) is left
-        to the next renewal."""
+        """Renew the contact Lease on ``worker`` (agent/multicluster/contact_lease.py ``contact_lease`` decides: a
+        renewal, or a new epoch after a gap); the epoch it shows now. A conflict (another replica renewed meanwhile) is
+        left to the next renewal."""
         namespace = self.lease_namespace
         coordination = client.CoordinationV1Api(await self._client(worker))
         opts = {"_preload_content": False, "_request_timeout": self.timeout}
@@ -372,7 +372,7 @@ async def _read_or_create(read: Callable[[], Awaitable[Any]], create: Callable[[
         return found
     try:
         return await read_json(create())
-    except ApiException as exc:
+    except KubeError as exc:
         if exc.status != 409:
             raise
     return await or_none(read())

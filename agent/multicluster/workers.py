@@ -86,7 +86,7 @@ def plan_workers(
             if worker in fenced:
                 why += f"; {FENCE_NOT_TRUSTED}"
             blockers.append(Blocker("", why, worker))
-    return WorkerPlan(tuple(read), tuple(sorted(workers & off)), tuple(blockers), fenced - trusted, trusted)
+    return WorkerPlan(tuple(read), tuple(sorted(workers & off)), tuple(blockers), frozenset(fenced - trusted), trusted)
 
 
 FENCE_NOT_TRUSTED: Final = (

@@ -37,8 +37,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from agent.constants import (
     EVENT_COMPONENT,
     EVENT_MESSAGE_MAX,
@@ -54,7 +52,7 @@ from agent.constants import (
 from contract.keys import KIND_TRAINJOB
 from contract.objects import dig
 from contract.upstream import TRAINER_API_VERSION
-from serving.kube import describe_api_error
+from serving.client import KubeError
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +400,7 @@ class EventRecorder:
                     self.writes["patch"] += 1
                     self.correlator.written(c.key, written)
                     return True
-                except ApiException as exc:
+                except KubeError as exc:
                     if exc.status not in (404, 409, 422):
                         raise
                     # Gone (the API server's Event TTL), or written by someone else: a new Event carries the count.
@@ -414,12 +412,12 @@ class EventRecorder:
             written = await self._create(namespace, event)
             self.writes["create"] += 1
             self.correlator.written(c.key, written)
-        except ApiException as exc:
+        except KubeError as exc:
             log.warning(
                 "cannot record event %s on TrainJob %s: %s",
                 body["reason"],
                 body["involvedObject"]["name"],
-                describe_api_error(exc),
+                exc.describe(),
             )
             return False
         except Exception as exc:  # a report must never break a reconcile

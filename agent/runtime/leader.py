@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from agent.constants import (
     LEASE_DURATION_SECONDS,
     RENEW_DEADLINE_SECONDS,
@@ -37,7 +35,7 @@ from agent.constants import (
 )
 from agent.runtime.kube import Kube
 from contract.objects import micro_time
-from serving.kube import describe_api_error
+from serving.client import KubeError
 
 log = logging.getLogger(__name__)
 
@@ -231,14 +229,14 @@ class LeaderElector:
                 elif step.kind is Kind.UPDATE:
                     await self.kube.replace_lease(self.namespace, self.name, step.body or {})
                 return step.kind
-        except ApiException as exc:
+        except KubeError as exc:
             # 409: another candidate wrote first (or we raced our own renewal); try again next round.
             log.log(
                 logging.DEBUG if exc.status == 409 else logging.WARNING,
                 "lease %s/%s: %s",
                 self.namespace,
                 self.name,
-                describe_api_error(exc),
+                exc.describe(),
             )
         except TimeoutError:
             log.warning("lease %s/%s: no answer within %gs", self.namespace, self.name, self.renew_deadline / 2)
@@ -274,5 +272,5 @@ class LeaderElector:
                 if body is not None:
                     await self.kube.replace_lease(self.namespace, self.name, body)
                     log.info("released Lease %s/%s", self.namespace, self.name)
-        except (ApiException, TimeoutError, OSError) as exc:
+        except (KubeError, TimeoutError, OSError) as exc:
             log.warning("could not release Lease %s/%s (it will expire): %s", self.namespace, self.name, exc)

@@ -14,9 +14,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from serving.backoff import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, backoff_delay
+from serving.client import KubeError
 
 K = TypeVar("K", bound=Hashable)
 
@@ -142,7 +141,7 @@ async def serve_keys(
             raise
         except Exception as exc:
             queue.done(key)
-            status = exc.status if isinstance(exc, ApiException) else None
+            status = exc.status if isinstance(exc, KubeError) else None
             if status not in (404, 422):
                 if status != 409:
                     failed(key, exc)

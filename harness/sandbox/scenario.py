@@ -138,7 +138,7 @@ class Scenario:
 
     async def status(self, agent: AgentClient) -> StatusResponse:
         assert self.result.ref is not None
-        st = await agent.domain.status(self.result.ref)
+        st = await agent.status(self.result.ref)
         if not self.statuses or st != self.statuses[-1]:
             self.statuses.append(st)
             with self.s.record.open("a") as f:
@@ -260,7 +260,7 @@ class Scenario:
             result.preflight = caps.readmission_gate_reason
 
         async with self.step("Start", 90):
-            started = await agent.domain.start(
+            started = await agent.start(
                 StartRequest.model_validate(
                     {
                         "jobId": str(ULID()),

@@ -28,7 +28,7 @@ from tests.unit.test_webhook_rules import KUEUE, request
 from webhook.admission import validate
 from webhook.config import Config
 from webhook.review import Lookups, Verdict
-from webhook.rules.updates import approval_problems
+from webhook.rules.unsuspend import approval_problems
 
 TRAINER_V = "trainer.kubeflow.org/v1alpha1"
 KUEUE_MANAGER = "kueue-admission"

@@ -4,10 +4,10 @@ the uid and the controllerName."""
 from __future__ import annotations
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.domain.admission_check import active_patch
 from agent.runtime.kube import Kube
+from serving.client import KubeError
 from tests.agent import kueue_double as kueue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="function")]
@@ -45,7 +45,7 @@ async def test_active_is_not_written_through_to_a_recreated_admission_check(cont
     cp.admin.delete(kueue.KUEUE_V, "AdmissionCheck", name)
     cp.admin.create({"apiVersion": kueue.KUEUE_V, "kind": "AdmissionCheck", "metadata": {"name": name},
                      "spec": {"controllerName": "someone.else/controller"}})  # fmt: skip
-    with pytest.raises(ApiException) as err:
+    with pytest.raises(KubeError) as err:
         await Kube(api_client).patch_admission_check_status(name, active_patch(old, NOW))
     assert err.value.status == 422  # the uid test op
     assert "status" not in cp.admin.get(kueue.KUEUE_V, "AdmissionCheck", name) or not cp.admin.get(
@@ -63,6 +63,6 @@ async def test_active_is_never_written_on_someone_elses_check(control_plane, api
                              "spec": {"controllerName": "someone.else/controller"}})  # fmt: skip
     # Even with the right uid, the controllerName test refuses it.
     ops = active_patch({**ours, "metadata": {**ours["metadata"], "name": theirs, "uid": other["metadata"]["uid"]}}, NOW)
-    with pytest.raises(ApiException) as err:
+    with pytest.raises(KubeError) as err:
         await Kube(api_client).patch_admission_check_status(theirs, ops)
     assert err.value.status == 422

@@ -18,7 +18,8 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.domain.decide import Action
-from agent.gate.reconcile import WorkloadKey, reconcile
+from agent.gate.context import Pass, WorkloadKey
+from agent.gate.reconcile import reconcile
 from agent.runtime.caches import keep_jobset, keep_trainjob
 from agent.runtime.kube import Kube
 from contract.keys import ANNOTATION_HOLD_INSTANCE, ANNOTATION_HOLD_REASON, ANNOTATION_HOLD_WHO, ANNOTATION_JOBSET_UID
@@ -39,17 +40,22 @@ def key(wl: dict[str, Any]) -> WorkloadKey:
     return WorkloadKey(wl["metadata"]["namespace"], wl["metadata"]["name"])
 
 
-def cached(api_client, *, workload=None, trainjob=None) -> Kube:
-    """A Kube whose passes read from live stores holding exactly these copies (and no JobSet)."""
-    kube = Kube(api_client, instance="test")
-    live(kube.reads.workloads, *([workload] if workload else []))
-    live(kube.reads.trainjobs, *([trainjob] if trainjob else []), keep=keep_trainjob)
-    live(kube.reads.jobsets, keep=keep_jobset)
-    return kube
+def cached(api_client, *, workload=None, trainjob=None) -> Pass:
+    """A pass that reads from live stores holding exactly these copies (and no JobSet)."""
+    ctx = Pass.fresh(Kube(api_client, instance="test"), SETTINGS)
+    live(ctx.reads.workloads, *([workload] if workload else []))
+    live(ctx.reads.trainjobs, *([trainjob] if trainjob else []), keep=keep_trainjob)
+    live(ctx.reads.jobsets, keep=keep_jobset)
+    return ctx
 
 
-def api_reads(kube: Kube) -> dict[str, int]:
-    return {resource: n for (resource, source), n in kube.reads.counts.items() if source == "api"}
+def fresh(api_client, instance: str) -> Pass:
+    """A pass of another agent's, whose every read is a GET."""
+    return Pass.fresh(Kube(api_client, instance=instance), SETTINGS)
+
+
+def api_reads(ctx: Pass) -> dict[str, int]:
+    return {resource: n for (resource, source), n in ctx.reads.counts.items() if source == "api"}
 
 
 def dispatch_workload(cp, namespace, checks: int = 1):
@@ -75,14 +81,14 @@ async def test_a_workload_from_before_an_eviction_is_never_approved(control_plan
     (check,), tj, wl = dispatch_workload(cp, namespace)
     stale = kueue.get_workload(cp, wl)  # Pending, quota reserved
     kueue.readmit_cycle(cp, wl)  # Kueue evicted it (resetting the check) and reserved again since
-    kube = cached(api_client, workload=stale, trainjob=kueue.get_trainjob(cp, tj))
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    ctx = cached(api_client, workload=stale, trainjob=kueue.get_trainjob(cp, tj))
+    outcome = await reconcile(ctx, key(wl))
     assert outcome.conflict == "workload"  # the Ready write, preconditioned on the stale copy: 409
     assert outcome.requeue
     assert not outcome.ready
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
     # The Workload, the TrainJob and the JobSet ("none") came from memory: no GET.
-    assert api_reads(kube) == {}
+    assert api_reads(ctx) == {}
 
 
 @async_test
@@ -94,11 +100,11 @@ async def test_a_trainjob_from_before_a_hold_starts_nothing(control_plane, names
     (check,), tj, wl = dispatch_workload(cp, namespace)
     stale = kueue.get_trainjob(cp, tj)
     held = hold(cp, tj)  # the hold annotations were added since the copy
-    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    ctx = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
+    outcome = await reconcile(ctx, key(wl))
     # decided from the copy without the hold; its approval refused
     assert (outcome.action, outcome.conflict, outcome.ready) == (Action.ADMIT, "trainjob", False)
-    assert api_reads(kube) == {}
+    assert api_reads(ctx) == {}
     assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
     # Kueue's unsuspend of the TrainJob as stored, with what admission adds to it: refused, naming the hold.
@@ -109,8 +115,8 @@ async def test_a_trainjob_from_before_a_hold_starts_nothing(control_plane, names
     # The watch catches up: a pass on the fresh copy holds (the Workload re-reserved after Hold's deactivation
     # and Release is not this test's; here the check is Pending again as after an eviction).
     kueue.readmit_cycle(cp, wl)
-    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=kueue.get_trainjob(cp, tj))
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    ctx = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=kueue.get_trainjob(cp, tj))
+    outcome = await reconcile(ctx, key(wl))
     assert outcome.action is Action.HOLD
     assert "held by dispatch" in outcome.message
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
@@ -125,9 +131,9 @@ async def test_a_trainjob_from_before_a_hold_fails_the_jobset_uid_record(control
     stale = kueue.get_trainjob(cp, tj)
     js = create_jobset(cp, tj)
     held = hold(cp, tj)
-    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
-    live(kube.reads.jobsets, js, keep=keep_jobset)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    ctx = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
+    live(ctx.reads.jobsets, js, keep=keep_jobset)
+    outcome = await reconcile(ctx, key(wl))
     assert (outcome.action, outcome.conflict, outcome.ready) == (Action.ADMIT, "trainjob", False)
     assert "the TrainJob's patch (JobSet UID record, approval) was refused" in outcome.message
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
@@ -144,18 +150,18 @@ async def test_a_trainjob_from_before_an_execution_cannot_lower_a(control_plane,
     cp = control_plane
     (check,), tj, wl = dispatch_workload(cp, namespace)
     stale = kueue.get_trainjob(cp, tj)  # A = 0, nothing started
-    outcome = await reconcile(Kube(api_client, instance="other-pass"), key(wl), SETTINGS)
+    outcome = await reconcile(fresh(api_client, "other-pass"), key(wl))
     assert (outcome.ready, outcome.new_a) == (True, 1)  # another pass approved; the execution starts with A 1
     assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (1, 1)
     kueue.readmit_cycle(cp, wl)
-    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    ctx = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=stale)
+    outcome = await reconcile(ctx, key(wl))
     # The stale copy says the next execution starts with A 1 again: its approval, preconditioned on the copy, is
     # refused, so nothing is approved on it.
     assert (outcome.ready, outcome.conflict) == (False, "trainjob")
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)  # nothing written: A cannot fall
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
-    outcome = await reconcile(Kube(api_client, instance="fresh"), key(wl), SETTINGS)  # decided on a fresh read
+    outcome = await reconcile(fresh(api_client, "fresh"), key(wl))  # decided on a fresh read
     assert (outcome.ready, outcome.new_a) == (True, 2)
     assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)  # the start numbers it above the last
 
@@ -165,10 +171,10 @@ async def test_a_trainjob_not_yet_in_the_store_is_read_by_get(control_plane, nam
     """The first admission right after Start: the TrainJob watch may not have delivered it yet."""
     cp = control_plane
     (check,), _tj, wl = dispatch_workload(cp, namespace)
-    kube = cached(api_client, workload=kueue.get_workload(cp, wl))
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    ctx = cached(api_client, workload=kueue.get_workload(cp, wl))
+    outcome = await reconcile(ctx, key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 1)
-    assert api_reads(kube) == {"trainjobs": 1}  # the GET
+    assert api_reads(ctx) == {"trainjobs": 1}  # the GET
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready"
 
 
@@ -179,15 +185,15 @@ async def test_our_own_writes_are_what_the_next_pass_reads(control_plane, namesp
     cp = control_plane
     checks, tj, wl = dispatch_workload(cp, namespace, checks=2)
     js = create_jobset(cp, tj)
-    kube = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=kueue.get_trainjob(cp, tj))
-    live(kube.reads.jobsets, js, keep=keep_jobset)
-    first = await reconcile(kube, key(wl), SETTINGS)  # records the JobSet UID, then Ready
+    ctx = cached(api_client, workload=kueue.get_workload(cp, wl), trainjob=kueue.get_trainjob(cp, tj))
+    live(ctx.reads.jobsets, js, keep=keep_jobset)
+    first = await reconcile(ctx, key(wl))  # records the JobSet UID, then Ready
     assert (first.check, first.ready, first.more, first.new_a) == (checks[0], True, True, 1)
-    second = await reconcile(kube, key(wl), SETTINGS)  # from the record's response: nothing to record
+    second = await reconcile(ctx, key(wl))  # from the record's response: nothing to record
     assert (second.check, second.ready, second.conflict, second.new_a) == (checks[1], True, None, 1)
     assert kueue.states(kueue.get_workload(cp, wl)) == dict.fromkeys(checks, "Ready")
     assert kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]
-    assert api_reads(kube) == {}  # every read from memory
+    assert api_reads(ctx) == {}  # every read from memory
 
 
 def test_the_watches_spare_the_reads_of_a_readmission(control_plane, namespace):

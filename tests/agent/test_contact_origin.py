@@ -10,9 +10,9 @@ import datetime as dt
 
 import pytest
 
+from agent.multicluster.contact_lease import contact_lease
 from agent.multicluster.worker_reads import WorkerClients
 from contract.keys import LABEL_CLAIM, LEASE_MANAGER_CONTACT
-from contract.multicluster import contact_lease
 
 pytestmark = pytest.mark.cluster
 LEASE = "coordination.k8s.io/v1"

@@ -21,6 +21,7 @@ from ulid import ULID
 
 from agent.config import AgentConfig
 from agent.constants import REASON_COPY_UNVERIFIED, REASON_OUT_OF_CONTACT, REASON_STALE_COPY, REASON_UNCLAIMED
+from agent.multicluster.contact_lease import contact_lease
 from contract.admission import admission_count, raise_to
 from contract.claims import Want, claim_lease, copy_claim
 from contract.keys import (
@@ -32,7 +33,7 @@ from contract.keys import (
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
-from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, ROLE_WORKER, contact_lease
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, ROLE_WORKER
 from contract.objects import annotations, micro_time
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError
@@ -64,7 +65,7 @@ def lease_changed(cp: ControlPlane, name: str, namespace: str, change: Callable[
 
 class ManagerPlay:
     """The manager's agent, as far as this worker sees it: it renews the contact Lease every second
-    (contract/multicluster.py ``contact_lease``, the function the manager's agent renews with) until stopped."""
+    (agent/multicluster/contact_lease.py ``contact_lease``, the function the manager's agent renews with) until stopped."""
 
     def __init__(self, cp: ControlPlane, namespace: str) -> None:
         self.cp, self.namespace = cp, namespace

@@ -3,9 +3,9 @@ API server, the test playing Kueue's part: the MultiKueue checks whose workers t
 by fresh reads of the checks the Workload lists, never by the agent's AdmissionCheck watch cache
 (docs/multicluster.md, "A lost worker's quota").
 
-The cache is live and misses the job's MultiKueue check (as a watch that has not yet seen a check just made, or
-made again, leaves it): the release must still look at that check's worker, which the agent cannot read, and keep
-the quota. Once the check is gone from the API the release cannot know the workers at all, and keeps it too."""
+The release is handed no AdmissionCheck cache at all (the agent's may miss the job's MultiKueue check, as a watch
+that has not yet seen a check just made, or made again, leaves it): it must look at that check's worker, which the
+agent cannot read, and keep the quota. Once the check is gone from the API the release cannot know the workers at all, and keeps it too."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from agent.domain.admission_check import AdmissionCheckCache
 from agent.multicluster.worker_pass import release_kept_quota
+from agent.runtime.caches import Reads
 from agent.runtime.kube import Kube
 from contract.keys import KUEUE_RUNTIME_PATCH_MANAGER
 from contract.multicluster import MULTIKUEUE_CONFIG_KIND, MULTIKUEUE_CONTROLLER, MULTIKUEUE_MANAGED_BY
@@ -88,11 +88,9 @@ async def test_the_kept_quota_stays_while_the_cache_misses_the_multikueue_check_
     tj = stuck_trainjob(cp, namespace)
     wl = kueue.evict(cp, kueue.reserve(cp, kueue.create_workload(cp, tj, [check])))
     kube = Kube(api_client, instance="test")
-    cache = AdmissionCheckCache()
-    cache.replace([])  # a live cache that has not seen the MultiKueue check
-    kube.checks = cache
+    reads = Reads(kube)
 
-    assert not await release_kept_quota(kube, None, namespace, wl["metadata"]["name"], [])
+    assert not await release_kept_quota(kube, reads, None, namespace, wl["metadata"]["name"], [])
     assert active(cp, tj) == [1]
     [message] = kept_messages(cp, tj)
     assert f"worker {worker}" in message
@@ -101,6 +99,6 @@ async def test_the_kept_quota_stays_while_the_cache_misses_the_multikueue_check_
     # The check deleted (as while it is made again): its workers cannot be known, so the quota stays.
     cp.admin.delete(kueue.KUEUE_V, "AdmissionCheck", check)
     kueue.created_checks.remove(check)
-    assert not await release_kept_quota(kube, None, namespace, wl["metadata"]["name"], [])
+    assert not await release_kept_quota(kube, reads, None, namespace, wl["metadata"]["name"], [])
     assert active(cp, tj) == [1]
     assert any(f"AdmissionCheck {check}: not found" in m for m in kept_messages(cp, tj))

@@ -13,7 +13,8 @@ import pytest
 from agent.config import AgentConfig
 from agent.constants import EVENT_COMPONENT, REASON_FOREIGN
 from agent.domain.decide import Action
-from agent.gate.reconcile import Hooks, WorkloadKey, reconcile
+from agent.gate.context import Hooks, Pass, WorkloadKey
+from agent.gate.reconcile import reconcile
 from agent.runtime.kube import Kube
 from contract.admission import admission_path, approved_admission
 from contract.keys import ANNOTATION_APPROVED_ADMISSION, ANNOTATION_JOBSET_UID, FIELD_MANAGER
@@ -49,7 +50,7 @@ async def test_a_clear_dispatch_job_is_admitted_and_a_is_left_to_the_write_that_
 ):
     cp = control_plane
     check, tj, wl = dispatch_workload(cp, namespace)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.conflict) == (Action.ADMIT, True, None)
     assert outcome.new_a == 1  # the A the next execution starts with: 0 in the new TrainJob, raised to 1
     after = kueue.get_trainjob(cp, tj)
@@ -64,7 +65,7 @@ async def test_a_clear_dispatch_job_is_admitted_and_a_is_left_to_the_write_that_
     ready_by = [m for m in now["metadata"]["managedFields"] if m.get("subresource") == "status"]
     assert FIELD_MANAGER in {m["manager"] for m in ready_by}
     # A second pass finds nothing due: the check is Ready.
-    again = await reconcile(kube, key(wl), SETTINGS)
+    again = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert again.action is None
     assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
     # Kueue's unsuspend, with admission's raise in it, starts the execution with the A the gate reported.
@@ -86,7 +87,7 @@ async def test_the_jobset_uid_is_recorded_once_in_a_preconditioned_patch(control
         return await patch_trainjob(namespace_, name, ops)
 
     kube.patch_trainjob = spy  # the real write, counted
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 1)
     assert patches == [[
         {"op": "test", "path": "/metadata/uid", "value": tj["metadata"]["uid"]},
@@ -104,7 +105,7 @@ async def test_the_jobset_uid_is_recorded_once_in_a_preconditioned_patch(control
     kueue.run_execution(cp, tj)
     kueue.readmit_cycle(cp, wl)
     before = kueue.get_trainjob(cp, tj)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 2)
     assert len(patches) == 2
     assert [op["path"] for op in patches[1][2:]] == [pointer("metadata", "annotations", ANNOTATION_APPROVED_ADMISSION)]
@@ -119,7 +120,7 @@ async def test_a_workload_that_is_not_dispatchs_is_made_ready_at_once(control_pl
     check = kueue.create_admission_check(cp)
     job = kueue.create_batch_job(cp, namespace) if owner == "batch-job" else kueue.create_plain_trainjob(cp, namespace)
     wl = kueue.reserve(cp, kueue.create_workload(cp, job, [check]))
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert outcome.action is Action.APPROVE
     assert outcome.ready
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready"
@@ -130,14 +131,14 @@ async def test_a_workload_that_is_not_dispatchs_is_made_ready_at_once(control_pl
 async def test_a_check_is_not_touched_before_quota_is_reserved(control_plane, namespace, kube):
     cp = control_plane
     _check, tj, wl = dispatch_workload(cp, namespace, reserved=False)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert outcome.action is None
     now = kueue.get_workload(cp, wl)
     assert now["metadata"]["resourceVersion"] == wl["metadata"]["resourceVersion"]
     assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == tj["metadata"]["resourceVersion"]
     # Reserved: now it acts.
     kueue.reserve(cp, wl)
-    assert (await reconcile(kube, key(wl), SETTINGS)).action is Action.ADMIT
+    assert (await reconcile(Pass.fresh(kube, SETTINGS), key(wl))).action is Action.ADMIT
 
 
 @pytest.mark.parametrize("stall_at", ["after_read", "after_record"])
@@ -156,13 +157,13 @@ async def test_a_stalled_pass_cannot_approve_the_next_admission(control_plane, n
 
     async def stall(_obj):
         # Another pass approves this cycle (the stale one has read Pending, and is not running).
-        assert (await reconcile(Kube(kube.api, instance="other"), key(wl), SETTINGS)).ready
+        assert (await reconcile(Pass.fresh(Kube(kube.api, instance="other"), SETTINGS), key(wl))).ready
         kueue.run_execution(cp, tj)  # Kueue starts it with A 1...
         pods.append(kueue.create_trainer_pod(cp, tj, node, a="1"))  # ...its pod runs, its node is lost
         kueue.readmit_cycle(cp, wl)  # evicted (the check reset to Pending) and quota reserved again
 
     try:
-        outcome = await reconcile(kube, key(wl), SETTINGS, Hooks(**{stall_at: stall}))
+        outcome = await reconcile(Pass.fresh(kube, SETTINGS, Hooks(**{stall_at: stall})), key(wl))
         assert pods, "the hook ran"
         assert outcome.conflict == "workload"
         assert outcome.requeue
@@ -172,13 +173,13 @@ async def test_a_stalled_pass_cannot_approve_the_next_admission(control_plane, n
         assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (1, 1)  # the started execution's A, nothing more
 
         # The next pass reads afresh: it holds on the pod.
-        outcome = await reconcile(kube, key(wl), SETTINGS)
+        outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
         assert (outcome.action, outcome.ready) == (Action.HOLD, False)
         assert pods[0]["metadata"]["name"] in kueue.entry(kueue.get_workload(cp, wl), check)["message"]
 
         # The pod is gone: the next execution is admitted, and will start above the last one.
         cp.admin.request("DELETE", cp.admin.object_path(pods[0]), {"gracePeriodSeconds": 0})
-        outcome = await reconcile(kube, key(wl), SETTINGS)
+        outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
         assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 2)
         assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Ready"
         assert kueue.a_and_floor(kueue.run_execution(cp, tj)) == (2, 2)
@@ -200,21 +201,21 @@ async def test_a_crash_between_the_jobset_uid_record_and_ready_leaves_the_next_p
         raise Crash
 
     with pytest.raises(Crash):
-        await reconcile(kube, key(wl), SETTINGS, Hooks(after_record=crash))
+        await reconcile(Pass.fresh(kube, SETTINGS, Hooks(after_record=crash)), key(wl))
     recorded = kueue.get_trainjob(cp, tj)
     assert recorded["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == js["metadata"]["uid"]  # it landed
     assert kueue.a_and_floor(recorded) == (0, None)
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
 
     # The next pass (after the restart) approves, writing only the check: the record is there.
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 1)
     assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == recorded["metadata"]["resourceVersion"]
     # Across further admissions each execution starts above the last (R = A + J, J = 0 here, only rises).
     seen = [kueue.started(kueue.run_execution(cp, tj))]
     for _ in range(2):
         kueue.readmit_cycle(cp, wl)
-        outcome = await reconcile(kube, key(wl), SETTINGS)
+        outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
         assert outcome.ready
         seen.append(kueue.started(kueue.run_execution(cp, tj)))
         assert seen[-1] == outcome.new_a
@@ -224,17 +225,17 @@ async def test_a_crash_between_the_jobset_uid_record_and_ready_leaves_the_next_p
 async def test_the_floor_keeps_a_from_falling_when_the_runtime_patch_is_rewritten(control_plane, namespace, kube):
     cp = control_plane
     _check, tj, wl = dispatch_workload(cp, namespace)
-    assert (await reconcile(kube, key(wl), SETTINGS)).new_a == 1
+    assert (await reconcile(Pass.fresh(kube, SETTINGS), key(wl))).new_a == 1
     kueue.run_execution(cp, tj)
     kueue.readmit_cycle(cp, wl)
-    assert (await reconcile(kube, key(wl), SETTINGS)).new_a == 2
+    assert (await reconcile(Pass.fresh(kube, SETTINGS), key(wl))).new_a == 2
     kueue.run_execution(cp, tj)
     # Someone rewrites dispatch's runtime patch, lowering A to 0 (there is no webhook on tier A to stop it).
     tj = kueue.get_trainjob(cp, tj)
     json_patch(cp.admin, tj, [{"op": "replace", "path": pointer(*admission_path(tj)), "value": "0"}])
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, 2)
     kueue.readmit_cycle(cp, wl)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready) == (Action.ADMIT, True)
     assert outcome.new_a == 3  # floor + 1, not 0 + 1
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, 2)  # the gate wrote nothing
@@ -255,7 +256,7 @@ async def test_a_trainjob_whose_next_execution_cannot_be_numbered_is_held(contro
     )
     if lost == "both":
         assert kueue.a_and_floor(tj) == (None, None)  # the new TrainJob has no floor yet
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.HOLD, False, None)
     assert outcome.requeue  # no pod or node event will lift it: looked at again after a backoff
     entry = kueue.entry(kueue.get_workload(cp, wl), check)
@@ -305,7 +306,7 @@ async def test_a_replaced_jobset_is_reported_and_holds_the_gate(control_plane, n
     cp = control_plane
     _check, tj, wl = dispatch_workload(cp, namespace)
     first = create_jobset(cp, tj)
-    assert (await reconcile(kube, key(wl), SETTINGS)).new_a == 1
+    assert (await reconcile(Pass.fresh(kube, SETTINGS), key(wl))).new_a == 1
     recorded = kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID]
     assert recorded == first["metadata"]["uid"]  # recorded the first time it is seen
     kueue.run_execution(cp, tj)
@@ -314,7 +315,7 @@ async def test_a_replaced_jobset_is_reported_and_holds_the_gate(control_plane, n
     cp.admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", first["metadata"]["name"], namespace)
     second = create_jobset(cp, tj)
     kueue.readmit_cycle(cp, wl)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     # Reported, and the gate holds: J may have started again at 0, so A + J could repeat an R. The job is not
     # stopped: what to do is a person's call.
     wording = f"JobSet UID {second['metadata']['uid']} is not the recorded {recorded}: J may have been reset."
@@ -333,7 +334,7 @@ async def test_a_replaced_jobset_is_reported_and_holds_the_gate(control_plane, n
     assert after["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == recorded  # the record is not rewritten
 
     # Reported once per TrainJob by this process, not on every pass; held still.
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready) in ((Action.HOLD, False), (None, False))
     assert outcome.foreign_reported == 0
     assert len([e for e in kueue.events_about(cp, tj) if e["reason"] == REASON_FOREIGN]) == 1
@@ -346,7 +347,7 @@ async def test_an_orphan_jobset_of_the_name_is_never_recorded(control_plane, nam
     cp = control_plane
     _check, tj, wl = dispatch_workload(cp, namespace)
     orphan = create_jobset(cp, tj, orphan_owner)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a) == (Action.ADMIT, True, 1)  # the admission goes ahead
     after = kueue.get_trainjob(cp, tj)
     assert ANNOTATION_JOBSET_UID not in after["metadata"]["annotations"]  # only the approval written
@@ -358,7 +359,7 @@ async def test_an_orphan_jobset_of_the_name_is_never_recorded(control_plane, nam
     cp.admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", orphan["metadata"]["name"], namespace)
     own = create_jobset(cp, tj)
     kueue.readmit_cycle(cp, wl)
-    outcome = await reconcile(kube, key(wl), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (outcome.action, outcome.ready, outcome.new_a, outcome.foreign_reported) == (Action.ADMIT, True, 2, 0)
     assert kueue.get_trainjob(cp, tj)["metadata"]["annotations"][ANNOTATION_JOBSET_UID] == own["metadata"]["uid"]
     assert [e for e in kueue.events_about(cp, tj) if e["reason"] == REASON_FOREIGN] == []
@@ -372,8 +373,8 @@ async def test_concurrent_passes_record_the_jobset_uid_once(control_plane, names
     check, tj, wl = dispatch_workload(cp, namespace)
     js = create_jobset(cp, tj)
     both = await asyncio.gather(
-        reconcile(Kube(api_client, instance="a"), key(wl), SETTINGS),
-        reconcile(Kube(api_client, instance="b"), key(wl), SETTINGS),
+        reconcile(Pass.fresh(Kube(api_client, instance="a"), SETTINGS), key(wl)),
+        reconcile(Pass.fresh(Kube(api_client, instance="b"), SETTINGS), key(wl)),
     )
     assert any(o.ready for o in both)
     assert all(o.ready or o.conflict is not None for o in both), both
@@ -386,7 +387,7 @@ async def test_concurrent_passes_record_the_jobset_uid_once(control_plane, names
 
 
 async def test_a_gone_workload_is_nothing_to_do(namespace, kube):
-    outcome = await reconcile(kube, WorkloadKey(namespace, f"gone-{secrets.token_hex(3)}"), SETTINGS)
+    outcome = await reconcile(Pass.fresh(kube, SETTINGS), WorkloadKey(namespace, f"gone-{secrets.token_hex(3)}"))
     assert outcome.action is None
     assert not outcome.requeue
 
@@ -397,10 +398,10 @@ async def test_two_checks_of_ours_each_get_their_own_look_and_ready(control_plan
     checks = sorted([kueue.create_admission_check(cp), kueue.create_admission_check(cp)])
     tj = kueue.create_dispatch_trainjob(cp, namespace)
     wl = kueue.reserve(cp, kueue.create_workload(cp, tj, checks))
-    first = await reconcile(kube, key(wl), SETTINGS)
+    first = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (first.check, first.ready, first.more) == (checks[0], True, True)
     assert kueue.states(kueue.get_workload(cp, wl)) == {checks[0]: "Ready", checks[1]: "Pending"}
-    second = await reconcile(kube, key(wl), SETTINGS)
+    second = await reconcile(Pass.fresh(kube, SETTINGS), key(wl))
     assert (second.check, second.ready, second.more) == (checks[1], True, False)
     assert (first.new_a, second.new_a) == (1, 1)  # one execution follows, started with A 1
     assert kueue.a_and_floor(kueue.get_trainjob(cp, tj)) == (0, None)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from agent.multicluster.contact_lease import contact_lease
 from agent.multicluster.worker_reads import WorkerClients
 from contract.claims import Want, claim_lease, claim_name
 from contract.keys import LABEL_REPLICA_OF
-from contract.multicluster import contact_lease
 from contract.prologue import PROLOGUE_CONFIGMAP
 from harness.cluster import ControlPlane
 from tests.e2e import kit

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from serving import watch
+from serving.client import KubeError
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -131,14 +132,12 @@ async def test_resume_relist_and_bookmarks():
 async def test_a_resource_that_is_not_served_is_an_empty_synced_collection(monkeypatch):
     """Kueue not installed: the LIST is a 404. The agent must still be ready (the webhook shares its pod, and
     plain mode needs no Kueue), and must notice when the CRD appears."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     monkeypatch.setattr(watch.Backoff, "next", lambda self: 0.01)
     forever = asyncio.Event()
     api = Api(
         lists=[{"metadata": {"resourceVersion": "30"}, "items": [obj("late", "29")]}], watches=[Response([], forever)]
     )
-    failures = [ApiException(status=404, reason="Not Found"), ApiException(status=404, reason="Not Found")]
+    failures = [KubeError(404, "NotFound", "not found"), KubeError(404, "NotFound", "not found")]
     listed = api.list_page
 
     async def list_page(call: Any, **kwargs: Any) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.domain.decide import WORKER_FIRST_MESSAGE, Action, worker_held_message
-from agent.gate.reconcile import WorkloadKey, reconcile
+from agent.gate.context import Pass, WorkloadKey
+from agent.gate.reconcile import reconcile
 from agent.runtime.kube import Kube
 from contract.keys import ANNOTATION_WORKER_ADMITTED, FIELD_MANAGER
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_WORKER
@@ -69,7 +70,7 @@ async def test_a_copys_first_admission_is_recorded_then_approved_and_a_later_one
         return await apply_status(body)
 
     kube.patch_workload, kube.apply_workload_status = spy_patch, spy_status  # the real writes, in order
-    outcome = await reconcile(kube, key(wl), WORKER)
+    outcome = await reconcile(Pass.fresh(kube, WORKER), key(wl))
     assert (outcome.action, outcome.ready, outcome.conflict) == (Action.ADMIT, True, None)
     assert writes == ["record", "check"]
     now = kueue.get_workload(cp, wl)
@@ -81,7 +82,7 @@ async def test_a_copys_first_admission_is_recorded_then_approved_and_a_later_one
     # Evicted on the worker and admitted there again: held, the record kept.
     kueue.readmit_cycle(cp, wl)
     writes.clear()
-    held = await reconcile(kube, key(wl), WORKER)
+    held = await reconcile(Pass.fresh(kube, WORKER), key(wl))
     assert (held.action, held.ready) == (Action.HOLD, False)
     assert writes == ["check"]
     now = kueue.get_workload(cp, wl)
@@ -102,10 +103,10 @@ async def test_a_ready_refused_after_the_record_leaves_the_copy_held(control_pla
         return recorded
 
     kube.patch_workload = kueue_writes_between
-    outcome = await reconcile(kube, key(wl), WORKER)
+    outcome = await reconcile(Pass.fresh(kube, WORKER), key(wl))
     assert (outcome.action, outcome.ready, outcome.conflict) == (Action.ADMIT, False, "workload")
     kube.patch_workload = patch_workload
-    again = await reconcile(kube, key(wl), WORKER)
+    again = await reconcile(Pass.fresh(kube, WORKER), key(wl))
     assert again.action is Action.HOLD
     assert kueue.entry(kueue.get_workload(cp, wl), check)["state"] == "Pending"
 
@@ -116,6 +117,6 @@ async def test_outside_a_worker_the_copy_is_approved_as_not_a_trainjob_and_nothi
     cp = control_plane
     check = kueue.create_admission_check(cp)
     wl = remote_workload(cp, namespace, check)
-    outcome = await reconcile(kube, key(wl), SINGLE)
+    outcome = await reconcile(Pass.fresh(kube, SINGLE), key(wl))
     assert (outcome.action, outcome.ready) == (Action.APPROVE, True)
     assert ANNOTATION_WORKER_ADMITTED not in (kueue.get_workload(cp, wl)["metadata"].get("annotations") or {})

@@ -25,7 +25,7 @@ from contract.errors import ContractError
 from contract.ownership import is_kueue_mode
 from tests.api.objects import PatchInvalid, PatchTestFailed, apply_patch
 from tests.loopback import serving
-from webhook.rules.updates import approval_problems
+from webhook.rules.unsuspend import approval_problems
 
 AGENT_TOKEN = "agent-token"
 Hook = Callable[["FakeKube", str, dict[str, Any]], None]

@@ -8,10 +8,28 @@ import datetime as dt
 
 import pytest
 
-from agent.api import decisions as d
-from agent.api.errors import ApiError, ErrorKind
+from agent.api.errors import ApiError, ErrorKind, contract
 from agent.api.kube import KubeError
 from agent.api.models import ObjectRef
+from agent.api.service.capabilities import capabilities, no_verdict, unproven
+from agent.api.service.failures import create_failed, refused, write_failed
+from agent.api.service.heartbeat import Heartbeat, LeaseState, heartbeat, lease_state, not_watched, sighted
+from agent.api.service.lifecycle_decisions import hold_of
+from agent.api.service.output import rank0
+from agent.api.service.probe import ProbeResult, api_versions, probe_leaks, probe_trainjob
+from agent.api.service.start_decisions import copy_problems, existing_problems, owner_patch
+from agent.api.service.targets import own, workload_of
+from agent.api.service.verdict import (
+    UNREADABLE_VERDICT,
+    in_force,
+    latest_mode,
+    lease_with_verdict,
+    refusal,
+    verdict_key,
+    verdict_of,
+    verdict_text,
+)
+from agent.domain.kueue_objects import UNCHECKED, active, our_checks, unchecked
 from agent.domain.operations import Refused
 from contract.keys import PROBE_NODE_SELECTOR_KEY
 from contract.trainjob import build_trainjob, runtime_copy_owner_reference
@@ -39,11 +57,11 @@ def kube_error(status: int, message: str = "boom", reason: str = "") -> KubeErro
     ],
 )
 def test_write_failures_map_to_typed_errors(status, message, kind):
-    assert d.write_failed(kube_error(status, message), "TrainJob a/b").kind is kind
+    assert write_failed(kube_error(status, message), "TrainJob a/b").kind is kind
 
 
 def test_a_webhook_denial_with_422_is_final_not_a_conflict():
-    err = d.write_failed(kube_error(422, 'admission webhook "x" denied the request: immutable'), "w")
+    err = write_failed(kube_error(422, 'admission webhook "x" denied the request: immutable'), "w")
     assert err.kind is ErrorKind.REJECTED
 
 
@@ -57,29 +75,29 @@ def test_a_webhook_denial_with_422_is_final_not_a_conflict():
     ],
 )
 def test_create_failures(status, message, kind, field):
-    err = d.create_failed(kube_error(status, message), "TrainJob x", "ns")
+    err = create_failed(kube_error(status, message), "TrainJob x", "ns")
     assert (err.kind, err.field) == (kind, field)
 
 
 def test_contract_errors_are_invalid_requests_naming_the_field():
     with pytest.raises(ApiError) as err:
-        d.contract(build_trainjob, submission(job_id="not-a-ulid"), runtime()["spec"])
+        contract(build_trainjob, submission(job_id="not-a-ulid"), runtime()["spec"])
     assert (err.value.kind, err.value.field) == (ErrorKind.INVALID, "JobID")
 
 
 def test_refusals_keep_their_kind():
-    assert d.refused(Refused("rejected", "fence")).kind is ErrorKind.REJECTED
-    assert d.refused(Refused("conflict", "x")).kind is ErrorKind.CONFLICT
+    assert refused(Refused("rejected", "fence")).kind is ErrorKind.REJECTED
+    assert refused(Refused("conflict", "x")).kind is ErrorKind.CONFLICT
 
 
 def test_own_refuses_a_missing_object_and_another_object_of_the_same_name():
     ref = ObjectRef(namespace="team-a", name="dj-x", uid="tj-uid")
-    assert d.own(trainjob(), ref)["metadata"]["uid"] == "tj-uid"
+    assert own(trainjob(), ref)["metadata"]["uid"] == "tj-uid"
     with pytest.raises(ApiError) as gone:
-        d.own(None, ref)
+        own(None, ref)
     assert gone.value.kind is ErrorKind.NOT_FOUND
     with pytest.raises(ApiError) as other:
-        d.own(trainjob(), ref.model_copy(update={"uid": "old-uid"}))
+        own(trainjob(), ref.model_copy(update={"uid": "old-uid"}))
     assert other.value.kind is ErrorKind.CONFLICT
     assert "a different object of the same name" in other.value.message
 
@@ -89,8 +107,8 @@ def test_the_workload_is_the_one_the_trainjob_controls():
     mine = {"metadata": {"name": "w1", "ownerReferences": [{**ref, "uid": "tj-uid"}]}}
     other = {"metadata": {"name": "w2", "ownerReferences": [{**ref, "uid": "else"}]}}
     owner_only = {"metadata": {"name": "w3", "ownerReferences": [{**ref, "uid": "tj-uid", "controller": False}]}}
-    assert d.workload_of([other, owner_only, mine], "tj-uid") is mine
-    assert d.workload_of([other, owner_only], "tj-uid") is None
+    assert workload_of([other, owner_only, mine], "tj-uid") is mine
+    assert workload_of([other, owner_only], "tj-uid") is None
 
 
 def test_our_checks_are_those_of_our_controller():
@@ -98,10 +116,10 @@ def test_our_checks_are_those_of_our_controller():
         {"metadata": {"name": "dispatch-admission"}, "spec": {"controllerName": "dispatch.phpboyscout.uk/admission"}},
         {"metadata": {"name": "prov"}, "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request"}},
     ]
-    assert d.our_checks(checks) == ["dispatch-admission"]
+    assert our_checks(checks) == ["dispatch-admission"]
     checks[0]["status"] = {"conditions": [{"type": "Active", "status": "True"}]}
-    assert d.active(checks, ["dispatch-admission"]) == ["dispatch-admission"]
-    assert d.active(checks[1:], ["dispatch-admission"]) == []
+    assert active(checks, ["dispatch-admission"]) == ["dispatch-admission"]
+    assert active(checks[1:], ["dispatch-admission"]) == []
 
 
 # -- Start ----------------------------------------------------------------------------------------
@@ -109,60 +127,60 @@ def test_our_checks_are_those_of_our_controller():
 
 def test_an_existing_trainjob_is_ours_only_while_it_is_as_start_created_it():
     built = build_trainjob(submission(), runtime()["spec"])
-    assert d.existing_problems(built, trainjob()) == []
+    assert existing_problems(built, trainjob()) == []
     other_attempt = build_trainjob(submission(attempt=7), runtime()["spec"])
-    assert d.existing_problems(other_attempt, trainjob())  # another request's object
+    assert existing_problems(other_attempt, trainjob())  # another request's object
     opened = trainjob()
     del opened["metadata"]["annotations"]["kueue.x-k8s.io/admission-gated-by"]
-    assert any("admission-gated-by" in p for p in d.existing_problems(built, opened))
+    assert any("admission-gated-by" in p for p in existing_problems(built, opened))
     deleting = trainjob()
     deleting["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
-    assert "it is being deleted" in d.existing_problems(built, deleting)
+    assert "it is being deleted" in existing_problems(built, deleting)
 
 
 def test_a_left_runtime_copy_is_reused_only_when_it_is_ours_and_unowned():
     sub = submission()
     left = runtime_copy()
-    assert d.copy_problems(left, sub) == []
-    assert d.copy_problems(left, submission(n=4))
+    assert copy_problems(left, sub) == []
+    assert copy_problems(left, submission(n=4))
     owned = copy.deepcopy(left)
     owned["metadata"]["ownerReferences"] = [{"uid": "old"}]
-    assert d.copy_problems(owned, sub) == ["it belongs to another (perhaps deleted) TrainJob"]
+    assert copy_problems(owned, sub) == ["it belongs to another (perhaps deleted) TrainJob"]
 
 
 def test_the_owner_reference_is_added_once_with_preconditions():
     left, owner = runtime_copy(), runtime_copy_owner_reference(trainjob())
-    ops = d.owner_patch(left, owner)
+    ops = owner_patch(left, owner)
     assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "tj-uid"}
     after = apply_patch(left, ops)
     assert after["metadata"]["ownerReferences"] == [owner]
-    assert d.owner_patch(after, owner) == []
+    assert owner_patch(after, owner) == []
     other = copy.deepcopy(left)
     other["metadata"]["ownerReferences"] = [{"uid": "someone"}]
-    assert apply_patch(other, d.owner_patch(other, owner))["metadata"]["ownerReferences"][-1] == owner
+    assert apply_patch(other, owner_patch(other, owner))["metadata"]["ownerReferences"][-1] == owner
 
 
 def test_a_workload_that_requests_nothing_is_admitted_unchecked():
     def workload(*containers):
         return {"spec": {"podSets": [{"name": "node", "template": {"spec": {"containers": list(containers)}}}]}}
 
-    assert d.unchecked(None) is None
-    assert d.unchecked(workload({"name": "node"})) == d.UNCHECKED
-    assert d.unchecked(workload({"name": "node", "resources": {}})) == d.UNCHECKED
-    assert d.unchecked(workload({"name": "node", "resources": {"requests": {"cpu": "1"}}})) is None
-    assert d.unchecked(workload({"name": "node", "resources": {"limits": {"nvidia.com/gpu": "1"}}})) is None
-    assert d.unchecked({"spec": {}}) == d.UNCHECKED
+    assert unchecked(None) is None
+    assert unchecked(workload({"name": "node"})) == UNCHECKED
+    assert unchecked(workload({"name": "node", "resources": {}})) == UNCHECKED
+    assert unchecked(workload({"name": "node", "resources": {"requests": {"cpu": "1"}}})) is None
+    assert unchecked(workload({"name": "node", "resources": {"limits": {"nvidia.com/gpu": "1"}}})) is None
+    assert unchecked({"spec": {}}) == UNCHECKED
 
 
 # -- Hold -----------------------------------------------------------------------------------------
 
 
 def test_a_hold_stamps_since_and_checks_until():
-    hold = d.hold_of(instance="I", now=NOW, who="alice", reason="r", until="2026-12-01T00:00:00+01:00")
+    hold = hold_of(instance="I", now=NOW, who="alice", reason="r", until="2026-12-01T00:00:00+01:00")
     assert (hold.since, hold.until) == ("2026-11-29T10:00:00Z", "2026-12-01T00:00:00+01:00")
     for bad in ("tomorrow", "2026-12-01", "2026-12-01T00:00:00"):
         with pytest.raises(ApiError) as err:
-            d.hold_of(instance="I", now=NOW, who="a", reason="r", until=bad)
+            hold_of(instance="I", now=NOW, who="a", reason="r", until=bad)
         assert err.value.field == "until"
 
 
@@ -177,8 +195,8 @@ def pod(name, index="0", attempt="0", created="2026-11-29T10:00:00Z"):
 def test_rank0_is_index_0_of_the_latest_restart():
     pods = [pod("a", attempt="0"), pod("b", index="1", attempt="2"), pod("c", attempt="1"), pod("d", attempt="1",
             created="2026-11-29T11:00:00Z")]  # fmt: skip
-    assert d.rank0(pods)["metadata"]["name"] == "d"
-    assert d.rank0([pod("x", index="1")]) is None
+    assert rank0(pods)["metadata"]["name"] == "d"
+    assert rank0([pod("x", index="1")]) is None
 
 
 # -- Preflight ------------------------------------------------------------------------------------
@@ -186,7 +204,7 @@ def test_rank0_is_index_0_of_the_latest_restart():
 
 def test_the_probe_is_starts_trainjob_with_an_impossible_node_selector():
     sub = submission(image="dispatch.invalid/never:probe", credentials=(), publish=None)
-    probe = d.probe_trainjob(sub, runtime()["spec"])
+    probe = probe_trainjob(sub, runtime()["spec"])
     plain = build_trainjob(sub, runtime()["spec"])
     template, plain_template = (
         tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
@@ -199,11 +217,11 @@ def test_the_probe_is_starts_trainjob_with_an_impossible_node_selector():
 
 def test_probe_leaks():
     closed = trainjob()
-    assert d.probe_leaks(closed, None, []) == []
+    assert probe_leaks(closed, None, []) == []
     opened = copy.deepcopy(closed)
     opened["spec"]["suspend"] = False
     admitted = {"status": {"conditions": [{"type": "QuotaReserved", "status": "True"}]}}
-    leaks = d.probe_leaks(opened, admitted, [pod("p-0")])
+    leaks = probe_leaks(opened, admitted, [pod("p-0")])
     assert leaks == ["pod p-0 appeared", "the probe TrainJob was unsuspended", "its Workload has QuotaReserved=True"]
 
 
@@ -213,71 +231,71 @@ def lease(renewed: str | None, duration: int | None = 15, holder: str = "agent-0
 
 def test_the_lease_is_alive_when_it_changes_while_watched_whatever_the_clocks_say():
     # renewTime is never compared with this agent's clock: a renewal an hour "in the future" is a renewal.
-    renewed = d.lease_state(lease("2026-11-29T09:59:50Z"), lease("2026-11-29T10:59:55Z"), 5, "ns/l")
+    renewed = lease_state(lease("2026-11-29T09:59:50Z"), lease("2026-11-29T10:59:55Z"), 5, "ns/l")
     assert (renewed.fresh, renewed.settled, renewed.renewed) == (True, True, "2026-11-29T10:59:55Z")
     assert renewed.reason == "the Lease ns/l was renewed by agent-0 while watched"
-    failover = d.lease_state(lease("t1"), lease("t1", holder="agent-1"), 1, "ns/l")
+    failover = lease_state(lease("t1"), lease("t1", holder="agent-1"), 1, "ns/l")
     assert failover.fresh
-    waiting = d.lease_state(lease("2099-01-01T00:00:00Z"), lease("2099-01-01T00:00:00Z"), 10, "ns/l")
+    waiting = lease_state(lease("2099-01-01T00:00:00Z"), lease("2099-01-01T00:00:00Z"), 10, "ns/l")
     assert (waiting.fresh, waiting.settled) == (False, False)
-    stale = d.lease_state(lease("2099-01-01T00:00:00Z"), lease("2099-01-01T00:00:00Z"), 15, "ns/l")
+    stale = lease_state(lease("2099-01-01T00:00:00Z"), lease("2099-01-01T00:00:00Z"), 15, "ns/l")
     assert (stale.fresh, stale.settled) == (False, True)
     assert stale.reason.startswith("the readmission controller is dead: its Lease ns/l was not renewed in 15s")
     assert stale.renewed == "2099-01-01T00:00:00Z"
 
 
 def test_a_released_or_absent_lease_is_dead_at_once():
-    released = d.lease_state(lease("t", 1, holder=""), lease("t2", 1, holder=""), 0, "ns/l")
+    released = lease_state(lease("t", 1, holder=""), lease("t2", 1, holder=""), 0, "ns/l")
     assert (released.fresh, released.settled) == (False, True)
     assert "was released (it has no holder)" in released.reason
-    assert not d.lease_state(None, None, 0, "ns/l").fresh
-    assert "does not exist" in d.lease_state(lease("t"), None, 0, "ns/l").reason
-    assert d.not_watched(lease("t")).renewed == "t"
+    assert not lease_state(None, None, 0, "ns/l").fresh
+    assert "does not exist" in lease_state(lease("t"), None, 0, "ns/l").reason
+    assert not_watched(lease("t")).renewed == "t"
 
 
 def test_the_verdict_round_trips_through_the_lease():
-    caps = d.capabilities(kueue=False, probe=d.ProbeResult(10), lease=d.not_watched(None), versions=VERSIONS,
+    caps = capabilities(kueue=False, probe=ProbeResult(10), lease=not_watched(None), versions=VERSIONS,
                           checks=[], active_checks=[])  # fmt: skip
     assert caps.mode == "plain"
-    text = d.verdict_text(caps, "2026-12-01T10:00:00Z")
+    text = verdict_text(caps, "2026-12-01T10:00:00Z")
     read = {"metadata": {"name": "l", "namespace": "ns", "resourceVersion": "7", "managedFields": [{}],
                          "annotations": {"other": "x"}}, "spec": {"holderIdentity": "a"}}  # fmt: skip
-    body = d.lease_with_verdict(read, text, "ns", "l", kueue=False)
+    body = lease_with_verdict(read, text, "ns", "l", kueue=False)
     assert body["metadata"]["resourceVersion"] == "7"  # the PUT's precondition
     assert body["metadata"]["annotations"] == {"other": "x", "dispatch.phpboyscout.uk/preflight-plain": text}
     assert body["spec"] == {"holderIdentity": "a"}
     assert "managedFields" not in body["metadata"]
-    assert d.verdict_of(body, kueue=False) == caps
-    assert d.verdict_of(body, kueue=True) is None  # each mode has its own verdict
-    assert d.verdict_of(read, kueue=False) is None
-    created = d.lease_with_verdict(None, text, "ns", "l", kueue=True)
+    assert verdict_of(body, kueue=False) == caps
+    assert verdict_of(body, kueue=True) is None  # each mode has its own verdict
+    assert verdict_of(read, kueue=False) is None
+    created = lease_with_verdict(None, text, "ns", "l", kueue=True)
     assert (created["metadata"]["name"], created["spec"]) == ("l", {})
     assert list(created["metadata"]["annotations"]) == ["dispatch.phpboyscout.uk/preflight-kueue"]
     garbled = {"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight-kueue": "{not json"}}}
-    assert d.verdict_of(garbled, kueue=True).observe_only
-    assert d.verdict_of(garbled, kueue=True).observe_only_reason == d.UNREADABLE_VERDICT
-    assert d.verdict_of(garbled, kueue=True).mode == "kueue"
+    assert verdict_of(garbled, kueue=True).observe_only
+    assert verdict_of(garbled, kueue=True).observe_only_reason == UNREADABLE_VERDICT
+    assert verdict_of(garbled, kueue=True).mode == "kueue"
 
 
 def _verdicts(**by_mode: tuple[str, bool]) -> dict:
     """A Lease carrying a verdict per mode: mode=(at, observe_only)."""
     found = {}
     for mode, (at, observe_only) in by_mode.items():
-        caps = d.unproven("r", observe_only=observe_only, kueue=mode == "kueue")
-        found[d.verdict_key(mode == "kueue")] = d.verdict_text(caps, at)
+        caps = unproven("r", observe_only=observe_only, kueue=mode == "kueue")
+        found[verdict_key(mode == "kueue")] = verdict_text(caps, at)
     return {"metadata": {"annotations": found}}
 
 
 def test_a_plain_mode_verdict_does_not_clear_kueue_modes_observe_only():
     lease = _verdicts(kueue=("2026-12-01T10:00:00Z", True), plain=("2026-12-01T11:00:00Z", False))
-    alive = d.Heartbeat(True, "renewed", "t")
-    assert d.refusal(d.verdict_of(lease, True), alive, kueue=True, require_preflight=False) is not None
-    assert d.refusal(d.verdict_of(lease, False), alive, kueue=False, require_preflight=False) is None
-    assert d.latest_mode(lease) is False  # Capabilities reports the plain one, recorded last
-    assert d.latest_mode(_verdicts(kueue=("2026-12-01T12:00:00Z", True), plain=("2026-12-01T11:00:00Z", False)))
-    assert d.latest_mode({"metadata": {}}) is None
+    alive = Heartbeat(True, "renewed", "t")
+    assert refusal(verdict_of(lease, True), alive, kueue=True, require_preflight=False) is not None
+    assert refusal(verdict_of(lease, False), alive, kueue=False, require_preflight=False) is None
+    assert latest_mode(lease) is False  # Capabilities reports the plain one, recorded last
+    assert latest_mode(_verdicts(kueue=("2026-12-01T12:00:00Z", True), plain=("2026-12-01T11:00:00Z", False)))
+    assert latest_mode({"metadata": {}}) is None
     # The old, mode-less annotation is no verdict of either mode.
-    assert d.latest_mode({"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight": "{}"}}}) is None
+    assert latest_mode({"metadata": {"annotations": {"dispatch.phpboyscout.uk/preflight": "{}"}}}) is None
 
 
 def held(holder: str = "agent-0", renewed: str = "2026-11-29T09:59:55.000000Z", duration: int = 15) -> dict:
@@ -285,7 +303,7 @@ def held(holder: str = "agent-0", renewed: str = "2026-11-29T09:59:55.000000Z", 
 
 
 def beat(lease, sighting=None, now=NOW, clock=0.0):
-    return d.heartbeat(lease, sighting, now=now, clock=clock, where="ns/l")
+    return heartbeat(lease, sighting, now=now, clock=clock, where="ns/l")
 
 
 def test_the_heartbeat_is_alive_while_the_lease_is_renewed_within_its_duration():
@@ -317,47 +335,47 @@ def test_no_heartbeat(lease, says):
 def test_a_renewtime_ahead_of_this_clock_expires_after_one_duration_of_watching():
     """A writer whose clock runs an hour ahead: by ``now`` alone it would be fresh for an hour."""
     ahead = held(renewed="2026-11-29T11:00:00.000000Z")
-    seen = d.sighted(None, ahead, 100.0)
+    seen = sighted(None, ahead, 100.0)
     assert beat(ahead, seen, clock=100.0).alive
-    seen = d.sighted(seen, ahead, 114.0)
+    seen = sighted(seen, ahead, 114.0)
     assert seen.since == 100.0  # the same record: still the first sighting
     assert beat(ahead, seen, clock=114.0).alive
-    late = beat(ahead, d.sighted(seen, ahead, 115.0), clock=115.0)
+    late = beat(ahead, sighted(seen, ahead, 115.0), clock=115.0)
     assert not late.alive
     assert "not been renewed in 15s of watching" in late.reason
     renewed = held(renewed="2026-11-29T11:00:05.000000Z")
-    seen = d.sighted(seen, renewed, 116.0)
+    seen = sighted(seen, renewed, 116.0)
     assert seen.since == 116.0  # a renewal is a new record
     assert beat(renewed, seen, clock=116.0).alive
-    assert d.sighted(seen, None, 117.0) is None
+    assert sighted(seen, None, 117.0) is None
 
 
 def test_kueue_mode_follows_the_controller_and_comes_back_when_it_is_renewed():
-    passed = d.capabilities(kueue=True, probe=d.ProbeResult(10), lease=FRESH, versions=VERSIONS,
+    passed = capabilities(kueue=True, probe=ProbeResult(10), lease=FRESH, versions=VERSIONS,
                             checks=["dispatch-admission"], active_checks=["dispatch-admission"])  # fmt: skip
     alive, down = beat(held()), beat(held(holder=""))
-    assert d.in_force(passed, alive, kueue=True, require_preflight=False) == passed
-    assert d.refusal(passed, alive, kueue=True, require_preflight=False) is None
-    now = d.in_force(passed, down, kueue=True, require_preflight=False)
+    assert in_force(passed, alive, kueue=True, require_preflight=False) == passed
+    assert refusal(passed, alive, kueue=True, require_preflight=False) is None
+    now = in_force(passed, down, kueue=True, require_preflight=False)
     assert (now.observe_only, now.readmission_gate, now.mode) == (True, False, "kueue")
     assert now.observe_only_reason.startswith("the readmission controller is down: its Lease ns/l was released")
-    why = d.refusal(passed, down, kueue=True, require_preflight=False)
+    why = refusal(passed, down, kueue=True, require_preflight=False)
     assert why.startswith("observe-only in Kueue mode: the readmission controller is down (its Lease ns/l was")
     assert "until its leader renews the Lease" in why
     # No verdict yet: Kueue mode still needs the controller; plain mode never does.
-    assert d.refusal(None, down, kueue=True, require_preflight=False) is not None
-    assert d.refusal(None, alive, kueue=True, require_preflight=False) is None
-    assert d.refusal(None, down, kueue=False, require_preflight=False) is None
-    assert d.in_force(None, down, kueue=False, require_preflight=False).observe_only is False
-    assert "no Preflight has passed yet" in d.refusal(None, alive, kueue=False, require_preflight=True)
+    assert refusal(None, down, kueue=True, require_preflight=False) is not None
+    assert refusal(None, alive, kueue=True, require_preflight=False) is None
+    assert refusal(None, down, kueue=False, require_preflight=False) is None
+    assert in_force(None, down, kueue=False, require_preflight=False).observe_only is False
+    assert "no Preflight has passed yet" in refusal(None, alive, kueue=False, require_preflight=True)
 
 
 def test_a_failed_verdict_and_a_dead_controller_name_both_causes():
-    failed = d.unproven("the start gate leaks", observe_only=True, kueue=True)
-    why = d.refusal(failed, beat(None), kueue=True, require_preflight=False)
+    failed = unproven("the start gate leaks", observe_only=True, kueue=True)
+    why = refusal(failed, beat(None), kueue=True, require_preflight=False)
     assert "the readmission controller is down (its Lease ns/l does not exist)" in why
     assert "until a Kueue-mode Preflight passes: the start gate leaks" in why
-    caps = d.in_force(failed, beat(None), kueue=True, require_preflight=False)
+    caps = in_force(failed, beat(None), kueue=True, require_preflight=False)
     assert caps.observe_only_reason == (
         "the readmission controller is down: its Lease ns/l does not exist; the start gate leaks"
     )
@@ -374,19 +392,19 @@ def test_api_versions_preferred_first():
             {"name": "apps", "versions": [{"version": "v1"}]},
         ]
     }
-    assert d.api_versions(discovery) == {
+    assert api_versions(discovery) == {
         "trainer.kubeflow.org": [],
         "jobset.x-k8s.io": [],
         "kueue.x-k8s.io": ["v1beta2", "v1beta1"],
     }
 
 
-FRESH = d.LeaseState("2026-11-29T09:59:59Z", True, "renewed 1s ago")
+FRESH = LeaseState("2026-11-29T09:59:59Z", True, "renewed 1s ago")
 VERSIONS = {"trainer.kubeflow.org": ["v1alpha1"], "jobset.x-k8s.io": ["v1alpha2"], "kueue.x-k8s.io": ["v1beta2"]}
 
 
 def test_plain_mode_needs_no_readmission_gate():
-    caps = d.capabilities(kueue=False, probe=d.ProbeResult(10), lease=d.LeaseState(None, False, "no lease"),
+    caps = capabilities(kueue=False, probe=ProbeResult(10), lease=LeaseState(None, False, "no lease"),
                           versions=VERSIONS, checks=[], active_checks=[])  # fmt: skip
     assert caps.start_gate
     assert not caps.readmission_gate
@@ -395,7 +413,7 @@ def test_plain_mode_needs_no_readmission_gate():
 
 
 def test_kueue_mode_proven():
-    caps = d.capabilities(kueue=True, probe=d.ProbeResult(10), lease=FRESH, versions=VERSIONS,
+    caps = capabilities(kueue=True, probe=ProbeResult(10), lease=FRESH, versions=VERSIONS,
                           checks=["dispatch-admission"], active_checks=["dispatch-admission"])  # fmt: skip
     assert caps.start_gate
     assert caps.readmission_gate
@@ -406,25 +424,25 @@ def test_kueue_mode_proven():
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [
-        ({"probe": d.ProbeResult(10, leaks=("pod x appeared",))}, "the start gate leaks: pod x appeared"),
-        ({"probe": d.ProbeResult(10, error="cannot create")}, "the probe could not be run"),
-        ({"lease": d.LeaseState("t", False, "the readmission controller is dead")}, "controller is dead"),
+        ({"probe": ProbeResult(10, leaks=("pod x appeared",))}, "the start gate leaks: pod x appeared"),
+        ({"probe": ProbeResult(10, error="cannot create")}, "the probe could not be run"),
+        ({"lease": LeaseState("t", False, "the readmission controller is dead")}, "controller is dead"),
         ({"checks": [], "active_checks": []}, "no AdmissionCheck has controllerName"),
         ({"active_checks": []}, "is not Active"),
-        ({"probe": d.ProbeResult(10, workload_problems=("Kueue is not managing",))}, "Kueue is not managing"),
+        ({"probe": ProbeResult(10, workload_problems=("Kueue is not managing",))}, "Kueue is not managing"),
         ({"versions": {**VERSIONS, "kueue.x-k8s.io": []}}, "serves no kueue.x-k8s.io API"),
     ],
 )
 def test_kueue_mode_observe_only_with_the_reason(kwargs, says):
-    args = {"kueue": True, "probe": d.ProbeResult(10), "lease": FRESH, "versions": VERSIONS,
+    args = {"kueue": True, "probe": ProbeResult(10), "lease": FRESH, "versions": VERSIONS,
             "checks": ["dispatch-admission"], "active_checks": ["dispatch-admission"]} | kwargs  # fmt: skip
-    caps = d.capabilities(**args)
+    caps = capabilities(**args)
     assert caps.observe_only
     assert says in caps.observe_only_reason
 
 
 def test_before_any_preflight():
-    assert not d.unproven("no Preflight has run yet", observe_only=False).observe_only
-    assert d.unproven("x", observe_only=True).observe_only_reason == "x"
-    assert d.no_verdict(True).observe_only_reason == "no Preflight has passed yet"
-    assert (d.no_verdict(False).observe_only, d.no_verdict(False).mode) == (False, None)
+    assert not unproven("no Preflight has run yet", observe_only=False).observe_only
+    assert unproven("x", observe_only=True).observe_only_reason == "x"
+    assert no_verdict(True).observe_only_reason == "no Preflight has passed yet"
+    assert (no_verdict(False).observe_only, no_verdict(False).mode) == (False, None)

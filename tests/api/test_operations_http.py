@@ -626,10 +626,10 @@ async def test_a_follower_that_closes_frees_its_stream_at_once_on_a_quiet_log(ag
         agent.fake.log_delay = 3600
         stream = api.output(OutputRequest(**ref(started).model_dump(), follow=True))
         assert await anext(stream) == b"epoch 1\n"
-        assert agent.runtime.server.follow_streams != {}
+        assert agent.server.follow_streams != {}
         await stream.aclose()
         for _ in range(60):
-            if agent.runtime.server.follow_streams == {}:
+            if agent.server.follow_streams == {}:
                 break
             await asyncio.sleep(0.1)
-    assert agent.runtime.server.follow_streams == {}, "the closed follower still holds its slot"
+    assert agent.server.follow_streams == {}, "the closed follower still holds its slot"

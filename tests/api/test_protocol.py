@@ -230,7 +230,7 @@ FOLLOW_ONE = TEST_SETTINGS.model_copy(update={"max_follow_streams": 1})
 
 @pytest.mark.parametrize("agent", [FOLLOW_ONE], indirect=True)
 async def test_one_user_may_hold_only_so_many_follow_streams(agent: Agent):
-    agent.runtime.server.follow_streams[SUPERVISOR] = 1  # one stream already open for this user
+    agent.server.follow_streams[SUPERVISOR] = 1  # one stream already open for this user
     body = REF | {"follow": True}
     status, headers, answer = await post(agent, "/v1/output", body)
     assert (status, answer["error"]) == (429, "rate_limited")
@@ -239,10 +239,10 @@ async def test_one_user_may_hold_only_so_many_follow_streams(agent: Agent):
     # Without follow, or once the stream ended, the call goes on (here: to the TrainJob, which does not exist).
     status, _, answer = await post(agent, "/v1/output", REF)
     assert answer["error"] == "not_found"
-    del agent.runtime.server.follow_streams[SUPERVISOR]
+    del agent.server.follow_streams[SUPERVISOR]
     status, _, answer = await post(agent, "/v1/output", body)
     assert answer["error"] == "not_found"
-    assert agent.runtime.server.follow_streams == {}  # released when the call ended, even in error
+    assert agent.server.follow_streams == {}  # released when the call ended, even in error
 
 
 # -- a caller that goes away mid-request is not an internal error -----------------------------------------
@@ -268,7 +268,7 @@ async def send_and_vanish(agent: Agent, path: str, body: bytes, *, send: int, li
 
 
 def requests_counted(agent: Agent, operation: str, code: int) -> float:
-    sample = agent.runtime.server.metrics.registry.get_sample_value(
+    sample = agent.server.metrics.registry.get_sample_value(
         "dispatch_api_requests_total", {"operation": operation, "code": str(code)}
     )
     return sample or 0.0

@@ -1,4 +1,4 @@
-"""Tier B: Stop ends an execution for good. Stop deletes the TrainJob in the foreground (agent/api/service.py
+"""Tier B: Stop ends an execution for good. Stop deletes the TrainJob in the foreground (agent/api/service/lifecycle.py
 ``STOP_PROPAGATION``): the garbage collector deletes its JobSet while the ``foregroundDeletion`` finalizer keeps the
 TrainJob, and Trainer v2.2.1, which reconciles a TrainJob whatever its ``deletionTimestamp``, then creates a JobSet
 again, running (the TrainJob is unsuspended), with J at 0 and the pods' A unchanged: the execution Stop ended would
@@ -30,7 +30,8 @@ from tests.api.requests import fresh_job_id, start_request
 from tests.api.test_e2e import E2E, RUNTIME, TRAINER, eventually, kueue_request, ref, status_or_error
 from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V
-from webhook.policies import JOBSET_CREATED_SUSPENDED, job_resume_policy, jobset_policy
+from webhook.rules.jobs import job_resume_policy
+from webhook.rules.jobsets import JOBSET_CREATED_SUSPENDED, jobset_policy
 
 # The tier B fixtures of tests/api/test_e2e.py: dispatch's queue and the readmission controller's process.
 controller = base.controller

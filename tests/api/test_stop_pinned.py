@@ -1,4 +1,4 @@
-"""Tier B: no stranger pins a dispatch job's deletion. Stop deletes the TrainJob in the foreground (agent/api/service.py
+"""Tier B: no stranger pins a dispatch job's deletion. Stop deletes the TrainJob in the foreground (agent/api/service/lifecycle.py
 ``STOP_PROPAGATION``): the garbage collector removes it only once every dependent whose owner reference says
 ``blockOwnerDeletion: true`` is gone. A stranger who may create ConfigMaps in the namespace made one with such a
 reference to the TrainJob and a finalizer of its own: the ConfigMap could never go, and neither could the TrainJob,

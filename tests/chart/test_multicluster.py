@@ -16,14 +16,14 @@ from tests.chart.helm import Rendered, template, template_error
 from tests.chart.test_render import config_file, containers, fullname, load, parse_args, without_labels
 from webhook.config import Config, Principals
 from webhook.config import load_config as load_webhook_config
-from webhook.policies import (
+from webhook.policies import admission_policies
+from webhook.rules.multicluster import (
     MANAGER_AGENT_POLICY,
     MANAGER_CONTACT_POLICY,
     MANAGER_RUNS_NOTHING,
-    admission_policies,
     mark_copy_policy,
-    record_start_policy,
 )
+from webhook.rules.record_start import record_start_policy
 
 MULTIKUEUE_USER = "multikueue-manager"
 WORKER = {"multicluster": {"role": ROLE_WORKER, "multikueue": {"usernames": [MULTIKUEUE_USER], "groups": []}}}

@@ -43,7 +43,7 @@ from tests.e2e import kit
 from tests.e2e.kit import JOBSET_V, KUEUE_V, TRAINER_V, eventually
 from webhook.config import Config
 from webhook.config import Principals as ConfigPrincipals
-from webhook.policies import pod_policy
+from webhook.rules.pods import pod_policy
 
 pytestmark = pytest.mark.e2e
 

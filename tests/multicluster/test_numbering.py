@@ -230,7 +230,7 @@ def _status_and_output(m: Manager, tj: dict[str, Any], directory: Path) -> tuple
                     status = await api.status(ref)
                 req = OutputRequest(namespace=ref.namespace, name=ref.name, uid=ref.uid, tail_lines=1)
                 try:
-                    async with agent.runtime.server.service.output(req) as (pod, _):
+                    async with agent.server.service.output(req) as (pod, _):
                         return status, f"streams {pod}"
                 except AgentApiError as exc:
                     return status, f"refused: {exc.message}"

@@ -27,6 +27,7 @@ from ulid import ULID
 from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
 from agent.domain.decide import WORKER_FIRST_MESSAGE, worker_held_message
 from agent.domain.operations import plan_open
+from agent.multicluster.contact_lease import contact_epoch
 from contract.admission import admission_started
 from contract.keys import (
     ANNOTATION_DISPATCHED,
@@ -39,7 +40,7 @@ from contract.keys import (
     POD_FINALIZER,
     UNVERIFIED_TRUE,
 )
-from contract.multicluster import ROLE_WORKER, contact_epoch
+from contract.multicluster import ROLE_WORKER
 from contract.objects import annotations
 from contract.trainjob import Submission
 from harness.agent_process import LEADER, WORKER_CLUSTER_RULES, AgentProcess, grant, start_agent

@@ -7,8 +7,6 @@ import asyncio
 import datetime as dt
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from agent.runtime.events import (
     AGGREGATE_INTERVAL,
     AGGREGATE_MAX_EVENTS,
@@ -18,6 +16,7 @@ from agent.runtime.events import (
     EventRecorder,
     event_body,
 )
+from serving.client import KubeError
 
 T0 = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
 
@@ -125,7 +124,7 @@ def test_the_recorder_patches_and_creates_afresh_when_the_patch_is_refused():
 
     async def patch(namespace: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         if refuse["status"]:
-            raise ApiException(status=refuse["status"])
+            raise KubeError(refuse["status"], "", "")
         patched.append((name, ops))
         return {"metadata": {"name": name, "uid": ops[0]["value"], "resourceVersion": "99"}, "count": ops[2]["value"]}
 

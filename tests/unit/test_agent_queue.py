@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.runtime.queue import QueueShutDown, RateLimiter, WorkQueue, serve_keys
 from serving.backoff import Backoff, backoff_delay
+from serving.client import KubeError
 
 aio = pytest.mark.asyncio(loop_scope="function")
 
@@ -128,7 +128,11 @@ async def test_serve_keys_looks_again_when_asked_retries_failures_and_drops_the_
     queue: WorkQueue[str] = WorkQueue()
     looks: list[str] = []
     failures: list[str] = []
-    fail = {"conflict": ApiException(status=409), "gone": ApiException(status=404), "broken": RuntimeError("x")}
+    fail = {
+        "conflict": KubeError(409, "Conflict", ""),
+        "gone": KubeError(404, "NotFound", ""),
+        "broken": RuntimeError("x"),
+    }
 
     async def look(key: str) -> float | None:
         looks.append(key)

@@ -12,7 +12,7 @@ from agent.config import AgentConfig, ConfigError, load_config, qualified_name_p
 from agent.constants import ACTIVE_MESSAGE, EVENT_COMPONENT, EVENT_MESSAGE_MAX
 from agent.domain.admission_check import AdmissionCheckCache, active_patch
 from agent.domain.workload import check_state_apply, keep_our_entries
-from agent.gate.controller import WorkloadIndex, hint_of, key_of
+from agent.gate.index import WorkloadIndex, hint_of, key_of
 from agent.gate.reconcile import WorkloadKey, due_checks
 from agent.runtime.events import event_body
 from agent.runtime.metrics import AgentMetrics

@@ -13,7 +13,7 @@ import pytest
 from chaos import mk_env, mutants
 from chaos.__main__ import arm_choice
 from harness.binaries import REPO_ROOT
-from webhook.policies import record_start_policy
+from webhook.rules.record_start import record_start_policy
 
 
 @pytest.mark.parametrize("m", mutants.MUTANTS, ids=lambda m: m.name)

@@ -1,4 +1,4 @@
-"""Contact between the manager's agent and a MultiKueue worker (contract/multicluster.py ``contact_lease``,
+"""Contact between the manager's agent and a MultiKueue worker (agent/multicluster/contact_lease.py ``contact_lease``,
 ``contact_epoch``, ``outlived_contact``; agent/multicluster/contact.py ``ContactWatch``): the manager renews a Lease on each
 worker and starts a new epoch after a gap; the worker's agent deletes the copies it let start once it sees no
 renewal for the Lease's duration, or an epoch above the one a copy started under (docs/multicluster.md, "Contact
@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from agent.multicluster.contact import ContactWatch
+from agent.multicluster.contact_lease import contact_epoch, contact_lease
+from agent.multicluster.copy_verdicts import CopyAction, outlived_contact
 from agent.multicluster.worker_proof import contact_problem
 from contract.keys import (
     ANNOTATION_UNVERIFIED,
@@ -22,7 +24,6 @@ from contract.keys import (
     LEASE_MANAGER_CONTACT,
     UNVERIFIED_TRUE,
 )
-from contract.multicluster import CopyAction, contact_epoch, contact_lease, outlived_contact
 from tests.unit.test_stale_copy import a_copy, remote_workload
 
 T0 = dt.datetime(2026, 12, 5, 9, 0, 0, tzinfo=dt.UTC)

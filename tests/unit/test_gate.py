@@ -37,7 +37,7 @@ from contract.keys import (
 from contract.ownership import is_dispatch, is_kueue_mode
 from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
-from webhook.rules.updates import unsuspend_problems
+from webhook.rules.unsuspend import unsuspend_problems
 
 CHECK = "dispatch-admission"
 NOW = "2026-11-29T10:00:00Z"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.gate.controller import WorkloadIndex, hint_of, key_of
+from agent.gate.index import WorkloadIndex, hint_of, key_of
 from agent.multicluster.lost_quota import kept_active, kept_message, release_patch, released_message
 from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from harness.fixtures import trainjob
@@ -105,16 +105,15 @@ def test_the_round_goes_on_past_a_failed_sweep_and_a_failed_release(monkeypatch:
     """The leader's round over its workers runs beside its other tasks in one TaskGroup: a failure in it must
     never end them (nor the round), only be logged and left to the next round."""
     import asyncio
-    from types import SimpleNamespace
 
-    from agent.gate import controller
+    from agent.gate import worker_round
 
     released: list[str] = []
 
-    async def sweep(kube: object, workers: object) -> int:
+    async def sweep(reads: object, workers: object) -> int:
         raise RuntimeError("the manager's API refused a GET")
 
-    async def release(kube: object, workers: object, namespace: str, name: str, taints: object) -> bool:
+    async def release(kube: object, reads: object, workers: object, namespace: str, name: str, taints: object) -> bool:
         released.append(name)
         if name == "wl-0":
             raise RuntimeError("a worker's API hung up")
@@ -123,15 +122,15 @@ def test_the_round_goes_on_past_a_failed_sweep_and_a_failed_release(monkeypatch:
     async def stop(seconds: float) -> None:
         raise asyncio.CancelledError
 
-    monkeypatch.setattr(controller, "sweep_replicas", sweep)
-    monkeypatch.setattr(controller, "release_kept_quota", release)
-    monkeypatch.setattr(controller.asyncio, "sleep", stop)
+    monkeypatch.setattr(worker_round, "sweep_replicas", sweep)
+    monkeypatch.setattr(worker_round, "release_kept_quota", release)
+    monkeypatch.setattr(worker_round.asyncio, "sleep", stop)
     index = WorkloadIndex()
     for i in range(2):
         wl = evicted()
         wl["metadata"]["name"] = f"wl-{i}"
         index.put(key_of(wl), hint_of(wl))
-    me = SimpleNamespace(kube=None, index=index, config=SimpleNamespace(node_loss_taints=(), worker_round_seconds=1))
+    round_ = worker_round.WorkerRound(None, None, None, index.kept_keys, taints=(), seconds=1)  # type: ignore[arg-type]
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(controller.Controller._go_round_workers(me, workers=None))  # type: ignore[arg-type]
+        asyncio.run(round_.run())
     assert released == ["wl-0", "wl-1"]

@@ -44,7 +44,7 @@ from harness.fixtures import as_read, runtime, submission
 from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import APPROVAL_PATH, CHECK, NOW, _unsuspended, _with_counts, go, opened, workload
 from webhook.rules.creation import creation_problems
-from webhook.rules.updates import update_problems
+from webhook.rules.identity import update_problems
 from webhook.runtime_facts import runtime_facts
 
 MK_CHECK = "multikueue"

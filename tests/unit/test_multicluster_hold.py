@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent.api.decisions import after_own_write
+from agent.api.service.lifecycle_decisions import after_own_write
 from agent.domain.decide import Action, decide
 from agent.domain.operations import Target, plan_hold, plan_release
 from tests.unit.kubelet import apply_json_patch

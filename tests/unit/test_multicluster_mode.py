@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.domain.decide import Action, Blocker, Mode, decide, dispatch_mode, highest_stamped, other_checks, reusable_a
+from agent.domain.decide import Action, Blocker, decide
+from agent.domain.multikueue_mode import Mode, dispatch_mode, highest_stamped, other_checks, reusable_a
 from agent.domain.start import multikueue_start_problems
 from agent.multicluster.lost_quota import checks_to_look_at
 from contract.admission import admission_count, approved_admission

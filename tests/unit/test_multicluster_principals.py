@@ -5,9 +5,11 @@ configured and said so in the report, a group fails, and one name in both fails 
 
 from __future__ import annotations
 
-from agent.api import decisions as d
 from agent.api.principals import REMOTE, ROLES, OwnerPrincipals, Principals, Seen, principal_notes, principal_problems
 from agent.api.principals import wanted as wanted_of
+from agent.api.service.capabilities import capabilities
+from agent.api.service.heartbeat import LeaseState
+from agent.api.service.probe import ProbeResult
 
 MK_SA = "system:serviceaccount:multikueue:kueue-remote"
 AGENT_SA = "system:serviceaccount:dispatch-remote:manager-agent"
@@ -80,12 +82,12 @@ def test_one_name_for_both_multikueue_and_the_manager_agent_fails():
 
 def test_the_notes_are_in_the_trainer_s_reason_and_never_make_preflight_observe_only():
     notes = principal_notes(worker(Principals(usernames=(MK_USER,))))
-    lease = d.LeaseState("2026-12-05T00:00:00Z", True, "renewed")
-    caps = d.capabilities(kueue=False, probe=d.ProbeResult(10.0), lease=lease, versions={}, checks=[],
+    lease = LeaseState("2026-12-05T00:00:00Z", True, "renewed")
+    caps = capabilities(kueue=False, probe=ProbeResult(10.0), lease=lease, versions={}, checks=[],
                           active_checks=[], owner_notes=notes)  # fmt: skip
     assert (caps.trainer, caps.observe_only) == (True, False), caps
     assert caps.trainer_reason.endswith(notes[0]), caps.trainer_reason
-    failing = d.capabilities(kueue=False, probe=d.ProbeResult(10.0), lease=lease, versions={}, checks=[],
+    failing = capabilities(kueue=False, probe=ProbeResult(10.0), lease=lease, versions={}, checks=[],
                              active_checks=[], trainer_problems=["a problem"], owner_notes=notes)  # fmt: skip
     assert failing.trainer_reason == f"a problem; {notes[0]}"
     assert failing.observe_only_reason == "a problem"

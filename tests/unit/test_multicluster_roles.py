@@ -18,8 +18,9 @@ from tests.unit.test_webhook_rules import DISPATCH, KUEUE, STRANGER, admit, deci
 from webhook import owners
 from webhook.admission import mutate
 from webhook.config import Config, Principals
-from webhook.policies import MANAGER_AGENT_POLICY, MANAGER_RUNS_NOTHING, admission_policies
+from webhook.policies import admission_policies
 from webhook.review import User
+from webhook.rules.multicluster import MANAGER_AGENT_POLICY, MANAGER_RUNS_NOTHING
 
 MULTIKUEUE = User("multikueue-manager", ())
 WORKER = Config(multiclusterRole=ROLE_WORKER, multikueue=Principals(usernames=(MULTIKUEUE.username,)))

@@ -22,7 +22,7 @@ from tests.unit.kubelet import apply_json_patch
 from tests.unit.test_gate import go, workload
 from tests.unit.test_gate import opened as opened_trainjob
 from tests.unit.test_webhook_rules import DISPATCH, admit, request
-from webhook.rules.updates import unsuspend_problems
+from webhook.rules.unsuspend import unsuspend_problems
 
 HOLD = Hold(
     instance="h-1", since="2026-11-29T10:00:00Z", who="alice", reason="maintenance", until="2026-11-30T00:00:00Z"

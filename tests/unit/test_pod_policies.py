@@ -14,19 +14,13 @@ import pytest
 from contract.keys import POD_FINALIZER
 from contract.multicluster import ROLE_MANAGER, ROLE_WORKER
 from webhook import owners
+from webhook.cel import FIELD_RULES_APPLY, FieldRules
 from webhook.config import Config
 from webhook.dependents import DEPENDENTS
-from webhook.policies import (
-    FIELD_RULES_APPLY,
-    MANAGER_RUNS_NOTHING,
-    FieldRules,
-    admission_policies,
-    owner_policies,
-    owner_policy,
-    owner_policy_name,
-    pod_policy,
-    pod_rules,
-)
+from webhook.policies import admission_policies
+from webhook.rules.multicluster import MANAGER_RUNS_NOTHING
+from webhook.rules.owners import owner_policies, owner_policy, owner_policy_name
+from webhook.rules.pods import pod_policy, pod_rules
 
 POD_WRITES = [
     (operation, sub)

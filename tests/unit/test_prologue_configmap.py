@@ -13,7 +13,7 @@ from agent.domain.start import prologue_configmap_refusal
 from contract.prologue import PROLOGUE, PROLOGUE_CONFIGMAP, configmap_differences, prologue_configmap
 from webhook import owners
 from webhook.config import Config
-from webhook.policies import PROLOGUE_CONTENT, owner_policies
+from webhook.rules.owners import PROLOGUE_CONTENT, owner_policies
 
 
 def test_the_name_is_the_texts_hash_and_the_content_the_text_immutable():

@@ -1,4 +1,4 @@
-"""The stale copy on a MultiKueue worker (contract/multicluster.py ``verify_copy``, ``mark_copy_ops``): a copy starts
+"""The stale copy on a MultiKueue worker (agent/multicluster/copy_verdicts.py ``verify_copy``, contract/multicluster.py ``mark_copy_ops``): a copy starts
 only with the A its remote Workload was stamped with, and only one copy per remote Workload
 (docs/multicluster.md, "The stale copy")."""
 
@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from agent.multicluster.contact_lease import NO_CONTACT
+from agent.multicluster.copy_verdicts import CopyAction, unclaimed, unclaimed_marked, verify_copy
 from contract.admission import admission_count, raise_to
 from contract.keys import (
     ANNOTATION_APPROVED_ADMISSION,
@@ -18,17 +20,7 @@ from contract.keys import (
     ANNOTATION_VERIFIED_COPY,
     UNVERIFIED_TRUE,
 )
-from contract.multicluster import (
-    MULTIKUEUE_ORIGIN_LABEL,
-    NO_CONTACT,
-    PREBUILT_WORKLOAD,
-    CopyAction,
-    mark_copy_ops,
-    prebuilt_workload,
-    unclaimed,
-    unclaimed_marked,
-    verify_copy,
-)
+from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD, mark_copy_ops, prebuilt_workload
 from harness.fixtures import trainjob
 from tests.unit.kubelet import apply_json_patch
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.api import decisions as d
 from agent.api.errors import ApiError, ErrorKind
+from agent.api.service.listing import UNKNOWN, list_items
+from agent.api.service.targets import SeveralWorkloads, workload_of
 from harness.fixtures import trainjob
 from tests.unit.test_gate import workload
 
@@ -29,9 +30,9 @@ def claiming(name: str, **ref: object) -> dict:
 
 def test_the_workload_is_the_one_the_trainjob_controls():
     mine = claiming("trainjob-mine")
-    assert d.workload_of([mine], "tj-uid") is mine
-    assert d.workload_of([], "tj-uid") is None
-    assert d.workload_of([claiming("else", uid="another-uid")], "tj-uid") is None
+    assert workload_of([mine], "tj-uid") is mine
+    assert workload_of([], "tj-uid") is None
+    assert workload_of([claiming("else", uid="another-uid")], "tj-uid") is None
 
 
 @pytest.mark.parametrize(
@@ -49,15 +50,15 @@ def test_a_workload_that_only_refers_to_the_trainjob_is_not_its_own(ref):
     stranger = claiming("stranger", **ref)
     if ref.get("controller", True) is None:
         del stranger["metadata"]["ownerReferences"][0]["controller"]
-    assert d.workload_of([stranger], "tj-uid") is None
+    assert workload_of([stranger], "tj-uid") is None
     mine = claiming("trainjob-mine")
-    assert d.workload_of([stranger, mine], "tj-uid") is mine
+    assert workload_of([stranger, mine], "tj-uid") is mine
 
 
 def test_several_workloads_claiming_the_trainjob_are_refused_naming_them():
     first, second = claiming("trainjob-a"), claiming("trainjob-b")
-    with pytest.raises(d.SeveralWorkloads) as err:
-        d.workload_of([second, claiming("other", controller=False), first], "tj-uid")
+    with pytest.raises(SeveralWorkloads) as err:
+        workload_of([second, claiming("other", controller=False), first], "tj-uid")
     assert isinstance(err.value, ApiError)
     assert err.value.kind is ErrorKind.CONFLICT
     assert "2 Workloads claim TrainJob team-a/dj-01arz3ndektsv4rrffq69g5fav-s3 (uid tj-uid)" in err.value.message
@@ -67,10 +68,10 @@ def test_several_workloads_claiming_the_trainjob_are_refused_naming_them():
 
 def test_list_reports_a_trainjob_several_workloads_claim_as_unknown():
     tj = trainjob()
-    (item,) = d.list_items([tj], [claiming("trainjob-a")], ["dispatch-admission"], None)
+    (item,) = list_items([tj], [claiming("trainjob-a")], ["dispatch-admission"], None)
     assert item.phase == "Gated"
-    (item,) = d.list_items([tj], [claiming("trainjob-a"), claiming("trainjob-b")], ["dispatch-admission"], None)
-    assert item.phase == d.UNKNOWN
+    (item,) = list_items([tj], [claiming("trainjob-a"), claiming("trainjob-b")], ["dispatch-admission"], None)
+    assert item.phase == UNKNOWN
     forged = claiming("forged", controller=False)
-    (item,) = d.list_items([tj], [claiming("trainjob-a"), forged], ["dispatch-admission"], None)
+    (item,) = list_items([tj], [claiming("trainjob-a"), forged], ["dispatch-admission"], None)
     assert item.phase == "Gated"
