@@ -1,7 +1,7 @@
 # The one image of dispatch-k8s: the chart runs dispatch-webhook, dispatch-agent and dispatch-certs from it,
 # and it carries the prologue. Where no registry is reachable, scripts/build-image builds this file on a local
 # Debian base with a wheelhouse (no `# syntax=` line: it would make BuildKit fetch a frontend image); tier C
-# runs the result on a real kubelet, and tests/chart/test_image.py checks what can be checked without an engine.
+# runs the result on a real kubelet, and tests/charts/test_image.py checks what can be checked without an engine.
 #
 # The base is pinned by tag. For a release, pin its digest too, so a re-pushed tag cannot change the image:
 #   docker buildx imagetools inspect python:3.11.14-slim-bookworm        # prints the index digest
@@ -13,7 +13,7 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY requirements/lock.txt requirements/lock.txt
 COPY pyproject.toml README.md VERSION LICENSE ./
-# Every package of [tool.setuptools.packages.find] (tests/chart/test_image.py keeps this list complete).
+# Every package of [tool.setuptools.packages.find] (tests/charts/test_image.py keeps this list complete).
 COPY contract contract
 COPY serving serving
 COPY webhook webhook

@@ -11,7 +11,7 @@ configurations and admission policies as rendered. Two arms side by side (three 
 namespace of its own:
 
 * **dispatch**: ``--jobs`` dispatch TrainJobs, created as Start creates them (the runtime copy, then the
-  TrainJob, closed) and opened as Open opens them (tests/e2e/kit.py), in a ClusterQueue whose admissions
+  TrainJob, closed) and opened as Open opens them (tests/agent/gate/kit.py), in a ClusterQueue whose admissions
   wait for dispatch's AdmissionCheck (the chart's);
 * **baseline**: as many plain TrainJobs of the same shape (the same runtime's pod template and requests), in
   a second ClusterQueue with no admission check;
@@ -447,7 +447,7 @@ def parallel(items: Iterable[Any], fn: Callable[[Any], Any], workers: int = WORK
 
 
 def open_job(admin: KubeHttp, tj: dict[str, Any]) -> None:
-    """Open as the supervisor API does it (tests/e2e/test_readmission_gate.py open_trainjob): remove dispatch's
+    """Open as the supervisor API does it (tests/agent/gate/test_readmission_gate.py open_trainjob): remove dispatch's
     gate in a patch preconditioned on what was read; read again after a conflict."""
     meta = tj["metadata"]
     for _ in range(20):

@@ -36,7 +36,7 @@ from webhook.rules.unsuspend import START_APPROVAL, UNSUSPEND
 
 ADMISSION_V: Final = "admissionregistration.k8s.io/v1"
 PRODUCT: Final = ("contract", "serving", "webhook", "agent", "certs", "prologue")
-"""The product's packages: every one the Dockerfile copies (tests/chart/test_image.py keeps that list complete)."""
+"""The product's packages: every one the Dockerfile copies (tests/charts/test_image.py keeps that list complete)."""
 CONTEXT_FILES: Final = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "requirements/lock.txt")
 IMAGE_REPOSITORY: Final = "dispatch-k8s.local/dispatch-k8s-mutant"
 ONE_CLUSTER: Final = "one-cluster"

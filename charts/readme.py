@@ -3,8 +3,8 @@
 A comment that starts with ``# --`` describes the key right below it, and the ``#`` lines that follow it
 continue the description. Each value is a row: its dotted key, its type (from values.schema.json), its
 default and its description. The install, upgrade and uninstall commands are the ones
-tests/chart/test_lifecycle.py runs with the real helm against a real API server (COMMANDS); the test's Pod
-command is run as a process by tests/chart/test_helm_test.py.
+tests/charts/test_lifecycle.py runs with the real helm against a real API server (COMMANDS); the test's Pod
+command is run as a process by tests/charts/test_helm_test.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ COMMANDS: Final = {
     ),
     "uninstall": "helm uninstall dispatch-k8s --namespace dispatch-system",
 }
-"""The README's commands; tests/chart/test_lifecycle.py runs install, upgrade and uninstall (with its own release,
+"""The README's commands; tests/charts/test_lifecycle.py runs install, upgrade and uninstall (with its own release,
 namespace and chart path)."""
 
 FREE_MAPS: Final = frozenset(

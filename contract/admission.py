@@ -179,7 +179,7 @@ def unsuspend_ops(
 
     Nothing when no execution can be numbered (``start_count`` refuses): validation then refuses the unsuspend
     and names why, so nothing starts unnumbered. The MutatingAdmissionPolicy ``record-start`` states the same
-    in CEL (tests/cluster/test_record_start.py holds the two to each other).
+    in CEL (tests/webhook/test_record_start.py holds the two to each other).
     """
     try:
         path = admission_path(new)

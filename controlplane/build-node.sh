@@ -153,7 +153,7 @@ mkdir -p "$root/bin"
 cache_lock "$root"
 cat "$here/versions.env" "$here/node.env" >"$root/versions.env"
 
-# kubectl runs the docs' commands as written (tests/node/test_quickstart.py), at the cluster's own version.
+# kubectl runs the docs' commands as written (tests/docs/test_quickstart.py), at the cluster's own version.
 go_build "$root/bin" node "$(kube_ldflags)" selinux,notest,grpcnotrace k8s.io/kubernetes/cmd/kubelet \
 	k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
 # No btrfs, devmapper or zfs snapshotters: they need cgo, and the nodes use overlayfs.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds promtool (Prometheus's rule checker) at a pinned version from the Go module proxy into its own
-# cache folder, for tests/chart/test_prometheusrule.py (`promtool test rules` on the chart's alerts). Kept
+# cache folder, for tests/charts/test_prometheusrule.py (`promtool test rules` on the chart's alerts). Kept
 # apart from build.sh and versions.env, so this pin never changes the control plane's cache key.
 #
 #   controlplane/promtool.sh               build it if missing, print its path

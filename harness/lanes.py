@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from pathlib import PurePath
 
 LANES = ("units", "tier-b", "multicluster", "tier-c")
-KUBE_PROXY_TESTS = ("tests/sandbox/test_sandbox.py",)
+KUBE_PROXY_TESTS = ("tests/harness/test_sandbox.py",)
 """Tests that take the kube-proxy lock themselves (through a command they run): in the tier C lane, before it."""
-OWN_CLUSTER_TESTS = (*KUBE_PROXY_TESTS, "tests/sandbox/test_multicluster_sandbox.py")
+OWN_CLUSTER_TESTS = (*KUBE_PROXY_TESTS, "tests/harness/test_multicluster_sandbox.py")
 """Tests whose command starts clusters of its own: first in their lane, before the lane's session fixtures start."""
 
 

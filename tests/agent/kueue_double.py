@@ -23,8 +23,8 @@ from harness.cluster import ControlPlane
 from harness.doubles import KUEUE_V, now, opened, status_body
 from harness.fixtures import runtime, submission
 from harness.kube_http import KubeHttp
-from tests.unit.kubelet import apply_json_patch
-from tests.unit.test_webhook_rules import KUEUE, request
+from tests.harness.kubelet import apply_json_patch
+from tests.webhook.test_webhook_rules import KUEUE, request
 from webhook.admission import validate
 from webhook.config import Config
 from webhook.review import Lookups, Verdict

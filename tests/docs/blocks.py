@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from tests.chart.helm import CHART, ROOT, run_helm
+from tests.charts.helm import CHART, ROOT, run_helm
 
 DOC_FILES = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
 NOTES = "charts/dispatch-k8s/templates/NOTES.txt"

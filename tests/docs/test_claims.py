@@ -9,8 +9,8 @@
   chart's NOTES is parsed by its own parser, and every ``--flag`` the docs name is one of theirs, or listed in
   ``EXTERNAL_FLAGS`` with the tool it belongs to.
 
-The counts of metrics (tests/unit/test_metrics_docs.py), the values (tests/chart/test_render.py) and the owners'
-allowlist (tests/unit/test_owners.py) are checked where they are made.
+The counts of metrics (tests/docs/test_metrics_docs.py), the values (tests/charts/test_render.py) and the owners'
+allowlist (tests/webhook/test_owners.py) are checked where they are made.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pydantic import ValidationError
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
 from agent.config import OVERRIDDEN_API_KEYS, AgentConfig, served_api_settings
-from tests.chart.helm import ROOT, Rendered, template
-from tests.chart.test_render import PARSERS
+from tests.charts.helm import ROOT, Rendered, template
+from tests.charts.test_render import PARSERS
 from tests.docs.blocks import DOC_FILES, all_fenced_blocks, fenced_blocks, notes_blocks
 
 _WORDS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
@@ -263,7 +263,7 @@ EXTERNAL_FLAGS = {
     "--no-wait": "scripts/sandbox",
     "--supervisor": "scripts/sandbox",
     "--multicluster": "scripts/sandbox and scripts/chaos",
-    "--seed": "scripts/chaos (its own test: tests/unit/test_chaos_cli.py)",
+    "--seed": "scripts/chaos (its own test: tests/chaos/test_chaos_cli.py)",
     "--duration": "scripts/chaos",
     "--arm": "scripts/chaos",
     "--install-packages": "controlplane/build-node.sh",

@@ -27,8 +27,8 @@ import yaml
 from agent.config import load_config as load_agent_config
 from harness.cluster import ControlPlane
 from harness.kube_http import ApiError
-from tests.chart.helm import Rendered, template
-from tests.chart.test_render import PARSERS
+from tests.charts.helm import Rendered, template
+from tests.charts.test_render import PARSERS
 from tests.docs.blocks import YAML_LANGS, Block, all_fenced_blocks, notes_blocks
 from webhook.config import Config as WebhookConfig
 from webhook.config import load_config as load_webhook_config

@@ -1,6 +1,6 @@
 """Tier B: the Go client against the live agent, as a supervisor runs it.
 
-The agent runs as in tests/api/test_e2e.py (a ServiceAccount with exactly the chart's RBAC, real TLS on
+The agent runs as in tests/agent/api/test_e2e.py (a ServiceAccount with exactly the chart's RBAC, real TLS on
 loopback, the readmission controller as its own process), here with ``tokenAudiences`` set as the chart
 recommends. Supervisors are ServiceAccounts with exactly the supervisor's Role (and Preflight's ClusterRole),
 their tokens bound to the agent's audience. Then:
@@ -34,9 +34,9 @@ from agent.api.client import AgentClient
 from agent.api.models import KueueSpec, PreflightRequest, RuntimeRef
 from agent.api.settings import ApiSettings
 from harness.tier_b import KWOK_SLOW_KUBELET_ANNOTATION, TierB
-from tests.api import test_e2e as base
-from tests.api.cluster import allowed, apply, running_agent, supervisors
-from tests.api.test_e2e import CLUSTER_QUEUE, KUEUE, QUEUE, RUNTIME, TRAINER, cri_line
+from tests.agent.api import test_e2e as base
+from tests.agent.api.cluster import allowed, apply, running_agent, supervisors
+from tests.agent.api.test_e2e import CLUSTER_QUEUE, KUEUE, QUEUE, RUNTIME, TRAINER, cri_line
 from tests.goclient.go import MODULE, go, go_env, run_go
 
 controller = base.controller  # the readmission controller's process, once per module

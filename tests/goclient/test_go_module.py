@@ -29,7 +29,7 @@ def test_the_committed_document_is_the_one_the_agent_serves():
         "clients/go/openapi.json is not the agent's document: "
         "run `.venv/bin/python -m agent.api.openapi > clients/go/openapi.json`, then `go generate ./...` in clients/go"
     )
-    # What GET /v1/openapi.json answers (agent/api/app.py serves document(); tests/api/test_contract.py
+    # What GET /v1/openapi.json answers (agent/api/app.py serves document(); tests/agent/api/test_contract.py
     # checks that over HTTP).
     assert json.loads(committed) == document()
 

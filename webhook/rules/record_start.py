@@ -1,6 +1,6 @@
 """Record-start: in every write that unsuspends a dispatch TrainJob, A is raised when due and recorded as
 ``admission-started``. The mutating webhook's ``record_start_patch`` and the MutatingAdmissionPolicy
-``dispatch-k8s-record-start`` decide the same (tests/cluster/test_record_start.py compares them case by case).
+``dispatch-k8s-record-start`` decide the same (tests/webhook/test_record_start.py compares them case by case).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def record_start_policy(namespace: str, role: Role = ROLE_SINGLE) -> list[dict[s
     webhook is down and Kueue's re-admission costs no write of dispatch's; without it (an API server older than
     v1.36) the webhook does the same, and with neither every unsuspend fails closed (the unsuspend policy
     requires A above the record, and the record). The same decision as contract/admission.py ``unsuspend_ops``
-    (tests/cluster/test_record_start.py holds the two to each other). The mutation is a JSON Patch: an apply
+    (tests/webhook/test_record_start.py holds the two to each other). The mutation is a JSON Patch: an apply
     configuration costs the API server a typed (server-side apply) conversion of the whole TrainJob at every
     unsuspend. In role worker the start of MultiKueue's copy (its origin label) only records A, never raises it
     (contract/multicluster.py ``records_only``): the manager numbered the dispatch."""

@@ -1,0 +1,3 @@
+"""The real-kubelet tests of the gate share the end-to-end setup (an agent, a gated ClusterQueue, a namespace)."""
+
+from tests.agent.gate.test_readmission_gate import gate, ns  # noqa: F401  (fixtures)
