@@ -27,7 +27,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from certs import lifecycle
+from certs import contents, lifecycle
 from certs.files import write_served
 from certs.injection import LABEL, LABEL_VALUE, all_injected, injection_patch, is_ours
 from contract.keys import NAME
@@ -104,9 +104,9 @@ class Readiness:
         checked_at, limit = self._checked_at, self._max_staleness
         if checked_at is not None and limit is not None and now - checked_at > limit:
             return False, f"no successful certificate pass since {checked_at.isoformat()}"
-        if not lifecycle.verifies(self._leaf, self._bundle, now):
+        if not contents.verifies(self._leaf, self._bundle, now):
             return False, "the serving certificate does not verify against the injected bundle now"
-        if self._served is not None and self._served() != lifecycle.fingerprint(self._leaf):
+        if self._served is not None and self._served() != contents.fingerprint(self._leaf):
             return False, "the server has not loaded the current serving certificate yet"
         return True, "ok"
 
@@ -157,7 +157,7 @@ class CertController:
         self.clock = clock
         self.readiness = readiness or Readiness(clock=clock, max_staleness=policy.overlap / 2)
         self.stats = Stats()
-        self.material: lifecycle.Material | None = None
+        self.material: contents.Material | None = None
         """The Secret's material as of the last pass."""
         self._api = api
         self._core = client.CoreV1Api(api)
@@ -192,23 +192,23 @@ class CertController:
         self.stats.passes += 1
         material = await self._converge_secret()
         self.material = material
-        bundle = lifecycle.trust_bundle(material)
+        bundle = contents.trust_bundle(material)
         configurations = await self._inject(bundle)
         loaded = await self._write_files(material)
         self._update_readiness(material, bundle, configurations, loaded)
         self._succeeded = True
         return lifecycle.next_decision_at(material, self.policy, self.clock())
 
-    async def _converge_secret(self) -> lifecycle.Material:
+    async def _converge_secret(self) -> contents.Material:
         """Bring the Secret to a state ``decide`` is content with; returns the material stored."""
         for attempt in range(MAX_ATTEMPTS):
             secret = await self._read_secret()
-            before = lifecycle.decode_secret_data(secret.get("data"))
-            material = lifecycle.parse(before)
+            before = contents.decode_secret_data(secret.get("data"))
+            material = contents.parse(before)
             if material.problems:
                 log.warning("Secret %s: setting aside %s", self._secret_ref, "; ".join(material.problems))
             configurations = await self._read_configurations()
-            injected = all_injected(configurations.values(), lifecycle.trust_bundle(material))
+            injected = all_injected(configurations.values(), contents.trust_bundle(material))
             now = self.clock()
             plan = lifecycle.decide(material, self.policy, now, injected=injected)
             if not plan:
@@ -237,7 +237,7 @@ class CertController:
             self.stats.plans.append(plan.describe())
             log.info("Secret %s updated: %s", self._secret_ref, plan.describe())
             # What the API server stored is the truth (another writer's keys included).
-            return lifecycle.parse(lifecycle.decode_secret_data(self._json(written)["data"]))
+            return contents.parse(contents.decode_secret_data(self._json(written)["data"]))
         raise RuntimeError(f"Secret {self._secret_ref}: still conflicting after {MAX_ATTEMPTS} attempts")
 
     async def _inject(self, bundle: bytes) -> dict[tuple[str, str], Mapping[str, Any] | None]:
@@ -268,7 +268,7 @@ class CertController:
                 raise RuntimeError(f"{kind} {name}: still conflicting after {MAX_ATTEMPTS} attempts")
         return after
 
-    async def _write_files(self, material: lifecycle.Material) -> bool:
+    async def _write_files(self, material: contents.Material) -> bool:
         files = lifecycle.served_files(material)
         if files is None:
             return False
@@ -279,7 +279,7 @@ class CertController:
 
     def _update_readiness(
         self,
-        material: lifecycle.Material,
+        material: contents.Material,
         bundle: bytes,
         configurations: Mapping[tuple[str, str], Mapping[str, Any] | None],
         loaded: bool,

@@ -38,78 +38,94 @@ def runtime_problems(
     job_spec = dig(job, "template", "spec") or {}
     pod_spec = dig(job_spec, "template", "spec") or {}
     failure = dig(runtime_spec, "template", "spec", "failurePolicy") or {}
+    problems = [
+        *_in_place_problems(job_spec, pod_spec, base),
+        *prologue_mount_problems(pod_spec, base),
+        *_group_restart_problems(failure if isinstance(failure, Mapping) else {}, name),
+    ]
+    if allow_rank_restart:
+        return problems
+    return problems + _rank_restart_problems(job_spec, base)
+
+
+def _in_place_problems(job_spec: Mapping[str, Any], pod_spec: Mapping[str, Any], base: str) -> list[Problem]:
+    """The kubelet or the Job controller running the trainer again in place, under the same A and J."""
     problems: list[Problem] = []
-
-    def add(rule: str, field: str, seen: object, accepted: str) -> None:
-        problems.append(Problem(rule, field, seen, accepted))
-
     if pod_spec.get("restartPolicy") != "Never":
-        add(
+        problems.append(Problem(
             "runtime.restart-policy",
             f"{base}.template.spec.restartPolicy",
             pod_spec.get("restartPolicy"),
             "must be Never: the kubelet restarting the trainer in place raises neither A nor J",
-        )
+        ))  # fmt: skip
     if job_spec.get("backoffLimit") != 0:
-        add(
+        problems.append(Problem(
             "runtime.backoff-limit",
             f"{base}.backoffLimit",
             job_spec.get("backoffLimit"),
             "must be stated as 0: the Job controller would replace a failed rank with the same J",
-        )
+        ))  # fmt: skip
     for c in pod_spec.get("containers") or []:
         if not isinstance(c, Mapping) or c.get("name") != TRAINER_CONTAINER:
             continue
         if c.get("restartPolicy") not in (None, "Never") or c.get("restartPolicyRules"):
-            add(
+            problems.append(Problem(
                 "runtime.container-restart",
                 f"{base}.template.spec.containers[{TRAINER_CONTAINER}]",
                 c.get("restartPolicy") or c.get("restartPolicyRules"),
                 "restartPolicy and restartPolicyRules must be unset: they restart the trainer in place",
-            )
-    problems += prologue_mount_problems(pod_spec, base)
-    failure = failure if isinstance(failure, Mapping) else {}
+            ))  # fmt: skip
+    return problems
+
+
+def _group_restart_problems(failure: Mapping[str, Any], name: str) -> list[Problem]:
+    """JobSet's failure policy restarting the trainer group or Job without raising J; allowRankRestart waives
+    neither: both rerun healthy ranks too."""
+    problems: list[Problem] = []
     if failure.get("restartStrategy") == "InPlaceRestart":
-        # Not waived by allowRankRestart: it restarts the healthy pods of the whole group in place, not a
-        # failed rank, and raises neither A nor J.
-        add(
+        # It restarts the healthy pods of the whole group in place, not a failed rank, and raises neither A nor J.
+        problems.append(Problem(
             "runtime.in-place-restart",
             "spec.template.spec.failurePolicy.restartStrategy",
             "InPlaceRestart",
             "must be Recreate or BlockingRecreate: an in-place restart of the group keeps A and J",
-        )
+        ))  # fmt: skip
     for i, rule in enumerate(failure.get("rules") or []):
         if not isinstance(rule, Mapping) or rule.get("action") not in _RESTART_ONE_JOB:
             continue
         if not rule.get("targetReplicatedJobs") or name in rule["targetReplicatedJobs"]:
-            # Not waived by allowRankRestart either: JobSet recreates the whole trainer Job, every rank,
-            # healthy ones included, and bumps only job-restart-attempt, never J (status.restarts).
-            add(
+            # JobSet recreates the whole trainer Job, every rank, healthy ones included, and bumps only
+            # job-restart-attempt, never J (status.restarts).
+            problems.append(Problem(
                 "runtime.job-restart",
                 f"spec.template.spec.failurePolicy.rules[{i}].action",
                 rule["action"],
                 "must not target the trainer job: restarting one Job reruns every rank under the same A and J; "
                 "RestartJobSet raises J",
-            )
-    if allow_rank_restart:
-        return problems
+            ))  # fmt: skip
+    return problems
+
+
+def _rank_restart_problems(job_spec: Mapping[str, Any], base: str) -> list[Problem]:
+    """A failed rank retried under the same J: refused unless the site sets allowRankRestart."""
     unless = " (or the site sets allowRankRestart)"
+    problems: list[Problem] = []
     if job_spec.get("backoffLimitPerIndex") is not None:
-        add(
+        problems.append(Problem(
             "runtime.rank-restart",
             f"{base}.backoffLimitPerIndex",
             job_spec["backoffLimitPerIndex"],
             "must be unset: it retries a failed rank under the same J" + unless,
-        )
+        ))  # fmt: skip
     rules = dig(job_spec, "podFailurePolicy", "rules")
     for i, rule in enumerate(rules if isinstance(rules, list) else []):
         if isinstance(rule, Mapping) and rule.get("action") == "Ignore":
-            add(
+            problems.append(Problem(
                 "runtime.rank-restart",
                 f"{base}.podFailurePolicy.rules[{i}].action",
                 "Ignore",
                 "an ignored failure lets the Job replace the rank under the same J" + unless,
-            )
+            ))  # fmt: skip
     return problems
 
 

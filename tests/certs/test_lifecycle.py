@@ -8,9 +8,10 @@ import datetime as dt
 import pytest
 from cryptography import x509
 
+from certs import contents, pki
 from certs import lifecycle as lc
-from certs import pki
-from certs.lifecycle import Material, Policy, Step
+from certs.contents import Material
+from certs.lifecycle import Policy, Step
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -38,7 +39,7 @@ def cert(pem: bytes) -> x509.Certificate:
 def staged(now: dt.datetime = T0) -> tuple[Material, dt.datetime]:
     """A material whose CA rotation has just been staged, and the time of staging."""
     m = fresh(now)
-    due = lc.renewal_due_at(m.ca.cert, POLICY.renew_at)
+    due = contents.renewal_due_at(m.ca.cert, POLICY.renew_at)
     m = advance(m, due - DAY)  # a young serving certificate, so only the CA is due
     assert steps(m, due) == [Step.STAGE]
     return advance(m, due), due
@@ -94,23 +95,23 @@ def test_an_empty_secret_gets_a_ca_and_a_serving_certificate():
     assert m.next_ca is None
     assert m.previous_ca is None
     leaf = m.serving.cert
-    assert lc.signed_by(leaf, m.ca.cert)
-    assert lc.sans(leaf) == (set(NAMES), set())
-    assert leaf.not_valid_before_utc == T0 - lc.BACKDATE
+    assert contents.signed_by(leaf, m.ca.cert)
+    assert contents.sans(leaf) == (set(NAMES), set())
+    assert leaf.not_valid_before_utc == T0 - contents.BACKDATE
     assert leaf.not_valid_after_utc == T0 + lc.SERVING_VALIDITY
     assert m.ca.cert.not_valid_after_utc == T0 + lc.CA_VALIDITY
     assert m.ca.cert.subject.rfc4514_string().startswith("CN=dispatch-k8s-ca@")
     for name in NAMES:
-        assert lc.verifies(m.serving.cert_pem, lc.trust_bundle(m), T0, name)
+        assert contents.verifies(m.serving.cert_pem, contents.trust_bundle(m), T0, name)
     assert steps(m, T0) == [], "what was just made satisfies the decision: it is stable"
 
 
 def test_ip_addresses_are_served_too():
     policy = Policy(dns_names=("localhost",), ip_addresses=("127.0.0.1",))
     m = fresh(policy=policy)
-    assert lc.sans(m.serving.cert) == ({"localhost"}, {"127.0.0.1"})
+    assert contents.sans(m.serving.cert) == ({"localhost"}, {"127.0.0.1"})
     only_ip = fresh(policy=Policy(dns_names=(), ip_addresses=("127.0.0.1",)))
-    assert lc.verifies(only_ip.serving.cert_pem, lc.trust_bundle(only_ip), T0)
+    assert contents.verifies(only_ip.serving.cert_pem, contents.trust_bundle(only_ip), T0)
 
 
 # --- the serving certificate --------------------------------------------------------------------------
@@ -118,15 +119,15 @@ def test_ip_addresses_are_served_too():
 
 def test_serving_certificate_renewed_at_two_thirds_of_its_life():
     m = fresh()
-    due = lc.renewal_due_at(m.serving.cert, POLICY.renew_at)
+    due = contents.renewal_due_at(m.serving.cert, POLICY.renew_at)
     assert T0 + 59 * DAY < due < T0 + 61 * DAY
     assert steps(m, due - dt.timedelta(seconds=1)) == []
     assert steps(m, due) == [Step.ISSUE]
     renewed = advance(m, due)
     assert renewed.ca == m.ca, "renewing the leaf leaves the CA alone"
     assert renewed.serving != m.serving
-    assert lc.signed_by(renewed.serving.cert, m.ca.cert)
-    assert lc.trust_bundle(renewed) == lc.trust_bundle(m), "no re-injection for a leaf renewal"
+    assert contents.signed_by(renewed.serving.cert, m.ca.cert)
+    assert contents.trust_bundle(renewed) == contents.trust_bundle(m), "no re-injection for a leaf renewal"
 
 
 def test_an_expired_serving_certificate_is_replaced():
@@ -141,7 +142,7 @@ def test_a_serving_certificate_missing_a_wanted_name_is_reissued_with_both_sets_
     renamed = Policy(dns_names=lc.service_dns_names("dispatch", "dispatch-system"))
     assert "lacks dispatch" in lc.serving_problem(m, renamed, T0 + HOUR)
     new = advance(m, T0 + HOUR, policy=renamed)
-    dns, _ = lc.sans(new.serving.cert)
+    dns, _ = contents.sans(new.serving.cert)
     assert dns == set(NAMES) | set(renamed.dns_names), "old and new replicas of a rolling upgrade both satisfied"
     assert steps(new, T0 + HOUR) == []
     assert steps(new, T0 + HOUR, policy=renamed) == []
@@ -150,7 +151,7 @@ def test_a_serving_certificate_missing_a_wanted_name_is_reissued_with_both_sets_
 def test_a_serving_certificate_not_signed_by_the_ca_is_reissued():
     m = fresh()
     other = pki.make_serving_cert(pki.make_ca("someone", now=T0), "x", dns_names=NAMES, now=T0)
-    swapped = Material(ca=m.ca, serving=lc.KeyedCert(other.cert_pem, other.key_pem))
+    swapped = Material(ca=m.ca, serving=contents.KeyedCert(other.cert_pem, other.key_pem))
     assert steps(swapped, T0) == [Step.ISSUE]
 
 
@@ -159,7 +160,7 @@ def test_a_serving_certificate_not_signed_by_the_ca_is_reissued():
 
 def test_ca_rotation_is_staged_at_two_thirds_of_its_life_without_touching_the_leaf():
     m = fresh()
-    due = lc.renewal_due_at(m.ca.cert, POLICY.renew_at)
+    due = contents.renewal_due_at(m.ca.cert, POLICY.renew_at)
     assert T0 + 243 * DAY < due < T0 + 244 * DAY
     # Keep the leaf young so only the CA is due.
     m = advance(m, due - DAY)
@@ -169,8 +170,8 @@ def test_ca_rotation_is_staged_at_two_thirds_of_its_life_without_touching_the_le
     assert s.ca == m.ca
     assert s.serving == m.serving
     assert s.next_ca is not None
-    assert lc.trusted_cas(s) == [m.ca.cert, s.next_ca.cert], "both trusted, oldest first"
-    assert lc.verifies(s.serving.cert_pem, lc.trust_bundle(s), due), "the served leaf still verifies"
+    assert contents.trusted_cas(s) == [m.ca.cert, s.next_ca.cert], "both trusted, oldest first"
+    assert contents.verifies(s.serving.cert_pem, contents.trust_bundle(s), due), "the served leaf still verifies"
 
 
 def test_promotion_waits_for_injection_and_settle():
@@ -187,23 +188,25 @@ def test_promotion_switches_the_signer_and_keeps_the_old_ca_trusted():
     assert after.ca == before.next_ca
     assert after.previous_ca == before.ca.cert_pem
     assert after.next_ca is None
-    assert lc.signed_by(after.serving.cert, before.next_ca.cert)
-    assert lc.trust_bundle(after) == lc.trust_bundle(before), "the bundle is unchanged: nothing to re-inject"
+    assert contents.signed_by(after.serving.cert, before.next_ca.cert)
+    assert contents.trust_bundle(after) == contents.trust_bundle(before), (
+        "the bundle is unchanged: nothing to re-inject"
+    )
     old_leaf = before.serving.cert_pem
     for leaf in (old_leaf, after.serving.cert_pem):
-        assert lc.verifies(leaf, lc.trust_bundle(after), at), "replicas not yet reloaded still verify"
+        assert contents.verifies(leaf, contents.trust_bundle(after), at), "replicas not yet reloaded still verify"
 
 
 def test_previous_ca_dropped_after_the_overlap():
     _, m, at = promoted()
-    end = lc.issued_at(m.serving.cert) + POLICY.overlap
+    end = contents.issued_at(m.serving.cert) + POLICY.overlap
     assert end == at + POLICY.overlap
     assert steps(m, end - dt.timedelta(seconds=1)) == []
     assert lc.next_decision_at(m, POLICY, at) == end
     assert steps(m, end) == [Step.DROP_PREVIOUS]
     dropped = advance(m, end)
     assert dropped.previous_ca is None
-    assert lc.trusted_cas(dropped) == [m.ca.cert]
+    assert contents.trusted_cas(dropped) == [m.ca.cert]
 
 
 def test_previous_ca_kept_while_the_serving_certificate_is_not_from_the_current_ca():
@@ -238,7 +241,7 @@ def test_an_expired_ca_is_replaced_at_once_and_a_staged_one_takes_over_first():
 def test_a_ca_whose_key_does_not_match_is_replaced():
     m = fresh()
     other = pki.make_ca("x")
-    broken = lc.parse({**m.data(), lc.CA_KEY: other.key_pem})
+    broken = contents.parse({**m.data(), contents.CA_KEY: other.key_pem})
     assert broken.ca is None
     assert "does not belong" in broken.problems[0]
     assert steps(broken, T0) == [Step.NEW_CA, Step.ISSUE]
@@ -249,18 +252,23 @@ def test_a_ca_whose_key_does_not_match_is_replaced():
 
 def test_parse_round_trips_and_sets_aside_what_is_broken():
     _, m, _ = promoted()
-    assert lc.parse(m.data()) == m
-    broken = lc.parse({lc.TLS_CERT: b"garbage", lc.TLS_KEY: b"garbage", lc.PREVIOUS_CA_CERT: m.serving.cert_pem})
+    assert contents.parse(m.data()) == m
+    broken = contents.parse(
+        {contents.TLS_CERT: b"garbage", contents.TLS_KEY: b"garbage", contents.PREVIOUS_CA_CERT: m.serving.cert_pem}
+    )
     assert broken == Material()
     assert len(broken.problems) == 2
-    assert lc.parse({lc.CA_CERT: m.ca.cert_pem}).problems == ("ca.crt and ca.key must both be present",)
-    leaf_as_ca = lc.parse({lc.CA_CERT: m.serving.cert_pem, lc.CA_KEY: m.serving.key_pem})
+    assert contents.parse({contents.CA_CERT: m.ca.cert_pem}).problems == ("ca.crt and ca.key must both be present",)
+    leaf_as_ca = contents.parse({contents.CA_CERT: m.serving.cert_pem, contents.CA_KEY: m.serving.key_pem})
     assert "is not a CA" in leaf_as_ca.problems[0]
 
 
 def test_decode_secret_data():
-    assert lc.decode_secret_data({"a": base64.b64encode(b"x").decode(), "b": "!!", "c": ""}) == {"a": b"x", "c": b""}
-    assert lc.decode_secret_data(None) == {}
+    assert contents.decode_secret_data({"a": base64.b64encode(b"x").decode(), "b": "!!", "c": ""}) == {
+        "a": b"x",
+        "c": b"",
+    }
+    assert contents.decode_secret_data(None) == {}
 
 
 def test_secret_patch_carries_the_resource_version_and_touches_only_our_keys():
@@ -269,9 +277,9 @@ def test_secret_patch_carries_the_resource_version_and_touches_only_our_keys():
     patch = lc.secret_patch("42", raw, after)
     assert patch["metadata"] == {"resourceVersion": "42"}
     data = patch["data"]
-    assert (data[lc.NEXT_CA_CERT], data[lc.NEXT_CA_KEY]) == (None, None), "removed keys are nulled"
-    assert base64.b64decode(data[lc.CA_CERT]) == before.next_ca.cert_pem
-    assert base64.b64decode(data[lc.PREVIOUS_CA_CERT]) == before.ca.cert_pem
+    assert (data[contents.NEXT_CA_CERT], data[contents.NEXT_CA_KEY]) == (None, None), "removed keys are nulled"
+    assert base64.b64decode(data[contents.CA_CERT]) == before.next_ca.cert_pem
+    assert base64.b64decode(data[contents.PREVIOUS_CA_CERT]) == before.ca.cert_pem
     assert "unrelated" not in data
     assert lc.secret_patch("43", after.data(), after)["data"] == {}, "nothing unchanged is rewritten"
 
@@ -280,7 +288,7 @@ def test_served_files():
     assert lc.served_files(Material()) is None
     m, _ = staged()
     files = lc.served_files(m)
-    assert files == {"tls.crt": m.serving.cert_pem, "tls.key": m.serving.key_pem, "ca.crt": lc.trust_bundle(m)}
+    assert files == {"tls.crt": m.serving.cert_pem, "tls.key": m.serving.key_pem, "ca.crt": contents.trust_bundle(m)}
     assert len(x509.load_pem_x509_certificates(files["ca.crt"])) == 2
 
 
@@ -289,23 +297,23 @@ def test_served_files():
 
 def test_the_bundle_is_a_function_of_the_secret_alone():
     before, after, _ = promoted()
-    assert lc.trust_bundle(before) == lc.trust_bundle(after)
-    assert lc.trust_bundle(Material()) == b""
-    assert [c.serial_number for c in lc.bundle_certificates(lc.trust_bundle(after))] == [
+    assert contents.trust_bundle(before) == contents.trust_bundle(after)
+    assert contents.trust_bundle(Material()) == b""
+    assert [c.serial_number for c in contents.bundle_certificates(contents.trust_bundle(after))] == [
         before.ca.cert.serial_number,
         before.next_ca.cert.serial_number,
     ]
-    assert lc.bundle_certificates(b"not pem") == []
+    assert contents.bundle_certificates(b"not pem") == []
 
 
 def test_verifies_checks_chain_time_and_name():
     m = fresh()
-    bundle = lc.trust_bundle(m)
-    assert lc.verifies(m.serving.cert_pem, bundle, T0, "dispatch-k8s.dispatch-system.svc")
-    assert not lc.verifies(m.serving.cert_pem, bundle, T0, "elsewhere.svc")
-    assert not lc.verifies(m.serving.cert_pem, bundle, T0 + 91 * DAY)
-    assert not lc.verifies(m.serving.cert_pem, lc.trust_bundle(fresh()), T0), "another CA"
-    assert not lc.verifies(m.serving.cert_pem, b"", T0)
+    bundle = contents.trust_bundle(m)
+    assert contents.verifies(m.serving.cert_pem, bundle, T0, "dispatch-k8s.dispatch-system.svc")
+    assert not contents.verifies(m.serving.cert_pem, bundle, T0, "elsewhere.svc")
+    assert not contents.verifies(m.serving.cert_pem, bundle, T0 + 91 * DAY)
+    assert not contents.verifies(m.serving.cert_pem, contents.trust_bundle(fresh()), T0), "another CA"
+    assert not contents.verifies(m.serving.cert_pem, b"", T0)
 
 
 # --- the timer ----------------------------------------------------------------------------------------
@@ -314,14 +322,14 @@ def test_verifies_checks_chain_time_and_name():
 def test_next_decision_is_the_earliest_deadline():
     m = fresh()
     assert lc.next_decision_at(Material(), POLICY, T0) is None
-    assert lc.next_decision_at(m, POLICY, T0) == lc.renewal_due_at(m.serving.cert, POLICY.renew_at)
+    assert lc.next_decision_at(m, POLICY, T0) == contents.renewal_due_at(m.serving.cert, POLICY.renew_at)
     t = T0
     # Following the timer alone walks through 500 days, two CA rotations, and nothing is missed.
     seen: list[Step] = []
     while t < T0 + 500 * DAY:
         seen += steps(m, t)
         m = advance(m, t)
-        assert lc.verifies(m.serving.cert_pem, lc.trust_bundle(m), t)
+        assert contents.verifies(m.serving.cert_pem, contents.trust_bundle(m), t)
         t = lc.next_decision_at(m, POLICY, t)
     assert seen.count(Step.STAGE) == seen.count(Step.PROMOTE) == seen.count(Step.DROP_PREVIOUS) == 2
     assert seen.count(Step.ISSUE) >= 8
@@ -335,7 +343,7 @@ def test_the_loser_of_a_race_accepts_the_winners_certificate():
     # other (409). The loser re-reads and finds nothing to do: one certificate for everyone.
     mine, theirs = fresh(), fresh()
     assert mine.ca != theirs.ca
-    assert steps(lc.parse(theirs.data()), T0 + dt.timedelta(seconds=1)) == []
+    assert steps(contents.parse(theirs.data()), T0 + dt.timedelta(seconds=1)) == []
 
 
 @pytest.mark.parametrize("skew", [-50 * 60, -60, 60, 50 * 60], ids=["-50m", "-1m", "+1m", "+50m"])
@@ -348,7 +356,7 @@ def test_replicas_with_skewed_clocks_accept_each_others_certificates(skew):
 
 def test_racing_rotations_converge_on_the_first_stage():
     m = fresh()
-    due = lc.renewal_due_at(m.ca.cert, POLICY.renew_at)
+    due = contents.renewal_due_at(m.ca.cert, POLICY.renew_at)
     m = advance(m, due - DAY)
     winner = advance(m, due)
     assert steps(winner, due + dt.timedelta(minutes=5), injected=False) == [], "the loser waits for the winner's CA"
@@ -360,15 +368,15 @@ def test_one_rotation_at_a_time_even_after_a_late_promotion():
     # The next rotation waits for the drop, so a promotion never pushes a previous CA out early.
     m = fresh()
     short = Policy(dns_names=NAMES, ca_validity=6 * HOUR, serving_validity=3 * HOUR, overlap=HOUR, settle=HOUR / 60)
-    staging = lc.renewal_due_at(m.ca.cert, POLICY.renew_at)
+    staging = contents.renewal_due_at(m.ca.cert, POLICY.renew_at)
     m = advance(advance(m, staging - DAY), staging, policy=short)
     assert m.next_ca is not None
     promotion = staging + 3.5 * HOUR
     assert steps(m, promotion - HOUR, injected=False, policy=short) == []
     m = advance(m, promotion, policy=short)
     assert m.previous_ca is not None
-    due = lc.renewal_due_at(m.ca.cert, short.renew_at)
-    end = lc.issued_at(m.serving.cert) + short.overlap
+    due = contents.renewal_due_at(m.ca.cert, short.renew_at)
+    end = contents.issued_at(m.serving.cert) + short.overlap
     assert promotion < due < end
     assert steps(m, due, policy=short) == [], "due, but the previous CA is still in its overlap"
     assert steps(m, end, policy=short) == [Step.STAGE, Step.DROP_PREVIOUS]

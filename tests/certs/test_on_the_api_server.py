@@ -24,6 +24,7 @@ from aiohttp import web
 from cryptography import x509
 from kubernetes_asyncio import client
 
+from certs import contents
 from certs import lifecycle as lc
 from certs.controller import FIELD_MANAGER, CertController, SecretMissingError, Target, utcnow
 from certs.metrics import certs_registry
@@ -74,7 +75,7 @@ class Env:
         return CertController(api, target, self.policy(**policy), clock=clock)
 
     def secret_data(self) -> dict[str, bytes]:
-        return lc.decode_secret_data(self.cp.admin.get("v1", "Secret", SECRET, self.namespace).get("data"))
+        return contents.decode_secret_data(self.cp.admin.get("v1", "Secret", SECRET, self.namespace).get("data"))
 
     def configuration(self, kind: str, name: str | None = None) -> dict[str, Any]:
         return self.cp.admin.get(ADMISSION, kind, name or self.name)
@@ -177,8 +178,8 @@ async def test_fills_the_empty_secret_and_injects_only_into_our_configurations(e
 
     data = env.secret_data()
     assert sorted(data) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
-    material = lc.parse(data)
-    bundle = lc.trust_bundle(material)
+    material = contents.parse(data)
+    bundle = contents.trust_bundle(material)
     for kind in KINDS:
         assert env.bundles(kind) == {bundle}, f"our {kind} carries the bundle"
     assert env.bundles("ValidatingWebhookConfiguration", env.other) == {b""}, "our label on another name"
@@ -192,7 +193,7 @@ async def test_fills_the_empty_secret_and_injects_only_into_our_configurations(e
     out = env.tmp / "served"
     assert (out / "tls.crt").read_bytes() == material.serving.cert_pem
     assert (out / "ca.crt").read_bytes() == bundle
-    assert lc.verifies((out / "tls.crt").read_bytes(), bundle, utcnow(), f"{SERVICE}.{env.namespace}.svc")
+    assert contents.verifies((out / "tls.crt").read_bytes(), bundle, utcnow(), f"{SERVICE}.{env.namespace}.svc")
     assert controller.readiness.check() == (True, "ok")
 
     await controller.reconcile()
@@ -259,16 +260,16 @@ async def test_racing_controllers_converge_on_one_certificate(env: Env):
     await asyncio.gather(*(c.reconcile() for c in controllers))
     assert sum(c.stats.secret_writes for c in controllers) == 1, "one writer won"
     assert sum(c.stats.conflicts for c in controllers) >= 2, "the others got 409 and re-read"
-    stored = lc.parse(env.secret_data())
+    stored = contents.parse(env.secret_data())
     assert all(c.material == stored for c in controllers)
     served = {(env.tmp / f"served-{i}" / "tls.crt").read_bytes() for i in range(3)}
     assert served == {stored.serving.cert_pem}, "every replica serves the one certificate"
 
     # A rotation raced the same way: one new CA is staged, and later one promotion happens.
-    now[0] = lc.renewal_due_at(stored.ca.cert, lc.RENEW_AT) + dt.timedelta(seconds=1)
+    now[0] = contents.renewal_due_at(stored.ca.cert, lc.RENEW_AT) + dt.timedelta(seconds=1)
     _in_lockstep(controllers)
     await asyncio.gather(*(c.reconcile() for c in controllers))
-    staged = lc.parse(env.secret_data())
+    staged = contents.parse(env.secret_data())
     assert staged.next_ca is not None
     assert staged.ca == stored.ca
     assert all(c.material == staged for c in controllers)
@@ -276,12 +277,12 @@ async def test_racing_controllers_converge_on_one_certificate(env: Env):
     now[0] += lc.SETTLE
     _in_lockstep(controllers)
     await asyncio.gather(*(c.reconcile() for c in controllers))
-    promoted = lc.parse(env.secret_data())
+    promoted = contents.parse(env.secret_data())
     assert promoted.ca == staged.next_ca
     assert promoted.previous_ca == stored.ca.cert_pem
     assert all(c.material == promoted for c in controllers)
     for kind in KINDS:
-        assert env.bundles(kind) == {lc.trust_bundle(promoted)}
+        assert env.bundles(kind) == {contents.trust_bundle(promoted)}
     assert {(env.tmp / f"served-{i}" / "tls.crt").read_bytes() for i in range(3)} == {promoted.serving.cert_pem}
 
 
@@ -302,7 +303,7 @@ async def test_a_blanked_ca_bundle_is_reinjected_at_once(env: Env):
     task = asyncio.create_task(controller.run())
     try:
         await asyncio.wait_for(controller.readiness.wait_ready(), 10)
-        bundle = lc.trust_bundle(controller.material)
+        bundle = contents.trust_bundle(controller.material)
 
         # What a helm upgrade does to a field its templates lack (a replace of the whole object).
         vwc = env.configuration("ValidatingWebhookConfiguration")
@@ -410,7 +411,7 @@ async def test_ca_rotation_fails_no_request(env: Env):
                 requests[0] += 1
             except Exception as exc:  # every failure is kept, with what was served and trusted then
                 served = x509.load_pem_x509_certificate(servers[(n + i) % 2].cert_file.read_bytes())
-                trusted = [c.subject.rfc4514_string() for c in lc.bundle_certificates(await injected_bundle())]
+                trusted = [c.subject.rfc4514_string() for c in contents.bundle_certificates(await injected_bundle())]
                 failures.append(
                     f"offset {offset[0]}: {type(exc).__name__}: {exc}; served {served.issuer.rfc4514_string()}, "
                     f"trusted {trusted}; plans {[p for c in controllers for p in c.stats.plans][-4:]}"
@@ -452,9 +453,9 @@ async def test_dispatch_certs_run_once(env: Env):
     ]  # fmt: skip
     done = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    material = lc.parse(env.secret_data())
+    material = contents.parse(env.secret_data())
     assert (out / "tls.crt").read_bytes() == material.serving.cert_pem
-    assert env.bundles("ValidatingWebhookConfiguration") == {lc.trust_bundle(material)}
+    assert env.bundles("ValidatingWebhookConfiguration") == {contents.trust_bundle(material)}
 
 
 async def test_dispatch_certs_run_serves_readiness_and_stops_on_sigterm(env: Env):
@@ -485,8 +486,8 @@ async def test_dispatch_certs_run_serves_readiness_and_stops_on_sigterm(env: Env
             assert process.returncode is None, (await process.stderr.read()).decode()
             assert time.monotonic() < deadline, "not ready in 30s"
             await asyncio.sleep(0.1)
-        material = lc.parse(env.secret_data())
-        assert env.bundles("MutatingWebhookConfiguration") == {lc.trust_bundle(material)}
+        material = contents.parse(env.secret_data())
+        assert env.bundles("MutatingWebhookConfiguration") == {contents.trust_bundle(material)}
 
         # Its metrics, scraped from the same port as Prometheus would.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -496,7 +497,7 @@ async def test_dispatch_certs_run_serves_readiness_and_stops_on_sigterm(env: Env
         assert head.startswith(b"HTTP/1.1 200")
         samples = parse_exposition(body.decode())
 
-        def expiry(keyed: lc.KeyedCert | None) -> float:
+        def expiry(keyed: contents.KeyedCert | None) -> float:
             assert keyed is not None
             return keyed.cert.not_valid_after_utc.timestamp()
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from certs import contents
 from certs import lifecycle as lc
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -48,8 +49,8 @@ CONFIGURATIONS = ("validating", "mutating")
 
 @functools.lru_cache(maxsize=4096)
 def _verifies(leaf: bytes, bundle: bytes, now: dt.datetime) -> bool:
-    # lc.verifies is pure; the cache only saves the test's time (the same check recurs within a pass).
-    return lc.verifies(leaf, bundle, now)
+    # contents.verifies is pure; the cache only saves the test's time (the same check recurs within a pass).
+    return contents.verifies(leaf, bundle, now)
 
 
 @dataclass
@@ -79,20 +80,20 @@ class World:
     conflicts: int = 0
     writes: list[str] = field(default_factory=list)
     broken_until: dt.datetime = T0
-    _parsed: dict[tuple, lc.Material] = field(default_factory=dict)
+    _parsed: dict[tuple, contents.Material] = field(default_factory=dict)
 
-    def parse(self, data: dict[str, bytes]) -> lc.Material:
+    def parse(self, data: dict[str, bytes]) -> contents.Material:
         # parse is pure; caching it only saves the test's time.
         key = tuple(sorted(data.items()))
         if key not in self._parsed:
-            self._parsed[key] = lc.parse(data)
+            self._parsed[key] = contents.parse(data)
         return self._parsed[key]
 
     # --- the pieces of a pass -----------------------------------------------------------------------
 
     def read(self, r: Replica) -> None:
         material = self.parse(self.secret)
-        injected = all(b == lc.trust_bundle(material) for b in self.bundles.values())
+        injected = all(b == contents.trust_bundle(material) for b in self.bundles.values())
         r.view = View(self.rv, dict(self.secret), injected, self.now)
 
     def write(self, r: Replica) -> None:
@@ -116,7 +117,7 @@ class World:
     def inject(self, r: Replica) -> None:
         if self.now < self.broken_until:
             return
-        bundle = lc.trust_bundle(self.parse(self.secret))
+        bundle = contents.trust_bundle(self.parse(self.secret))
         self.bundles = dict.fromkeys(CONFIGURATIONS, bundle)
         self.check()
 
@@ -213,7 +214,9 @@ def installed(age: dt.timedelta | None, skew: list[dt.timedelta]) -> World:
     world = World([Replica(s) for s in skew])
     if age is not None:
         born = T0 - age
-        material = lc.carry_out(lc.Material(), lc.decide(lc.Material(), POLICY, born, injected=True), POLICY, born)
+        material = lc.carry_out(
+            contents.Material(), lc.decide(contents.Material(), POLICY, born, injected=True), POLICY, born
+        )
         leaf_at = T0 - dt.timedelta(seconds=age.total_seconds() % (5 * DAY))
         material = lc.carry_out(material, lc.Plan(((lc.Step.ISSUE, "current"),)), POLICY, leaf_at)
         world.secret = material.data()
@@ -238,7 +241,7 @@ def test_served_certificates_always_verify_against_the_injected_bundle(script, s
             world.full_pass(r)
     material = world.parse(world.secret)
     assert {r.served for r in world.replicas} == {material.serving.cert_pem}
-    assert set(world.bundles.values()) == {lc.trust_bundle(material)}
+    assert set(world.bundles.values()) == {contents.trust_bundle(material)}
     for r in world.replicas:
         assert not lc.decide(material, POLICY, world.now + r.skew, injected=True), "converged: nothing to do"
     world.check()

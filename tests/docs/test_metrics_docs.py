@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from agent.api.app import ApiMetrics
 from agent.runtime.metrics import AgentMetrics
-from certs import lifecycle, pki
+from certs import contents, pki
 from certs.controller import Readiness, Stats
 from certs.metrics import certs_registry
 from serving.prometheus import CertificateCollector
@@ -30,8 +30,8 @@ def registries() -> dict[str, CollectorRegistry]:
     webhook.render(_Served())
     ca = pki.make_ca("docs-ca")
     leaf = pki.make_serving_cert(ca, "docs", dns_names=["docs"])
-    material = lifecycle.Material(
-        ca=lifecycle.KeyedCert(ca.cert_pem, ca.key_pem), serving=lifecycle.KeyedCert(leaf.cert_pem, leaf.key_pem)
+    material = contents.Material(
+        ca=contents.KeyedCert(ca.cert_pem, ca.key_pem), serving=contents.KeyedCert(leaf.cert_pem, leaf.key_pem)
     )
     controller = SimpleNamespace(material=material, stats=Stats(), readiness=Readiness())
     return {"agent": agent.registry, "webhook": webhook.registry, "certs": certs_registry(controller)}  # type: ignore[arg-type]
