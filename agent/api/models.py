@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from agent.api.errors import ErrorKind
 from agent.domain.status import Status
 from agent.multicluster.worker_remains import Remains
 from contract.runtime_patch import Credential, Publish
@@ -313,10 +314,7 @@ class ListResponse(_Model):
 
 
 class ErrorResponse(_Model):
-    error: str = Field(
-        description="the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, "
-        "observe_only, unavailable, internal"
-    )
+    error: str = Field(description="the kind: " + ", ".join(kind.value for kind in ErrorKind))
     message: str
     field: str | None = Field(None, description="with invalid: the request field that was wrong")
     orphans: list[str] | None = Field(

@@ -149,7 +149,7 @@ type ErrorResponse struct {
 	// CeasedReason why ceased is true or false
 	CeasedReason *string `json:"ceasedReason,omitempty"`
 
-	// Error the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, observe_only, unavailable, internal
+	// Error the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, observe_only, rate_limited, unavailable, internal
 	Error string `json:"error"`
 
 	// Field with invalid: the request field that was wrong
