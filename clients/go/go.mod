@@ -2,6 +2,7 @@ module github.com/phpboyscout/dispatch-k8s/clients/go
 
 // The oldest language level the module graph allows: the golang.org/x modules the pinned oapi-codegen and
 // libopenapi-validator need declare go 1.26.0 (the code alone needs 1.24: range over functions, the tool directive).
+// Go 1.26 is also the oldest release the Go project still supports.
 go 1.26.0
 
 tool github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
