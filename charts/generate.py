@@ -296,8 +296,13 @@ def _rbac_api() -> str:
 
 
 MAP_CAPABILITY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
-MAP_RENDERED = f'and .Values.admissionPolicies.enabled (.Capabilities.APIVersions.Has "{MAP_CAPABILITY}")'
-"""Helm: the chart renders the MutatingAdmissionPolicy (mutating-admission-policies.yaml's condition)."""
+MAP_RENDERED = (
+    "and .Values.admissionPolicies.enabled (or (eq .Values.admissionPolicies.recordStart \"policy\") "
+    f'(and (eq .Values.admissionPolicies.recordStart "auto") (.Capabilities.APIVersions.Has "{MAP_CAPABILITY}")))'
+)
+"""Helm: the chart renders the MutatingAdmissionPolicy (mutating-admission-policies.yaml's condition):
+``recordStart`` ``policy`` always, ``webhook`` never, ``auto`` where the cluster serves the kind (``helm template``
+knows that only from ``--api-versions``: GitOps renders set the value instead)."""
 ONLY_WITHOUT = {
     # The writes the policies judge in-process: sent to the webhook only when the chart renders no policies.
     MIRRORED: "not .Values.admissionPolicies.enabled",

@@ -313,6 +313,30 @@ def test_with_the_policies_the_webhook_is_sent_no_write_they_judge(served):
     assert r.of("ValidatingAdmissionPolicy"), "the policies judge what the webhook is not sent"
 
 
+@pytest.mark.parametrize(
+    ("record_start", "served", "by_policy"),
+    [
+        ("auto", True, True),
+        ("auto", False, False),
+        ("policy", False, True),
+        ("policy", True, True),
+        ("webhook", True, False),
+        ("webhook", False, False),
+    ],
+)
+def test_record_start_names_who_records_a_whatever_helm_template_knows(record_start, served, by_policy):
+    """``admissionPolicies.recordStart``: ``policy`` renders the MutatingAdmissionPolicy even where ``helm template``
+    is not told the cluster serves it (a GitOps render), ``webhook`` never does, ``auto`` asks the cluster; exactly
+    one of the two records A."""
+    r = template({"admissionPolicies": {"recordStart": record_start}}, extra=MAP_SERVED if served else [])
+    assert bool(r.of("MutatingAdmissionPolicy")) is by_policy
+    assert ("record-start.trainjobs" in _routes(r)) is not by_policy
+
+
+def test_record_start_refuses_an_unknown_value():
+    assert "recordStart" in template_error({"admissionPolicies": {"recordStart": "both"}})
+
+
 def test_without_the_policies_every_route_is_sent_and_fails_closed():
     r = template({"admissionPolicies": {"enabled": False}}, extra=MAP_SERVED)
     routes = _routes(r)

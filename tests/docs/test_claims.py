@@ -243,6 +243,7 @@ EXTERNAL_FLAGS = {
     "--reset-then-reuse-values": "helm",
     "--reuse-values": "helm",
     "--kube-version": "helm",
+    "--api-versions": "helm template",
     "--no-hooks": "helm",
     "--create-namespace": "helm",
     "--strict": "helm lint",
