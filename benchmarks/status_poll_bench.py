@@ -81,6 +81,8 @@ class Window:
     latencies: list[float] = field(default_factory=list)
     """Seconds per call, as the supervisor saw them."""
     sweep_seconds: list[float] = field(default_factory=list)
+    fleet: int = 0
+    """Calls a supervisor needs to see every job once: Status one per job, List one page per 500 jobs."""
 
 
 def net(value: float, idle: float, seconds: float, idle_seconds: float) -> float:
@@ -131,11 +133,17 @@ def report(windows: Sequence[Window], idle: Window, jobs: int, interval: float) 
         lines.append(
             f"| {w.name} ({w.seconds:.0f} s) | {calls} | {lat} | {sweep} | " + " | ".join([*used, *rate]) + " |"
         )
+    lines.append("")
     for w in windows:
         api = net(w.cpu["kube-apiserver"], idle.cpu["kube-apiserver"], w.seconds, idle.seconds)
         lines.append(
-            f"\n{w.name}: the calls add {api:.2f} CPU s to the API server's {w.cpu['kube-apiserver']:.2f} s in the "
-            f"window ({api / w.seconds * 100:.1f}% of one core; {jobs} jobs every {interval:g} s)"
+            f"{w.name}: the calls add {api:.2f} CPU s to the API server's {w.cpu['kube-apiserver']:.2f} s in the "
+            f"window of {w.seconds:.0f} s ({api / w.seconds * 100:.1f}% of one core)"
+        )
+        api, agent = (cpu_per_thousand(w, idle, p) * w.fleet / 1000 for p in ("kube-apiserver", "dispatch-agent"))
+        lines.append(
+            f"{w.name}: a sweep of all {jobs} jobs is {w.fleet} call(s), {api:.3f} API server and {agent:.3f} agent "
+            f"CPU s; every {interval:g} s that is {api / interval:.1%} and {agent / interval:.1%} of a core"
         )
     return lines
 
@@ -290,6 +298,7 @@ async def measure(args: argparse.Namespace, cp: ControlPlane, inst: Installed) -
     requests = read_audit(cp.audit_log, AGENT_USER)
     for w, began, ended in done:
         w.requests.update(r.key for r in requests if began <= r.received < ended)
+    done[1][0].fleet, done[2][0].fleet = args.jobs, math.ceil(args.jobs / LIST_LIMIT)
     return done[0][0], [w for w, _, _ in done[1:]]
 
 

@@ -28,6 +28,7 @@ def status(seconds: float = 60.0) -> Window:
                           ("create", "subjectaccessreviews"): 1200, ("list (consistent)", "pods"): 1200}),
         latencies=[0.01 * i for i in range(1, 101)],
         sweep_seconds=[1.5, 2.0, 4.0],
+        fleet=100,
     )  # fmt: skip
 
 
@@ -67,4 +68,6 @@ def test_the_report_has_a_row_per_verb_and_resource_and_one_per_window():
         in lines
     )
     assert "| idle (60 s) | 0 | - | - | 3.00 | 0.60 | 0.50 | - | - | - |" in lines
-    assert "the calls add 6.00 CPU s to the API server's 9.00 s in the window (10.0% of one core" in text
+    assert "the calls add 6.00 CPU s to the API server's 9.00 s in the window of 60 s (10.0% of one core)" in text
+    assert "a sweep of all 100 jobs is 100 call(s), 0.500 API server and 0.500 agent CPU s" in text
+    assert "every 5 s that is 10.0% and 10.0% of a core" in text
