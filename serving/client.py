@@ -10,6 +10,7 @@ refresh) and TLS settings. Paths are built by ``contract.upstream``'s ``Resource
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -35,6 +36,21 @@ QUERY_NAMES: Final = {
 }
 """The keyword arguments of a collection's call (``Kube.collection``), as kubernetes_asyncio's generated list
 calls name them (serving/watch.py and the webhook's watch pass them so), and their query parameters."""
+
+
+TOO_MANY_REQUESTS_RETRIES: Final = 5
+"""A 429 is sent again this many times (client-go: 10), each after the Retry-After asked, at most
+``RETRY_AFTER_CAP`` seconds: a call waits about 10 s at most before the 429 is its answer."""
+RETRY_AFTER_CAP: Final = 2.0
+
+
+def retry_after(header: str | None) -> float:
+    """The seconds a 429's Retry-After asks for (1 when absent or unreadable), capped at ``RETRY_AFTER_CAP``."""
+    try:
+        seconds = float(header) if header is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
 
 
 class KubeError(Exception):
@@ -97,22 +113,30 @@ class Kube:
         content_type: str = "application/json",
         limit: float | aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
-        try:
-            response: aiohttp.ClientResponse = await self.api.call_api(
-                path,
-                method,
-                query_params=list(query),
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=limit or self.timeout,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            if not self.unreachable:
-                raise
-            raise KubeError(0, "Unreachable", f"{type(exc).__name__}: {exc}", method, path) from None
-        return response
+        for attempt in range(TOO_MANY_REQUESTS_RETRIES + 1):
+            try:
+                response: aiohttp.ClientResponse = await self.api.call_api(
+                    path,
+                    method,
+                    query_params=list(query),
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=limit or self.timeout,
+                )
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                if not self.unreachable:
+                    raise
+                raise KubeError(0, "Unreachable", f"{type(exc).__name__}: {exc}", method, path) from None
+            if response.status != 429 or attempt == TOO_MANY_REQUESTS_RETRIES:
+                return response
+            # The API server did not process it (priority and fairness, or a cache still initializing after its
+            # start): sent again after the Retry-After it asks for, as client-go's rest client does.
+            wait = retry_after(response.headers.get("Retry-After"))
+            response.release()
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # the loop returns on its last attempt
 
     async def request(
         self,
