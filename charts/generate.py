@@ -297,7 +297,7 @@ def _rbac_api() -> str:
 
 MAP_CAPABILITY = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 MAP_RENDERED = (
-    "and .Values.admissionPolicies.enabled (or (eq .Values.admissionPolicies.recordStart \"policy\") "
+    'and .Values.admissionPolicies.enabled (or (eq .Values.admissionPolicies.recordStart "policy") '
     f'(and (eq .Values.admissionPolicies.recordStart "auto") (.Capabilities.APIVersions.Has "{MAP_CAPABILITY}")))'
 )
 """Helm: the chart renders the MutatingAdmissionPolicy (mutating-admission-policies.yaml's condition):
