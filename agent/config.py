@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -22,6 +23,7 @@ from agent.constants import (
 from contract.claims import DEFAULT_ORIGIN
 from contract.keys import LEASE_NAME, LEASE_NAMESPACE
 from contract.multicluster import ROLE_SINGLE, Role
+from contract.scope import out_of_scope
 from serving.config import ConfigError, load_yaml_model
 
 __all__ = ["OVERRIDDEN_API_KEYS", "AgentConfig", "ConfigError", "load_config", "served_api_settings"]
@@ -76,7 +78,8 @@ class AgentConfig(BaseModel):
     workers: int = Field(DEFAULT_WORKERS, ge=1, le=64)
     """Workloads reconciled at once (one Workload is never reconciled by two at a time)."""
     api: ApiSettings = Field(default_factory=ApiSettings)
-    """The supervisor API, served over HTTPS when the TLS files are given (docs/api.md)."""
+    """The supervisor API, served over HTTPS when the TLS files are given (docs/api.md). Its ``scope`` and
+    ``ownNamespace`` are the gate's too (``scope_problem``)."""
     health_port: int = Field(DEFAULT_HEALTH_PORT, alias="healthPort", ge=1, le=65535)
     """Plain HTTP: /healthz, /readyz and /metrics."""
     multicluster_role: Role = Field(ROLE_SINGLE, alias="multiclusterRole")
@@ -101,6 +104,23 @@ class AgentConfig(BaseModel):
     worker_lease_namespace: str | None = Field(None, alias="workerLeaseNamespace")
     """On a MultiKueue manager: the namespace of the contact Lease on the workers, their agents' ``leaseNamespace``
     (default: the same as here)."""
+
+    @property
+    def scope_reads_labels(self) -> bool:
+        """Whether ``scope_problem`` needs the namespace's labels: only a selector reads them."""
+        selector = self.api.scope.namespace_selector
+        return bool(selector.match_labels or selector.match_expressions)
+
+    def scope_problem(self, namespace: str, labels: Mapping[str, str] | None) -> str | None:
+        """Why dispatch's webhook and policies do not police ``namespace`` (contract/scope.py), or None."""
+        scope = self.api.scope
+        return out_of_scope(
+            namespace,
+            labels,
+            own_namespace=self.api.own_namespace,
+            exempt_namespaces=scope.exempt_namespaces,
+            selector=scope.namespace_selector.as_kubernetes(),
+        )
 
     @model_validator(mode="after")
     def _election(self) -> AgentConfig:

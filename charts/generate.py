@@ -11,6 +11,9 @@
   rendered: the certificate controller injects it, so an upgrade never blanks it.
 * rbac-api.yaml: the agent API's rights and the ClusterRoles a cluster admin grants its callers, from
   agent/api/rbac.py.
+* Every namespaceSelector of those (contract/scope.py's, through webhook/configurations.py): the include
+  ``dispatch-k8s.namespaceSelector``, defined in _generated.tpl from contract/scope.py, which adds the values
+  scope.exemptNamespaces and scope.namespaceSelector to the built-in exemptions.
 * README.md (`helm show readme`): from values.yaml's `# --` comments and values.schema.json (charts/readme.py).
 * docs/security.md's allowlist table, between its markers (``ALLOWLIST_BEGIN`` ... ``GENERATED_END``): from
   webhook/owners.py, the table the owner policies are rendered from.
@@ -32,8 +35,16 @@ import yaml
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from contract.multicluster import ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from contract.prologue import PROLOGUE_CONFIGMAP
+from contract.scope import ALWAYS_EXEMPT, NAME_LABEL
 from webhook.config import Config, Owners, Principals
-from webhook.configurations import MIRRORED, NAME, RECORD_START, TIMEOUT_SECONDS, webhook_configurations
+from webhook.configurations import (
+    MIRRORED,
+    NAME,
+    RECORD_START,
+    TIMEOUT_SECONDS,
+    namespace_selector,
+    webhook_configurations,
+)
 from webhook.owners import DISPATCH, KUEUE, MANAGER_AGENT, MULTIKUEUE, allowlist_table
 from webhook.policies import admission_policies
 from webhook.rules.multicluster import manager_policies, mark_copy_policy, worker_policies
@@ -246,6 +257,47 @@ def _policies() -> tuple[list[dict[str, Any]], str, str]:
     return [docs[i] for i in policies], text, mutating_text
 
 
+SCOPE_SELECTOR = "dispatch-k8s.namespaceSelector"
+"""The include that renders the namespaces dispatch polices, as a LabelSelector (``_scope_define``)."""
+
+
+def _scope_define() -> str:
+    """The define of ``SCOPE_SELECTOR``: contract/scope.py ``namespace_selector`` over the release's namespace and
+    the values scope.exemptNamespaces and scope.namespaceSelector."""
+    always = " ".join(json.dumps(n) for n in ALWAYS_EXEMPT)
+    return (
+        "{{- /* The namespaces dispatch polices (contract/scope.py): not kube-system, the release's namespace nor\n"
+        "scope.exemptNamespaces, and selected by scope.namespaceSelector (empty: every namespace). */}}\n"
+        f'{{{{- define "{SCOPE_SELECTOR}" -}}}}\n'
+        "{{- $selector := .Values.scope.namespaceSelector | default dict }}\n"
+        f"{{{{- $exempt := concat (list {always} .Release.Namespace) (.Values.scope.exemptNamespaces | default list)"
+        " | uniq | sortAlpha }}\n"
+        f'{{{{- $name := dict "key" "{NAME_LABEL}" "operator" "NotIn" "values" $exempt }}}}\n'
+        '{{- $out := dict "matchExpressions" (prepend ($selector.matchExpressions | default list) $name) }}\n'
+        '{{- with $selector.matchLabels }}{{ $_ := set $out "matchLabels" . }}{{ end }}\n'
+        "{{- toYaml $out }}\n"
+        "{{- end }}\n"
+    )
+
+
+def _scoped(text: str) -> str:
+    """``text`` with each namespaceSelector, the generators' (the built-in exemptions alone), as the include of
+    ``SCOPE_SELECTOR``; every one must be."""
+    block = _dump([{"namespaceSelector": namespace_selector(NAMESPACE)}]).splitlines()
+    indents = {len(line) - len(line.lstrip()) for line in text.splitlines() if line.lstrip() == "namespaceSelector:"}
+    replaced = 0
+    for indent in sorted(indents):
+        pad = " " * indent
+        old = "".join(f"{pad}{line}\n" for line in block)
+        replaced += text.count(old)
+        text = text.replace(
+            old, f"{pad}namespaceSelector: {{{{- include {json.dumps(SCOPE_SELECTOR)} . | nindent {indent + 2} }}}}\n"
+        )
+    if text.count("namespaceSelector:") != replaced:
+        raise ValueError("a namespaceSelector is not the generators' built-in one: the chart's scope cannot replace it")
+    return text
+
+
 def _is_lease_rule(rule: dict[str, Any]) -> bool:
     return rule.get("apiGroups") == ["coordination.k8s.io"] and rule.get("resources") == ["leases"]
 
@@ -354,7 +406,9 @@ def rendered() -> dict[Path, str]:
     if webhooks.count(labels) != len(configurations):
         raise ValueError("expected one labels block per webhook configuration")
     webhooks = webhooks.replace(labels, labels + ANNOTATIONS + "\n")
+    webhooks = _scoped(webhooks)
     _, policies, mutating = _policies()
+    policies, mutating = _scoped(policies), _scoped(mutating)
     return {
         TEMPLATES / "webhook-configurations.yaml": HEADER + webhooks,
         TEMPLATES / "admission-policies.yaml": HEADER
@@ -372,7 +426,8 @@ def rendered() -> dict[Path, str]:
             ": do not edit.\n", ": do not edit. */}}\n"
         )
         + "{{- /* The prologue's ConfigMap: content-addressed (contract/prologue.py), so named by the generator. */}}\n"
-        + f'{{{{- define "dispatch-k8s.prologueConfigMap" -}}}}{PROLOGUE_CONFIGMAP}{{{{- end }}}}\n',
+        + f'{{{{- define "dispatch-k8s.prologueConfigMap" -}}}}{PROLOGUE_CONFIGMAP}{{{{- end }}}}\n'
+        + _scope_define(),
         CHART / "README.md": readme.render(CHART),
         SECURITY_DOC: _with_generated(SECURITY_DOC.read_text(), ALLOWLIST_BEGIN, allowlist_table()),
     }

@@ -36,6 +36,7 @@ CLUSTER_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 WORKER_CLUSTER_RULES: list[dict[str, Any]] = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Final
 
-from contract import upstream
+from contract import scope, upstream
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
     GATE,
@@ -116,15 +116,9 @@ UNSUSPENDS: Final = (
 
 
 def namespace_selector(own_namespace: str) -> dict[str, Any]:
-    return {
-        "matchExpressions": [
-            {
-                "key": "kubernetes.io/metadata.name",
-                "operator": "NotIn",
-                "values": sorted({"kube-system", own_namespace}),
-            }
-        ]
-    }
+    """The namespaces the webhooks and the policies apply to: all but kube-system and ``own_namespace``. The chart
+    renders the site's scope in its place (charts/generate.py, contract/scope.py)."""
+    return scope.namespace_selector(own_namespace)
 
 
 def _client_config(

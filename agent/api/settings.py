@@ -6,9 +6,9 @@ empty section is a working plain-mode setup.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.api.principals import OwnerPrincipals
 from agent.constants import CONTACT_SECONDS
@@ -26,6 +26,7 @@ DEFAULT_TOKEN_CACHE_SECONDS: Final = 10.0
 DEFAULT_FAILED_TOKEN_LIMIT: Final = 10
 DEFAULT_FAILED_TOKEN_WINDOW: Final = 60.0
 DEFAULT_MAX_FOLLOW_STREAMS: Final = 4
+DEFAULT_MAX_WATCHES: Final = 8
 
 
 class KueueConfigRef(BaseModel):
@@ -37,6 +38,48 @@ class KueueConfigRef(BaseModel):
     namespace: str = Field("kueue-system", min_length=1)
     name: str = Field("kueue-manager-config", min_length=1)
     key: str = Field("controller_manager_config.yaml", min_length=1)
+
+
+class SelectorRequirement(BaseModel):
+    """One ``matchExpressions`` requirement of a LabelSelector, as the API server validates it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _values(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(BaseModel):
+    """A Kubernetes LabelSelector; empty selects everything."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[SelectorRequirement, ...] = Field((), alias="matchExpressions")
+
+    def as_kubernetes(self) -> dict[str, Any]:
+        """The selector as the API server takes it (contract/scope.py reads this form)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
+class NamespaceScope(BaseModel):
+    """The namespaces dispatch polices (the chart's ``scope``, which the webhook configurations and the policy
+    bindings carry too; contract/scope.py): all but kube-system, ``ownNamespace`` and ``exemptNamespaces``, of those
+    ``namespaceSelector`` selects."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    exempt_namespaces: tuple[str, ...] = Field((), alias="exemptNamespaces")
+    namespace_selector: LabelSelector = Field(default_factory=LabelSelector, alias="namespaceSelector")
 
 
 class ApiSettings(BaseModel):
@@ -59,6 +102,9 @@ class ApiSettings(BaseModel):
     own_namespace: str = Field(LEASE_NAMESPACE, alias="ownNamespace", min_length=1)
     """dispatch's own namespace (the chart's release namespace). It and kube-system are excluded from the
     webhook and the policies, so Start and Preflight refuse them."""
+    scope: NamespaceScope = Field(default_factory=NamespaceScope)
+    """The namespaces the webhook and the policies police (the chart's ``scope``): Preflight, Start, Open and Release
+    refuse any other, where a job would run unpoliced."""
     lease_namespace: str = Field(LEASE_NAMESPACE, alias="leaseNamespace")
     lease_name: str = Field(LEASE_NAME, alias="leaseName")
     """The readmission controller's Lease, whose heartbeat Preflight checks in Kueue mode."""
@@ -76,6 +122,9 @@ class ApiSettings(BaseModel):
     max_follow_streams: int = Field(DEFAULT_MAX_FOLLOW_STREAMS, alias="maxFollowStreams", ge=1, le=10_000)
     """Output calls with ``follow`` one user may hold open at once (each holds a log stream from the
     kubelet through the API server); the next one is refused with 429 until one ends."""
+    max_watches: int = Field(DEFAULT_MAX_WATCHES, alias="maxWatches", ge=1, le=10_000)
+    """Watch calls one user may have waiting at once (each holds a connection, and an answer costs a scan of the
+    namespace's jobs in memory); the next one is refused with 429 until one returns."""
     require_preflight: bool = Field(False, alias="requirePreflight")
     """Start observe-only, until a Preflight passes (otherwise only a failed Preflight makes it so)."""
     request_timeout: float = Field(30.0, alias="requestTimeout", gt=0, le=300)

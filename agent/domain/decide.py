@@ -188,6 +188,7 @@ def decide(
     runtime_spec: Mapping[str, Any] | None = None,
     role: Role = ROLE_SINGLE,
     multikueue_problem: str | None = None,
+    scope_problem: str | None = None,
 ) -> Decision:
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
 
@@ -198,6 +199,9 @@ def decide(
     (``reusable_a``); and every hold removes the Workload's stamp (``ANNOTATION_DISPATCHED``).
     ``multikueue_problem``: ``dispatch_mode``'s reason to hold a dispatch TrainJob (its MultiKueue check cannot
     be identified, or the TrainJob and its queue disagree about MultiKueue); never approved while it is set.
+
+    ``scope_problem``: why dispatch's webhook and policies do not police the TrainJob's namespace (contract/scope.py):
+    an execution there would start with nothing refusing a write of its identity, so it is never approved.
 
     ``trainjob`` is the owning TrainJob as read (None when it is gone or not found); ``pods`` its pods
     (agent/domain/pod_owners.py: those the ownership chain does not prove someone else's), ``blockers`` those of
@@ -243,6 +247,11 @@ def decide(
         return hold(refusal, [{"op": "add", "path": pointer("spec", "active"), "value": False}])
     if refusal is not None:
         return hold(refusal)
+    if scope_problem is not None:
+        return hold(
+            f"{scope_problem}: an execution there would start unpoliced, so the gate holds it (docs/install.md, "
+            '"Scope"); move the job to a namespace in scope, or bring this one back into it'
+        )
     if multikueue_problem is not None:
         return hold(multikueue_problem)
     reset = jobset_uid_reason(trainjob, jobset)

@@ -36,6 +36,11 @@ class Settings(Protocol):
     @property
     def multicluster_role(self) -> Role: ...
 
+    @property
+    def scope_reads_labels(self) -> bool: ...
+
+    def scope_problem(self, namespace: str, labels: Mapping[str, str] | None) -> str | None: ...
+
 
 Hook = Callable[[Mapping[str, Any]], Awaitable[None]]
 

@@ -71,6 +71,7 @@ from agent.runtime.kube import Kube
 from contract.admission import admission_count
 from contract.objects import dig
 from contract.ownership import is_dispatch
+from contract.upstream import NAMESPACES
 from serving.client import KubeError
 from serving.logs import fields
 
@@ -148,6 +149,7 @@ async def reconcile(ctx: Pass, key: WorkloadKey) -> Outcome:
         runtime_spec=seen.runtime_spec,
         role=ctx.settings.multicluster_role,
         multikueue_problem=seen.mode.problem,
+        scope_problem=seen.scope_problem,
     )
     base: dict[str, Any] = {"check": check, "quota_reserved_at": reserved_at}
 
@@ -197,6 +199,7 @@ class _Seen:
     nodes: frozenset[str]
     mode: Mode
     runtime_spec: Mapping[str, Any] | None
+    scope_problem: str | None = None
 
 
 async def _see(ctx: Pass, workload: Mapping[str, Any], ours: frozenset[str]) -> _Seen:
@@ -227,7 +230,23 @@ async def _see(ctx: Pass, workload: Mapping[str, Any], ours: frozenset[str]) -> 
             trainjob,
         )
         blockers = [*blockers, *remote]
-    return _Seen(trainjob, jobset, pods, foreign_pods, blockers, nodes, mode, runtime_spec)
+    scope = await _scope(ctx, workload, trainjob)
+    return _Seen(trainjob, jobset, pods, foreign_pods, blockers, nodes, mode, runtime_spec, scope)
+
+
+async def _scope(ctx: Pass, workload: Mapping[str, Any], trainjob: Mapping[str, Any] | None) -> str | None:
+    """Why the dispatch TrainJob's namespace is out of dispatch's scope (agent/config.py ``scope_problem``), its
+    labels read now when the scope has a selector; a namespace that cannot be read is a reason too (fail closed)."""
+    if trainjob is None or not _owned(workload, trainjob) or not is_dispatch(trainjob):
+        return None
+    namespace, labels = str(dig(trainjob, "metadata", "namespace")), None
+    if ctx.settings.scope_reads_labels:
+        try:
+            read = await ctx.kube.rest.get(NAMESPACES.path(name=namespace))
+        except KubeError as exc:
+            return f"its namespace {namespace} cannot be read to judge dispatch's scope: {exc.describe()}"
+        labels = dig(read, "metadata", "labels") or {}
+    return ctx.settings.scope_problem(namespace, labels)
 
 
 async def _write_trainjob(

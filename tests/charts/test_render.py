@@ -22,6 +22,7 @@ from certs import cli as certs_cli
 from certs import lifecycle
 from certs.injection import LABEL, LABEL_VALUE
 from contract.keys import ADMISSION_CHECK_CONTROLLER, ADMISSION_CHECK_NAME, LEASE_NAME
+from contract.prologue import PROLOGUE_CONFIGMAP
 from tests.charts.helm import CHART, ROOT, Rendered, run_helm, template, template_error
 from tests.charts.sets import VALUE_SETS, VALUES_DIR, rendered, value_set
 from webhook import cli as webhook_cli
@@ -360,8 +361,9 @@ def test_extra_principals_reach_the_webhook_config_and_the_policies(tmp_path):
     r = rendered("custom")
     webhook = containers(r)["webhook"]
     config = load(tmp_path, config_file(r, webhook, parse_args(webhook).config), load_webhook_config)
+    hook = f"system:serviceaccount:{r.namespace}:{fullname(r)}-uninstall"  # the pre-delete hook's, last
     assert config.dispatch == Principals(
-        usernames=(sa_username(r), "system:serviceaccount:dispatch-system:dispatch-supervisor"),
+        usernames=(sa_username(r), "system:serviceaccount:dispatch-system:dispatch-supervisor", hook),
         groups=("dispatch:admins",),
     )
     text = yaml.safe_dump_all(r.of("ValidatingAdmissionPolicy"), width=10_000)
@@ -381,7 +383,7 @@ def test_principals_with_quotes_stay_one_cel_string():
     r = template({"webhook": {"dispatch": {"extraUsernames": ['we"ird: #user'], "groups": ["g\\1"]}}})
     (policy,) = [p for p in r.of("ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("reserved-keys")]
     (variable,) = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
-    users = [sa_username(r), 'we"ird: #user']
+    users = [sa_username(r), 'we"ird: #user', f"system:serviceaccount:{r.namespace}:{fullname(r)}-uninstall"]
     generated = admission_policies(
         Config(dispatch=Principals(usernames=tuple(users), groups=("g\\1",))), namespace=r.namespace
     )
@@ -744,13 +746,25 @@ def test_the_pre_delete_hook_deletes_our_configurations_with_its_own_narrow_righ
     args = parse_args(container)
     assert args.command == "uninstall"
     assert args.configurations == [full]
-    (rule,) = hooks[("ClusterRole", f"{full}-uninstall")]["rules"]
-    assert rule == {
+    assert args.prologues == [PROLOGUE_CONFIGMAP]
+    configurations, prologues = hooks[("ClusterRole", f"{full}-uninstall")]["rules"]
+    assert configurations == {
         "apiGroups": ["admissionregistration.k8s.io"],
         "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
         "resourceNames": [full],
         "verbs": ["get", "delete"],
     }
+    # This version's prologue ConfigMap, by name (listed with a field selector on it), in any namespace.
+    assert prologues == {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [PROLOGUE_CONFIGMAP],
+        "verbs": ["list", "delete"],
+    }
+    # The owner policy lets only dispatch delete the prologue's ConfigMap: the hook is among dispatch's usernames.
+    config = yaml.safe_load(r.one("ConfigMap", f"{full}-webhook")["data"]["config.yaml"])
+    assert config["dispatch"]["usernames"][-1] == f"system:serviceaccount:{r.namespace}:{full}-uninstall"
+    assert f"{full}-uninstall" not in yaml.safe_dump(template({"uninstallHook": {"enabled": False}}).docs)
     assert hooks[("ClusterRoleBinding", f"{full}-uninstall")]["subjects"] == [
         {"kind": "ServiceAccount", "name": f"{full}-uninstall", "namespace": r.namespace}
     ]
@@ -871,7 +885,7 @@ def _leaves(values: Any, prefix: str = "") -> list[str]:
 
 
 FREE_MAPS = {"nodeSelector", "podLabels", "podAnnotations", "annotations", "labels", "matchLabels",
-             "metricsNamespaceSelector", "requests", "limits", "affinity", "issuerRef"}  # fmt: skip
+             "metricsNamespaceSelector", "namespaceSelector", "requests", "limits", "affinity", "issuerRef"}  # fmt: skip
 
 
 def _schema_leaves(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> list[str]:

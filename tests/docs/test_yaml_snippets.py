@@ -44,6 +44,7 @@ NOT_OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     ("docs/install.md", "topologySpreadConstraints:"): ("values", "a values.yaml fragment for the chart"),
     ("docs/install.md", "webhook:"): ("values", "a values.yaml fragment for the chart"),
     ("docs/install.md", "multicluster:"): ("values", "a values.yaml fragment for the chart (a manager's, a worker's)"),
+    ("docs/install.md", "scope:"): ("values", "a values.yaml fragment for the chart"),
     ("docs/api.md", "leaseNamespace: dispatch-system"): ("agent-config", "the agent's configuration file (--config)"),
     ("docs/webhook.md", "dispatch:"): ("webhook-config", "the webhook's configuration file (--config)"),
     ("docs/certs.md", "initContainers:"): ("chart-pod-spec", "a part of the chart's Deployment's pod spec"),

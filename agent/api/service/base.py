@@ -20,7 +20,7 @@ from agent.api.models import ObjectRef, RuntimeRef
 from agent.api.service.failures import read_failed, runtime_not_yet_seen, write_failed
 from agent.api.service.heartbeat import Sighting
 from agent.api.service.start_decisions import owner_patch
-from agent.api.service.targets import excluded_namespace, own, workload_of
+from agent.api.service.targets import excluded_namespace, needs_labels, own, workload_of
 from agent.api.settings import ApiSettings
 from agent.domain import pod_owners
 from contract.keys import KIND_CLUSTER_TRAINING_RUNTIME, LABEL_WORKLOAD_JOB_UID
@@ -31,6 +31,7 @@ from contract.upstream import (
     ADMISSION_CHECKS,
     CLUSTER_TRAINING_RUNTIMES,
     JOBS,
+    NAMESPACES,
     NODES,
     PODS,
     TRAINING_RUNTIMES,
@@ -168,8 +169,17 @@ class ServiceBase:
             )
         return source
 
-    def _refuse_excluded(self, namespace: str) -> None:
-        refusal = excluded_namespace(namespace, self.settings.own_namespace)
+    async def _refuse_excluded(self, namespace: str) -> None:
+        """Refuse a namespace out of dispatch's scope (targets.py ``excluded_namespace``), its labels read now when
+        the scope has a selector: a namespace relabelled out of scope is refused from that moment. One that is not
+        there is refused too (it could be created, unlabelled, before the operation's writes)."""
+        scope, labels = self.settings.scope, None
+        if needs_labels(scope):
+            read = await self._read(NAMESPACES.path(name=namespace), f"namespace {namespace}")
+            if read is None:
+                raise ApiError(ErrorKind.INVALID, f"namespace {namespace} does not exist", field="namespace")
+            labels = dig(read, "metadata", "labels") or {}
+        refusal = excluded_namespace(namespace, self.settings.own_namespace, scope, labels)
         if refusal is not None:
             raise refusal
 

@@ -105,14 +105,18 @@ class LifecycleOps(WorkersOps):
         would do on a conflict, and the precondition still guarantees that nothing is written from a stale
         read. A different UID is never retried: the read refuses it.
 
-        ``unsuspends``: the operation may unsuspend a plain-mode TrainJob (Open, Release), so the pods of a
-        previous execution are read after the TrainJob (a pod seen gone here stays gone: the TrainJob is
-        suspended as read, and the write is preconditioned on that read).
+        ``unsuspends``: the operation may unsuspend a TrainJob (Open, Release), so it is refused in a namespace out
+        of dispatch's scope (``_refuse_excluded``), and in plain mode the pods of a previous execution are read
+        after the TrainJob (a pod seen gone here stays gone: the TrainJob is suspended as read, and the write is
+        preconditioned on that read).
         """
         for attempt in range(CONFLICT_ATTEMPTS):
             if attempt:  # the writer that won is often mid-burst (status after a suspend): let it settle
                 await asyncio.sleep(CONFLICT_BACKOFF * attempt)
             trainjob = await self._own(ref)
+            if unsuspends and not attempt:
+                # An execution must never start unpoliced: the namespace's scope as it is now, not at Start.
+                await self._refuse_excluded(ref.namespace)
             kueue = is_kueue_mode(trainjob)
             workload = await self._workload(ref.namespace, ref.uid) if kueue else None
             jobset = await self._read(JOBSETS.path(ref.namespace, ref.name), f"JobSet {ref.namespace}/{ref.name}")

@@ -70,7 +70,7 @@ class PreflightOps(ObserveOnlyOps):
     """Preflight, with its probe."""
 
     async def preflight(self, req: PreflightRequest) -> Capabilities:
-        self._refuse_excluded(req.namespace)
+        await self._refuse_excluded(req.namespace)
         kueue = req.kueue is not None
         try:
             versions = api_versions(await self.kube.discovery())

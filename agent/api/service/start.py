@@ -47,7 +47,7 @@ class StartOps(WorkersOps):
     """Start, idempotent for a retry."""
 
     async def start(self, req: StartRequest) -> StartResponse:
-        self._refuse_excluded(req.namespace)
+        await self._refuse_excluded(req.namespace)
         sub = req.submission(self.settings.site_labels, self.settings.site_annotations)
         name = contract(lambda: sub.name)
         source = await self._source_runtime(req.runtime, req.namespace)

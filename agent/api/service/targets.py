@@ -1,5 +1,6 @@
 """The objects an operation acts on, decided from what was read: the TrainJob the request names (dispatch's, the
-same uid: ``own``), its one Workload (``workload_of``), and the namespaces Start and Preflight refuse. Pure.
+same uid: ``own``), its one Workload (``workload_of``), and the namespaces out of dispatch's scope, which
+Preflight, Start, Open and Release refuse (``excluded_namespace``). Pure.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from typing import Any
 
 from agent.api.errors import ApiError, ErrorKind
 from agent.api.models import ObjectRef
+from agent.api.settings import NamespaceScope
 from agent.domain.kueue_objects import controlled_workloads
 from agent.domain.workload import owner_trainjob
 from contract.objects import dig
 from contract.ownership import is_dispatch
+from contract.scope import SCOPE_VALUES, always_exempt, out_of_scope
 
 
 def own(trainjob: Mapping[str, Any] | None, ref: ObjectRef) -> Mapping[str, Any]:
@@ -40,21 +43,39 @@ def not_dispatchs(where: str) -> ApiError:
     )
 
 
-def excluded_namespace(namespace: str, own_namespace: str) -> ApiError | None:
-    """Start refuses the namespaces the webhook and the policies exclude (so that they can never lock out
-    the components that would fix them): a job there would run unpoliced."""
-    if namespace in excluded_namespaces(own_namespace):
-        return ApiError(
-            ErrorKind.INVALID,
-            f"namespace {namespace} is excluded from dispatch's admission webhook and policies (kube-system and "
-            f"dispatch's own namespace {own_namespace}), so a job there would not be policed: use another",
-            field="namespace",
-        )
-    return None
+def excluded_namespace(
+    namespace: str, own_namespace: str, scope: NamespaceScope | None = None, labels: Mapping[str, str] | None = None
+) -> ApiError | None:
+    """Preflight, Start, Open and Release refuse the namespaces the webhook and the policies leave out: kube-system
+    and dispatch's own (so that they can never lock out the components that would fix them), and those the site's
+    ``scope`` leaves out (contract/scope.py decides, from the namespace's ``labels`` as read now; None: not read,
+    enough while the scope has no selector). A job there would run unpoliced."""
+    scope = scope or NamespaceScope()
+    why = out_of_scope(
+        namespace,
+        labels,
+        own_namespace=own_namespace,
+        exempt_namespaces=scope.exempt_namespaces,
+        selector=scope.namespace_selector.as_kubernetes(),
+    )
+    if why is None:
+        return None
+    change = (
+        ""
+        if always_exempt(namespace, own_namespace)
+        else f', or have a cluster admin change the chart\'s {SCOPE_VALUES} (docs/install.md, "Scope")'
+    )
+    return ApiError(
+        ErrorKind.INVALID,
+        f"{why}, so a job there would not be policed: use another namespace{change}",
+        field="namespace",
+    )
 
 
-def excluded_namespaces(own_namespace: str) -> frozenset[str]:
-    return frozenset({"kube-system", own_namespace})
+def needs_labels(scope: NamespaceScope) -> bool:
+    """Whether deciding ``excluded_namespace`` needs the namespace's labels: only a selector reads them."""
+    selector = scope.namespace_selector
+    return bool(selector.match_labels or selector.match_expressions)
 
 
 class SeveralWorkloads(ApiError):

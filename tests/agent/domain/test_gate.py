@@ -158,6 +158,32 @@ def test_a_changed_jobset_uid_holds_the_gate():
     assert go(tj=tj, jobset=jobset("js-old")).action is Action.ADMIT
 
 
+def test_a_job_whose_namespace_is_out_of_scope_is_held_and_admitted_once_back_in_it():
+    why = "namespace team-a is not selected by scope.namespaceSelector (its labels: none but its name)"
+    d = decide(workload=workload(), check=CHECK, trainjob=opened(), jobset=None, pods=[], blockers=[], now=NOW,
+               scope_problem=why)  # fmt: skip
+    assert (d.action, d.trainjob_patch, d.new_a) == (Action.HOLD, None, None)
+    assert d.message.startswith(why + ": an execution there would start unpoliced, so the gate holds it")
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Pending"
+    assert go().action is Action.ADMIT
+
+
+def test_the_agents_scope_is_the_apis_and_reads_labels_only_for_a_selector():
+    from agent.config import AgentConfig
+
+    plain = AgentConfig()
+    assert not plain.scope_reads_labels
+    assert plain.scope_problem("team-a", None) is None
+    assert "kube-system" in (plain.scope_problem("kube-system", None) or "")
+    chosen = AgentConfig.model_validate(
+        {"api": {"scope": {"exemptNamespaces": ["lab"], "namespaceSelector": {"matchLabels": {"dispatch": "on"}}}}}
+    )
+    assert chosen.scope_reads_labels
+    assert "scope.exemptNamespaces" in (chosen.scope_problem("lab", {"dispatch": "on"}) or "")
+    assert "scope.namespaceSelector" in (chosen.scope_problem("team-a", {}) or "")
+    assert chosen.scope_problem("team-a", {"dispatch": "on"}) is None
+
+
 def test_a_clear_dispatch_job_is_admitted_with_the_check_ready_and_a_is_not_written():
     d = go()
     assert d.action is Action.ADMIT
