@@ -17,6 +17,10 @@ gated by dispatch's AdmissionCheck with room for all of them; the benchmark wait
   sweep that overruns the interval is followed by the next at once);
 * **List**: every ``--interval`` seconds ``--list-calls`` List pages of the namespace (``limit`` 500: every job in
   one page). A supervisor's sweep needs one; the default of 10 makes what each costs stand out of the background.
+* **Watch**: ``--watchers`` supervisors each waiting on Watch (agent/api/feed.py) from the version of a snapshot
+  taken before the window, ``timeoutSeconds`` = ``--interval``: the jobs run on unchanged, so each call waits its
+  timeout and answers nothing, which is what a supervisor that stops polling pays to learn every phase change.
+  The snapshot (the feed's first LISTs, and the watches it then holds open) falls between the windows.
 
 Requests are counted from the API server's audit log (level Metadata, for the agent's ServiceAccount alone:
 ``start_control_plane(..., audit_users=[...])``), by verb and resource, in the window in which the API server
@@ -47,7 +51,7 @@ from ulid import ULID
 
 from agent.api.client import AgentClient, AgentError, token_from_file
 from agent.api.errors import ErrorKind
-from agent.api.models import ListRequest, ObjectRef, StartRequest
+from agent.api.models import ListRequest, ObjectRef, StartRequest, WatchRequest
 from benchmarks.agent_bench import process_cpu
 from benchmarks.agent_requests import Key, read_audit
 from benchmarks.anchor_bench import CPU_MILLI, MEMORY_MI, NODE_PODS, big_node, load, quota
@@ -297,10 +301,22 @@ async def measure(args: argparse.Namespace, cp: ControlPlane, inst: Installed) -
         async def list_page(w: Window) -> None:
             await bounded(range(args.list_calls), lambda _: timed(w, agent.list(page)), args.concurrency)
 
+        versions: list[str] = []
+
+        async def watches(w: Window) -> None:
+            wait = max(1, round(args.interval))
+            asks = [WatchRequest(namespace=NAMESPACE, version=v, timeout_seconds=wait) for v in versions]
+            await bounded(asks, lambda ask: timed(w, agent.watch(ask)), args.watchers)
+
         await statuses(Window("warm-up", 0))  # the first Status of each job may record its JobSet's UID
         await asyncio.sleep(5)
         done: list[tuple[Window, dt.datetime, dt.datetime]] = []
-        for name, sweep in (("idle", None), ("Status", statuses), ("List", list_page)):
+        for name, sweep in (("idle", None), ("Status", statuses), ("List", list_page), ("Watch", watches)):
+            if name == "Watch":  # the feed starts with the first Watch: its LISTs land between the windows
+                snapshot = await agent.watch(WatchRequest(namespace=NAMESPACE))
+                assert len(snapshot.items) == args.jobs, f"the snapshot lists {len(snapshot.items)} jobs"
+                versions[:] = [snapshot.version] * args.watchers
+                await asyncio.sleep(3)
             done.append(await window(name, args.duration, args.interval, inst.processes, sweep))
             print(f"{name} window: {done[-1][0].calls} calls; load {load()}", flush=True)
             await asyncio.sleep(3)  # the last answers' requests land in this window, not the next
@@ -309,7 +325,7 @@ async def measure(args: argparse.Namespace, cp: ControlPlane, inst: Installed) -
     requests = read_audit(cp.audit_log, AGENT_USER)
     for w, began, ended in done:
         w.requests.update(r.key for r in requests if began <= r.received < ended)
-    done[1][0].fleet, done[2][0].fleet = args.jobs, math.ceil(args.jobs / LIST_LIMIT)
+    done[1][0].fleet, done[2][0].fleet, done[3][0].fleet = args.jobs, math.ceil(args.jobs / LIST_LIMIT), 1
     return done[0][0], [w for w, _, _ in done[1:]]
 
 
@@ -320,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60, help="seconds of each window (default 60)")
     parser.add_argument("--concurrency", type=int, default=8, help="Status calls at a time in a sweep (default 8)")
     parser.add_argument("--list-calls", type=int, default=10, help="List pages per sweep in the List window (10)")
+    parser.add_argument("--watchers", type=int, default=1, help="supervisors waiting on Watch in its window (1)")
     args = parser.parse_args(argv)
     if not 1 <= args.jobs <= LIST_LIMIT or args.interval <= 0 or args.duration < args.interval or args.list_calls < 1:
         parser.error(

@@ -36,6 +36,11 @@ class Resource:
         """As an object's ``apiVersion`` writes it."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    def everywhere(self) -> str:
+        """The REST path of the collection in all namespaces (``path`` wants one for a namespaced resource)."""
+        base = "/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"
+        return f"{base}/{self.plural}"
+
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
         """The REST path of the collection, of one object (``name``) or of its ``subresource``."""
         base = "/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"

@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -174,6 +174,8 @@ class ApiServer:
         self.failures = FailureLimiter(settings.failed_token_limit, settings.failed_token_window)
         self.follow_streams: dict[str, int] = {}
         """Output streams with ``follow`` open, per username."""
+        self.watches: dict[str, int] = {}
+        """Watch calls waiting, per username."""
         self.metrics = ApiMetrics(metrics)
         self.stopping = False
         """Set on SIGTERM: every answer from then on closes its connection (serving.drain)."""
@@ -185,6 +187,7 @@ class ApiServer:
         # A supervisor's call on a kept-alive connection when the listener closes would end with no answer,
         # and it could not tell whether the call took effect.
         app.on_response_prepare.append(close_when(lambda: self.stopping))
+        app.on_cleanup.append(lambda _: self.service.close_feed())
         return app
 
     def add_routes(self, app: web.Application) -> None:
@@ -257,29 +260,36 @@ class ApiServer:
             assert isinstance(body, OutputRequest)
             return await self._stream(request, body, user)
         call = self.operations[route.operation]
+        if route.operation == "watch":
+            waiting = "{user} already has {n} Watch call(s) waiting, the most one user may hold (maxWatches)"
+            with self._holding(self.watches, user, self.settings.max_watches, waiting + "; let one return first"):
+                return _json(await call(body))
         result = await (call(body) if body is not None else call())
         return _json(result)
+
+    @contextlib.contextmanager
+    def _holding(self, held: dict[str, int], user: User, most: int, refusal: str) -> Iterator[None]:
+        """One more of ``held``'s calls open for ``user`` while the block runs; refused (429, ``refusal`` with
+        {user} and {n}) at ``most``."""
+        open_now = held.get(user.username, 0)
+        if open_now >= most:
+            raise ApiError(ErrorKind.RATE_LIMITED, refusal.format(user=user.username, n=open_now), retry_after=1)
+        held[user.username] = open_now + 1
+        try:
+            yield
+        finally:
+            left = held[user.username] - 1
+            if left:
+                held[user.username] = left
+            else:
+                del held[user.username]
 
     async def _stream(self, request: web.Request, body: OutputRequest, user: User) -> web.StreamResponse:
         if not body.follow:
             return await self._stream_log(request, body, user)
-        open_now = self.follow_streams.get(user.username, 0)
-        if open_now >= self.settings.max_follow_streams:
-            raise ApiError(
-                ErrorKind.RATE_LIMITED,
-                f"{user.username} already follows {open_now} log stream(s), the most one user may hold open "
-                f"(maxFollowStreams); end one first",
-                retry_after=1,
-            )
-        self.follow_streams[user.username] = open_now + 1
-        try:
+        following = "{user} already follows {n} log stream(s), the most one user may hold open (maxFollowStreams)"
+        with self._holding(self.follow_streams, user, self.settings.max_follow_streams, following + "; end one first"):
             return await self._stream_log(request, body, user)
-        finally:
-            left = self.follow_streams[user.username] - 1
-            if left:
-                self.follow_streams[user.username] = left
-            else:
-                del self.follow_streams[user.username]
 
     async def _stream_log(self, request: web.Request, body: OutputRequest, user: User) -> web.StreamResponse:
         async with self.service.output(body) as (pod, upstream):

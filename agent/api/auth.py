@@ -8,6 +8,7 @@ the agent writes those under its own ServiceAccount.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import deque
@@ -163,7 +164,8 @@ class Authenticator:
     ServiceAccount token, a signature check and a lookup of the ServiceAccount and its pod). Why briefly: a
     deleted ServiceAccount or an expired token must stop working soon; the API server's own webhook token
     authenticator caches for two minutes by default, ten seconds is well inside that. Why a hash: the cache
-    then holds no usable credential.
+    then holds no usable credential. Calls with the same token that miss the cache together share one review
+    (a supervisor starting a sweep of many calls at once sends one TokenReview, not one per call).
     """
 
     def __init__(
@@ -179,6 +181,7 @@ class Authenticator:
         self._ttl = ttl
         self._clock = clock
         self._cache: dict[bytes, tuple[float, User | ApiError]] = {}
+        self._reviewing: dict[bytes, asyncio.Future[User | ApiError]] = {}
         self.reviews = 0
         """TokenReviews sent (for tests and metrics)."""
 
@@ -193,15 +196,27 @@ class Authenticator:
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return _answer(cached[1])
+        if (pending := self._reviewing.get(key)) is not None:
+            try:
+                return _answer(await asyncio.shield(pending))
+            except asyncio.CancelledError:
+                if not pending.cancelled():  # this call was cancelled, not the review
+                    raise
+                return await self(token)  # the call that reviewed went away: review anew
+        pending = asyncio.get_running_loop().create_future()
+        self._reviewing[key] = pending
         try:
-            self.reviews += 1
-            review = await self._kube.request("POST", TOKEN_REVIEWS.path(), body=token_review(token, self._audiences))
-        except KubeError as exc:  # not the caller's fault: say so, and cache nothing
-            raise ApiError(ErrorKind.UNAVAILABLE, f"cannot review the token: {exc.describe()}") from None
-        try:
-            answer: User | ApiError = reviewed_user(review, self._audiences)
-        except ApiError as exc:
-            answer = exc
+            answer = await self._review(token)
+            pending.set_result(answer)
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        except Exception as exc:
+            pending.set_exception(exc)
+            pending.exception()  # retrieved here, so one no call waits for is not reported
+            raise
+        finally:
+            del self._reviewing[key]
         if self._ttl > 0:
             if len(self._cache) >= CACHE_MAX:
                 self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
@@ -209,6 +224,17 @@ class Authenticator:
                     self._cache.clear()
             self._cache[key] = (now + self._ttl, answer)
         return _answer(answer)
+
+    async def _review(self, token: str) -> User | ApiError:
+        try:
+            self.reviews += 1
+            review = await self._kube.request("POST", TOKEN_REVIEWS.path(), body=token_review(token, self._audiences))
+        except KubeError as exc:  # not the caller's fault: say so, and cache nothing
+            raise ApiError(ErrorKind.UNAVAILABLE, f"cannot review the token: {exc.describe()}") from None
+        try:
+            return reviewed_user(review, self._audiences)
+        except ApiError as exc:
+            return exc
 
 
 def _answer(answer: User | ApiError) -> User:

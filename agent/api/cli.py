@@ -44,9 +44,10 @@ from agent.api.models import (
     OutputRequest,
     PreflightRequest,
     StartRequest,
+    WatchRequest,
 )
 from serving.flags import add_kube_arguments, add_version
-from serving.kube import KubeConfigError, context_namespace, load_configuration
+from serving.kubeconfig import KubeConfigError, context_namespace
 
 PROG: Final = "dispatch-agent"
 REQUESTS: Final[dict[str, type[BaseModel] | None]] = {
@@ -57,6 +58,7 @@ REQUESTS: Final[dict[str, type[BaseModel] | None]] = {
     "stop": ObjectRef,
     "status": ObjectRef,
     "list": ListRequest,
+    "watch": WatchRequest,
     "output": OutputRequest,
     "preflight": PreflightRequest,
     "capabilities": None,
@@ -72,12 +74,14 @@ HELP: Final = {
     "stop": "stop a job: delete its TrainJob",
     "status": "a job's phase, gate, identity and pods",
     "list": "dispatch's TrainJobs in a namespace (--all: every page)",
+    "watch": "dispatch's TrainJobs in a namespace: all now, or those changed since --version",
     "output": "rank 0's log (--follow to stream it)",
     "preflight": "prove the gates with a probe job",
     "capabilities": "what the agent found at its last Preflight",
 }
 TABLE_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "list": ("name", "uid", "n", "phase", "deletionTimestamp"),
+    "watch": ("name", "uid", "n", "phase", "deletionTimestamp"),
 }
 """The columns ``-o table`` shows of a verb's items (``-o wide``: all of them); a verb not here shows all."""
 EXIT_CODES: Final = {
@@ -103,6 +107,8 @@ REF_FLAGS: Final = (
     "jobId",
     "limit",
     "continue",
+    "version",
+    "timeoutSeconds",
 )
 """Flags that set a field of the request, by its JSON name."""
 
@@ -185,6 +191,9 @@ def _verb_flags(name: str, cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("--limit", type=int)
         cmd.add_argument("--continue", dest="continue")
         cmd.add_argument("--all", action="store_true", help="follow every page; print one list of all items")
+    if name == "watch":
+        cmd.add_argument("--version", help="the version of the previous answer (-o json shows it)")
+        cmd.add_argument("--timeout-seconds", type=int, dest="timeoutSeconds", help="with --version: the wait")
     if name == "output":
         cmd.add_argument("--follow", action="store_true", default=None)
         cmd.add_argument("--tail-lines", type=int, dest="tailLines")
@@ -215,6 +224,8 @@ async def token_source(args: argparse.Namespace) -> str | Callable[[], str]:
     """--token-file (or its variable), read at each call; else the kubeconfig's bearer token."""
     if args.token_file:
         return token_from_file(args.token_file)
+    from serving.kube import load_configuration  # kubernetes_asyncio: loaded only for the kubeconfig's credentials
+
     configuration = await load_configuration(args.kubeconfig, args.context)
     token = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization") or ""
     if not token.startswith("Bearer "):
@@ -262,10 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(parser().parse_args(argv))
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace, prog: str = PROG) -> int:
     """A parsed verb, called; returns the exit status (``EXIT_CODES``)."""
     if not args.server:
-        print(f"{PROG} {args.command}: --server (or ${ENV_SERVER}) is required", file=sys.stderr)
+        print(f"{prog} {args.command}: --server (or ${ENV_SERVER}) is required", file=sys.stderr)
         return 2
     try:
         resolve_of(args.resolve)

@@ -37,9 +37,11 @@ from agent.api.models import (
     StartRequest,
     StartResponse,
     StatusResponse,
+    WatchRequest,
+    WatchResponse,
     WorkerRemainsModel,
 )
-from agent.api.routes import OPENAPI_PATH, PREFIX
+from agent.api.paths import OPENAPI_PATH, PREFIX
 
 M = TypeVar("M", bound=BaseModel)
 DEFAULT_TIMEOUT: Final = 120.0
@@ -161,7 +163,8 @@ class AgentClient:
         token = self._token() if callable(self._token) else self._token
         return {"Authorization": f"Bearer {token}", "Accept": "application/json"}
 
-    async def _call(self, method: str, path: str, body: BaseModel | None, answer: type[M]) -> M:
+    async def _call(self, method: str, path: str, body: BaseModel | None, answer: type[M], *, wait: float = 0) -> M:
+        """``wait``: seconds the agent may hold the call on purpose (Watch), on top of the client's timeout."""
         data = body.model_dump_json(by_alias=True, exclude_none=True) if body is not None else None
         headers = self._headers() | ({"Content-Type": "application/json"} if data is not None else {})
         try:
@@ -170,7 +173,7 @@ class AgentClient:
                 self.server + path,
                 data=data,
                 headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                timeout=aiohttp.ClientTimeout(total=self._timeout + wait),
             ) as response:
                 raw = await response.read()
                 if response.status >= 400:
@@ -218,6 +221,27 @@ class AgentClient:
             token = page.continue_
             if not token:
                 return items
+
+    async def watch(self, req: WatchRequest) -> WatchResponse:
+        """The TrainJobs of a namespace changed since ``req.version`` (a snapshot without one), waiting up to
+        ``req.timeout_seconds`` for one."""
+        return await self._call("POST", f"{PREFIX}/watch", req, WatchResponse, wait=req.timeout_seconds)
+
+    async def changes(self, namespace: str, wait: int = 30) -> AsyncIterator[ListItem]:
+        """Every dispatch TrainJob of ``namespace`` as it is now, then each as it changes, for ever: Watch in a
+        loop, starting again from a snapshot when the agent answers ``expired``. An item may repeat a phase."""
+        version: str | None = None
+        while True:
+            try:
+                answer = await self.watch(WatchRequest(namespace=namespace, version=version, timeout_seconds=wait))
+            except AgentError as exc:
+                if exc.kind is not ErrorKind.EXPIRED:
+                    raise
+                version = None
+                continue
+            for item in answer.items:
+                yield item
+            version = answer.version
 
     async def preflight(self, req: PreflightRequest) -> Capabilities:
         return await self._call("POST", f"{PREFIX}/preflight", req, Capabilities)

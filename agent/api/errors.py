@@ -28,6 +28,8 @@ class ErrorKind(StrEnum):
     """Too many failed tokens from this client, or too many open log streams of this user; retry later."""
     UNAVAILABLE = "unavailable"
     """The API server could not be reached or answered with an error; safe to retry."""
+    EXPIRED = "expired"
+    """Watch: the version is older than the agent remembers (or from another API): watch again without one."""
     INTERNAL = "internal"
     """A bug in the agent; the message says where. Nothing more is known about what was written."""
 
@@ -39,6 +41,7 @@ STATUS: dict[ErrorKind, int] = {
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.REJECTED: 409,
     ErrorKind.CONFLICT: 409,
+    ErrorKind.EXPIRED: 410,
     ErrorKind.RATE_LIMITED: 429,
     ErrorKind.OBSERVE_ONLY: 503,
     ErrorKind.UNAVAILABLE: 503,

@@ -313,6 +313,29 @@ class ListResponse(_Model):
     )
 
 
+class WatchRequest(_Model):
+    namespace: Name = Field(description="whose dispatch TrainJobs to watch")
+    version: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="the version of the previous answer; absent: a snapshot of every dispatch TrainJob now, "
+        "answered at once",
+    )
+    timeout_seconds: int = Field(
+        30, alias="timeoutSeconds", ge=0, le=60, description="with version: how long to wait for a change"
+    )
+
+
+class WatchResponse(_Model):
+    items: list[ListItem] = Field(
+        description="each TrainJob whose phase or deletionTimestamp changed after version, as it is now (phase "
+        "Deleted: gone), by name; empty when the wait ended without a change. An item may repeat a phase "
+        "already seen."
+    )
+    version: str = Field(description="pass it back as version to wait for what changes next")
+
+
 class ErrorResponse(_Model):
     error: str = Field(description="the kind: " + ", ".join(kind.value for kind in ErrorKind))
     message: str

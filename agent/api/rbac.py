@@ -41,11 +41,12 @@ Rule = dict[str, Any]
 AGENT_RULES: Final[list[Rule]] = [
     # Start creates the copy and the TrainJob, adds the copy's ownerReference (patch), reads them back, and
     # deletes what it refuses; Open/Hold/Release patch the TrainJob; Stop deletes it; Preflight's probe.
-    # List: dispatch's TrainJobs in a namespace.
+    # List: dispatch's TrainJobs in a namespace. Watch: the change feed's streams (agent/api/feed.py) of the
+    # TrainJobs, Workloads and AdmissionChecks, in every namespace.
     {
         "apiGroups": [TRAINER_GROUP],
         "resources": [UPSTREAM_TRAINJOBS.plural],
-        "verbs": ["get", "list", "create", "patch", "delete"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
     {
         "apiGroups": [TRAINER_GROUP],
@@ -57,10 +58,10 @@ AGENT_RULES: Final[list[Rule]] = [
     # The source runtime Start copies.
     {"apiGroups": [TRAINER_GROUP], "resources": [CLUSTER_TRAINING_RUNTIMES.plural], "verbs": ["get"]},
     # The TrainJob's Workload (found by label, so list); Hold/Release patch it. Dispatch's AdmissionChecks.
-    {"apiGroups": [KUEUE_GROUP], "resources": [WORKLOADS.plural], "verbs": ["list", "patch"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [WORKLOADS.plural], "verbs": ["list", "watch", "patch"]},
     # Hold on a MultiKueue manager sets dispatch's own check Retry (Kueue then evicts through MultiKueue).
     {"apiGroups": [KUEUE_GROUP], "resources": [f"{WORKLOADS.plural}/status"], "verbs": ["patch"]},
-    {"apiGroups": [KUEUE_GROUP], "resources": [ADMISSION_CHECKS.plural], "verbs": ["list"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": [ADMISSION_CHECKS.plural], "verbs": ["list", "watch"]},
     # Preflight through a MultiKueue queue: the MultiKueueConfigs its MultiKueue checks name and the
     # MultiKueueClusters' fences, which say the workers to prove (agent/multicluster/worker_proof.py).
     {"apiGroups": [KUEUE_GROUP], "resources": [MULTIKUEUE_CONFIGS.plural], "verbs": ["get"]},
@@ -94,7 +95,11 @@ AGENT_RULES: Final[list[Rule]] = [
 for Preflight's versions) is every authenticated user's through the default ``system:discovery``."""
 
 SUPERVISOR_RULES: Final[list[Rule]] = [
-    {"apiGroups": [API_GROUP], "resources": [TRAINJOBS], "verbs": ["create", "update", "delete", "get", "list"]},
+    {
+        "apiGroups": [API_GROUP],
+        "resources": [TRAINJOBS],
+        "verbs": ["create", "update", "delete", "get", "list", "watch"],
+    },
     {"apiGroups": [API_GROUP], "resources": [f"{TRAINJOBS}/{LOG}"], "verbs": ["get"]},
 ]
 """A Role in each namespace the supervisor runs jobs in (``resourceNames`` may narrow it further: Start is

@@ -26,11 +26,12 @@ from agent.api.models import (
     StartRequest,
     StartResponse,
     StatusResponse,
+    WatchRequest,
+    WatchResponse,
 )
+from agent.api.paths import OPENAPI_PATH as OPENAPI_PATH  # re-exported: app.py and openapi.py read it here
+from agent.api.paths import PREFIX
 from contract.names import build_name
-
-PREFIX: Final = "/v1"
-OPENAPI_PATH: Final = PREFIX + "/openapi.json"
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,21 @@ ROUTES: Final = (
         (Need("list", TRAINJOBS, "namespace"),),
         False,
         (),
+    ),
+    Route(
+        "watch",
+        "POST",
+        "Watch: wait for dispatch's TrainJobs in a namespace to change",
+        "Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With "
+        "version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: "
+        "gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's "
+        "memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that "
+        "changed. expired (410): the version is older than the agent remembers; watch again without one.",
+        WatchRequest,
+        WatchResponse,
+        (Need("watch", TRAINJOBS, "namespace"),),
+        False,
+        (410, 429),
     ),
     Route(
         "output",

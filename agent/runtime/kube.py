@@ -28,16 +28,10 @@ from serving.client import Kube as Rest
 Obj = dict[str, Any]
 
 
-def everywhere(resource: upstream.Resource) -> str:
-    """The REST path of a namespaced resource's collection in all namespaces (``Resource.path`` wants one)."""
-    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
-    return f"{base}/{resource.plural}"
-
-
-ALL_PODS = everywhere(upstream.PODS)
-ALL_WORKLOADS = everywhere(upstream.WORKLOADS)
-ALL_TRAINJOBS = everywhere(upstream.TRAINJOBS)
-ALL_JOBSETS = everywhere(upstream.JOBSETS)
+ALL_PODS = upstream.PODS.everywhere()
+ALL_WORKLOADS = upstream.WORKLOADS.everywhere()
+ALL_TRAINJOBS = upstream.TRAINJOBS.everywhere()
+ALL_JOBSETS = upstream.JOBSETS.everywhere()
 
 
 class Kube:

@@ -6,7 +6,8 @@ Patch preconditioned on the uid and resourceVersion read (the core writes the ``
 One module per operation group, each a class of the operations' methods over ``ServiceBase`` (base.py: the
 client, the settings, the reads and writes they share), composed into ``Service``; a route's ``operation``
 (agent/api/routes.py) names its method: ``start`` (start.py); ``open``, ``hold``, ``release``, ``stop``
-(lifecycle.py); ``status``, ``list`` (status.py); ``output`` (output.py); ``preflight`` (preflight.py);
+(lifecycle.py); ``status``, ``list`` (status.py); ``watch`` (watching.py, over the change feed of
+agent/api/feed.py); ``output`` (output.py); ``preflight`` (preflight.py);
 ``capabilities`` and the observe-only refusal (observe_only.py); the MultiKueue workers' reads (workers.py).
 Their pure decisions sit next to them: failures.py, targets.py, start_decisions.py, lifecycle_decisions.py,
 listing.py, probe.py, heartbeat.py, capabilities.py, verdict.py; and agent/domain's.
@@ -19,7 +20,8 @@ from agent.api.service.output import OutputOps
 from agent.api.service.preflight import PreflightOps
 from agent.api.service.start import StartOps
 from agent.api.service.status import StatusOps
+from agent.api.service.watching import WatchOps
 
 
-class Service(StartOps, LifecycleOps, StatusOps, OutputOps, PreflightOps):
+class Service(StartOps, LifecycleOps, StatusOps, OutputOps, PreflightOps, WatchOps):
     """Every operation of the API over one client: ``Service(kube, settings)``."""

@@ -5,10 +5,11 @@ with their phase and orphan reference.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from agent.api.errors import contract
 from agent.api.models import ListItem
+from agent.domain.changes import UNKNOWN
 from agent.domain.kueue_objects import controlled_workloads
 from agent.domain.status import phase
 from contract.errors import ContractError
@@ -26,8 +27,28 @@ def name_prefix(job_id: str | None) -> str | None:
     return f"dj-{job_id.lower()}-s"
 
 
-UNKNOWN: Final = "Unknown"
-"""List's phase of a Kueue-mode TrainJob that several Workloads claim (Status answers ``conflict``, naming them)."""
+def list_item(trainjob: Mapping[str, Any], state: str) -> ListItem:
+    """A dispatch TrainJob as List and Watch report it, with its phase ``state``."""
+    name, ns, uid = (
+        dig(trainjob, "metadata", "name"),
+        dig(trainjob, "metadata", "namespace"),
+        dig(trainjob, "metadata", "uid"),
+    )
+    try:
+        parsed = parse_name(name)
+        job_id, n = parsed.job_id, parsed.n
+    except ContractError:
+        job_id, n = None, None
+    return ListItem(
+        namespace=str(ns),
+        name=str(name),
+        uid=str(uid),
+        job_id=job_id,
+        n=n,
+        phase=state,
+        orphan=f"{ns}/{name}",
+        deletion_timestamp=dig(trainjob, "metadata", "deletionTimestamp"),
+    )
 
 
 def list_items(
@@ -41,27 +62,11 @@ def list_items(
     found = []
     workloads = list(workloads)
     for tj in trainjobs:
-        name, ns, uid = dig(tj, "metadata", "name"), dig(tj, "metadata", "namespace"), dig(tj, "metadata", "uid")
+        name, uid = dig(tj, "metadata", "name"), dig(tj, "metadata", "uid")
         if not is_dispatch(tj) or not isinstance(name, str) or (prefix and not name.startswith(prefix)):
             continue
-        try:
-            parsed = parse_name(name)
-            job_id, n = parsed.job_id, parsed.n
-        except ContractError:
-            job_id, n = None, None
         claiming = controlled_workloads(workloads, str(uid)) if is_kueue_mode(tj) else []
         # Several Workloads claiming it: Status answers conflict, naming them.
         state = UNKNOWN if len(claiming) > 1 else phase(tj, claiming[0] if claiming else None, checks)
-        found.append(
-            ListItem(
-                namespace=str(ns),
-                name=name,
-                uid=str(uid),
-                job_id=job_id,
-                n=n,
-                phase=state,
-                orphan=f"{ns}/{name}",
-                deletion_timestamp=dig(tj, "metadata", "deletionTimestamp"),
-            )
-        )
+        found.append(list_item(tj, state))
     return found

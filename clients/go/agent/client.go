@@ -35,6 +35,7 @@ type Interface interface {
 	Status(ctx context.Context, ref ObjectRef, opts ...CallOption) (*Status, error)
 	List(ctx context.Context, req ListRequest, opts ...CallOption) iter.Seq2[*ListResponse, error]
 	ListAll(ctx context.Context, req ListRequest, opts ...CallOption) ([]ListItem, error)
+	Watch(ctx context.Context, req WatchRequest, opts ...CallOption) (*WatchResponse, error)
 	Output(ctx context.Context, ref ObjectRef, opts OutputOptions, call ...CallOption) (*Output, error)
 }
 
@@ -232,6 +233,56 @@ func (c *Client) ListAll(ctx context.Context, req ListRequest, opts ...CallOptio
 	return items, nil
 }
 
+// Watch answers the TrainJobs of req.Namespace changed after req.Version (all of them now, without one),
+// waiting up to req.Wait for one; pass the answer's Version to the next call. Every change is in a later
+// answer whichever replica of the agent answers; a job is reported as it is now, and may repeat. Call Status
+// for the whole story of a job that changed. Changes loops over it.
+//
+// Errors: ErrExpired (watch again without a Version), ErrRateLimited (too many calls of this user waiting:
+// after Error.RetryAfter). Watch never answers ErrConflict or ErrNotFound.
+func (c *Client) Watch(ctx context.Context, req WatchRequest, opts ...CallOption) (*WatchResponse, error) {
+	seconds := int(req.Wait / time.Second)
+	body, err := toWire[wire.WatchRequest](watchBody{Namespace: req.Namespace, Version: req.Version, TimeoutSeconds: seconds})
+	if err != nil {
+		return nil, invalidRequest("watch", err)
+	}
+	call := c.callConfig(opts)
+	wait := call.timeout
+	if wait > 0 {
+		wait += time.Duration(seconds) * time.Second // the agent holds the call that long on purpose
+	}
+	_, raw, err := c.do(ctx, "watch", true, false, wait, call, func(ctx context.Context, e wire.RequestEditorFn) (*http.Response, error) {
+		return c.raw.Watch(ctx, body, e)
+	})
+	return decode[WatchResponse]("watch", raw, err)
+}
+
+// Changes yields every dispatch TrainJob of namespace as it is now, then each as it changes, until ctx ends
+// or a call fails (the error is yielded last; a context's error matches errors.Is as everywhere). It calls
+// Watch in a loop, waiting up to 30 s per call, and starts again from a snapshot on ErrExpired.
+func (c *Client) Changes(ctx context.Context, namespace string, opts ...CallOption) iter.Seq2[ListItem, error] {
+	return func(yield func(ListItem, error) bool) {
+		version := ""
+		for {
+			answer, err := c.Watch(ctx, WatchRequest{Namespace: namespace, Version: version, Wait: 30 * time.Second}, opts...)
+			switch {
+			case errors.Is(err, ErrExpired):
+				version = ""
+				continue
+			case err != nil:
+				yield(ListItem{}, err)
+				return
+			}
+			for _, item := range answer.Items {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			version = answer.Version
+		}
+	}
+}
+
 // Output streams rank 0's log as the agent sends it, never buffered whole: read it, then Close it. With
 // Follow it lasts until the container ends (io.EOF), the context ends or Close is called. A stream that
 // breaks returns a *CutOffError from Read. The client's timeout bounds the wait for the answer's headers,
@@ -289,7 +340,7 @@ const APIVersion = "1"
 
 // operations are the paths this client calls, as the document names them.
 var operations = []string{"/v1/start", "/v1/open", "/v1/hold", "/v1/release", "/v1/stop", "/v1/status",
-	"/v1/list", "/v1/output", "/v1/preflight", "/v1/capabilities"}
+	"/v1/list", "/v1/watch", "/v1/output", "/v1/preflight", "/v1/capabilities"}
 
 // CheckAgent reads the agent's OpenAPI document (no token needed) and answers ErrUnsupported when the agent
 // speaks another API version or lacks an operation this client calls (an older agent); nil otherwise.

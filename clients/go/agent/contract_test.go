@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,7 +289,7 @@ func TestContract(t *testing.T) {
 				t.Errorf("%s never answered 200", path)
 			}
 		}
-		for _, status := range []string{"400", "401", "403", "404", "409", "429", "503"} {
+		for _, status := range []string{"400", "401", "403", "404", "409", "410", "429", "503"} {
 			if !seen[status] {
 				t.Errorf("no answer %s was seen", status)
 			}
@@ -452,8 +453,18 @@ func plainJob(t *testing.T, l *live, c *Client) {
 		t.Fatal(err)
 	}
 	r := started.Ref()
+	snapshot, err := c.Watch(ctx, WatchRequest{Namespace: l.ns})
+	if err != nil || !slices.ContainsFunc(snapshot.Items, func(i ListItem) bool { return i.Ref() == r && i.Phase == PhaseGated }) {
+		t.Fatalf("Watch's snapshot: %+v %v", snapshot, err)
+	}
+	_, err = c.Watch(ctx, WatchRequest{Namespace: l.ns, Version: "not-one"})
+	want(t, err, ErrExpired, "watch again without a version")
 	if opened, err := openAsASupervisor(ctx, c, r); err != nil || opened.A == nil || *opened.A != 1 {
 		t.Fatalf("%+v %v", opened, err)
+	}
+	changed, err := c.Watch(ctx, WatchRequest{Namespace: l.ns, Version: snapshot.Version, Wait: 20 * time.Second})
+	if err != nil || !slices.ContainsFunc(changed.Items, func(i ListItem) bool { return i.Ref() == r }) {
+		t.Fatalf("Watch after Open: %+v %v", changed, err)
 	}
 	if again, err := c.Open(ctx, r); err != nil || again.Outcome != "already past its gate" {
 		t.Fatalf("Open again: %+v %v", again, err)
@@ -484,6 +495,17 @@ func plainJob(t *testing.T, l *live, c *Client) {
 	eventually(t, 90*time.Second, "running again with A 2", phase(c, r, "Running", running(2)))
 	if _, err := c.Stop(ctx, r); err != nil {
 		t.Fatal(err)
+	}
+	// Changes: from a snapshot to the job's deletion.
+	watching, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for item, err := range c.Changes(watching, l.ns) {
+		if err != nil {
+			t.Fatalf("Changes ended before the stopped job was reported gone: %v", err)
+		}
+		if item.Ref() == r && item.Phase == PhaseDeleted {
+			break
+		}
 	}
 }
 

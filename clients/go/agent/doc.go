@@ -21,7 +21,7 @@
 // # Errors
 //
 // An error the agent answers is an *Error, matched by errors.Is to the sentinel of its kind: ErrInvalid,
-// ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrRejected, ErrConflict, ErrRateLimited, ErrObserveOnly,
+// ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrRejected, ErrConflict, ErrRateLimited, ErrExpired, ErrObserveOnly,
 // ErrUnavailable, ErrInternal (docs/api.md, Errors, says what each means; each method's documentation says
 // which it answers and, for ErrConflict, what the conflict is there). The *Error carries the agent's Message,
 // the Field of an invalid request, the Orphans an earlier TrainJob left, and RetryAfter. An agent that could

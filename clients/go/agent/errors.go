@@ -32,9 +32,13 @@ var (
 	// the previous execution may still run (call again once it is gone, with a bound); Hold and Release in Kueue
 	// mode, the Workload is not there; Open, Hold and Release, the objects kept changing under the write. Status, List, Output, Preflight and Capabilities never answer it. Re-read (Status) and decide.
 	ErrConflict = errors.New("conflict")
-	// ErrRateLimited: too many failed tokens from this address, or too many followed Output streams.
+	// ErrRateLimited: too many failed tokens from this address, too many followed Output streams, or too many
+	// Watch calls waiting.
 	// Nothing was read or written; Error.RetryAfter says when to try again.
 	ErrRateLimited = errors.New("rate_limited")
+	// ErrExpired: Watch's Version is older than the agent remembers, or not one it answered. Watch again
+	// without a Version (a snapshot) and take it as the truth.
+	ErrExpired = errors.New("expired")
 	// ErrObserveOnly: the agent cannot prove the gates of the call's mode; Start, Open and Release refuse.
 	// Fix the cluster and run Preflight in that mode.
 	ErrObserveOnly = errors.New("observe_only")
@@ -64,6 +68,7 @@ var kinds = map[string]error{
 	"rejected":        ErrRejected,
 	"conflict":        ErrConflict,
 	"rate_limited":    ErrRateLimited,
+	"expired":         ErrExpired,
 	"observe_only":    ErrObserveOnly,
 	"unavailable":     ErrUnavailable,
 	"internal":        ErrInternal,

@@ -15,7 +15,7 @@ import (
 )
 
 var sentinels = []error{ErrInvalid, ErrUnauthenticated, ErrForbidden, ErrNotFound, ErrRejected, ErrConflict,
-	ErrRateLimited, ErrObserveOnly, ErrUnavailable, ErrInternal, ErrUnsupported, ErrOutcomeUnknown}
+	ErrRateLimited, ErrExpired, ErrObserveOnly, ErrUnavailable, ErrInternal, ErrUnsupported, ErrOutcomeUnknown}
 
 // docsAPI is the repository's docs/api.md, seen from this package in the repository.
 var docsAPI = filepath.Join("..", "..", "..", "docs", "api.md")
@@ -69,14 +69,24 @@ func TestEveryErrorCodeOfTheDocsMatchesItsSentinelOnly(t *testing.T) {
 				body["ceased"] = false
 				body["ceasedReason"] = "the TrainJob is gone, but something of it may still run on a worker: worker-1"
 			}
-			f.handle("/v1/status", func(w http.ResponseWriter, r *http.Request) {
+			// expired is Watch's alone (the document says which operation answers which code).
+			path, op := "/v1/status", "status"
+			if kind == "expired" {
+				path, op = "/v1/watch", "watch"
+			}
+			f.handle(path, func(w http.ResponseWriter, r *http.Request) {
 				if kind == "rate_limited" {
 					w.Header().Set("Retry-After", "7")
 				}
 				answer(w, status, body)
 			})
 			c, _ := client(t, f, clientOpts{opts: []Option{WithRetry(RetryPolicy{})}})
-			_, err := c.Status(context.Background(), ref)
+			var err error
+			if op == "watch" {
+				_, err = c.Watch(context.Background(), WatchRequest{Namespace: "team-a", Version: "1.2.3"})
+			} else {
+				_, err = c.Status(context.Background(), ref)
+			}
 			for _, s := range sentinels {
 				if got := errors.Is(err, s); got != (s == want) {
 					t.Errorf("errors.Is(%v, %v) = %v", err, s, got)
@@ -86,7 +96,7 @@ func TestEveryErrorCodeOfTheDocsMatchesItsSentinelOnly(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("%T is not an *Error", err)
 			}
-			if e.Kind != kind || e.StatusCode != status || e.Message != "the agent says "+kind || e.Op != "status" {
+			if e.Kind != kind || e.StatusCode != status || e.Message != "the agent says "+kind || e.Op != op {
 				t.Errorf("%+v", e)
 			}
 			if kind == "invalid" && e.Field != "n" {

@@ -34,6 +34,7 @@ const (
 	PhaseComplete  Phase = "Complete"
 	PhaseFailed    Phase = "Failed"
 	PhaseUnknown   Phase = "Unknown"
+	PhaseDeleted   Phase = "Deleted"
 )
 
 // Ended says the TrainJob ended (Complete or Failed): Open, Hold and Release of it are refused (rejected).
@@ -334,6 +335,31 @@ type ListItem struct {
 
 // Ref is the TrainJob's reference, for Status, Stop and the rest after a restart.
 func (i ListItem) Ref() ObjectRef { return ObjectRef{Namespace: i.Namespace, Name: i.Name, UID: i.UID} }
+
+// WatchRequest asks for the changes to dispatch's TrainJobs in a namespace.
+type WatchRequest struct {
+	Namespace string
+	// Version is the previous answer's; empty: a snapshot of every dispatch TrainJob now, answered at once.
+	Version string
+	// Wait is how long the agent may wait for a change (whole seconds, at most a minute; 0: answer at once).
+	// The client's timeout is extended by it.
+	Wait time.Duration
+}
+
+// watchBody is WatchRequest as the agent reads it.
+type watchBody struct {
+	Namespace      string `json:"namespace"`
+	Version        string `json:"version,omitempty"`
+	TimeoutSeconds int    `json:"timeoutSeconds"`
+}
+
+// WatchResponse is what changed after the request's Version, each TrainJob as it is now (PhaseDeleted:
+// gone); empty when the wait ended without a change. An item may repeat a phase already seen.
+type WatchResponse struct {
+	Items []ListItem `json:"items"`
+	// Version is what to pass as WatchRequest.Version next.
+	Version string `json:"version"`
+}
 
 // PreflightRequest proves the gates of one mode (Kueue when Kueue is set, else plain).
 type PreflightRequest struct {

@@ -35,6 +35,8 @@ var carriers = map[reflect.Type][]reflect.Type{
 	typeOf[wire.StartRequest]():       {typeOf[StartRequest]()},
 	typeOf[wire.StartResponse]():      {typeOf[StartResponse]()},
 	typeOf[wire.StatusResponse]():     {typeOf[Status]()},
+	typeOf[wire.WatchRequest]():       {typeOf[watchBody]()},
+	typeOf[wire.WatchResponse]():      {typeOf[WatchResponse]()},
 	typeOf[wire.WorkerRemainsModel](): {typeOf[WorkerRemains]()},
 }
 

@@ -61,7 +61,7 @@ def tls(tmp_path: Path) -> Tls:
 
 def supervisor_grants(namespace: str = NAMESPACE) -> list[Grant]:
     """What docs/api.md tells a cluster admin to grant a supervisor in its namespace (and Preflight)."""
-    verbs = ("create", "update", "delete", "get", "list")
+    verbs = ("create", "update", "delete", "get", "list", "watch")
     grants = [Grant(SUPERVISOR, verb, "trainjobs", namespace) for verb in verbs]
     grants.append(Grant(SUPERVISOR, "get", "trainjobs", namespace, subresource="log"))
     grants += [Grant(SUPERVISOR, "create", "preflights"), Grant(SUPERVISOR, "get", "preflights")]

@@ -103,8 +103,16 @@ def test_usage(capsys, monkeypatch):
     monkeypatch.delenv("DISPATCH_AGENT_SERVER", raising=False)
     assert main(["status", "--namespace", "x"]) == 2
     assert "--server (or $DISPATCH_AGENT_SERVER) is required" in capsys.readouterr().err
-    assert set(COMMANDS) == {"start", "open", "hold", "release", "stop", "status", "list", "output", "preflight",
+    assert set(COMMANDS) == {"start", "open", "hold", "release", "stop", "status", "list", "watch", "output", "preflight",
                              "capabilities"}  # fmt: skip
+
+
+def test_the_kubectl_plugin_names_itself_in_its_errors(capsys, monkeypatch):
+    from agent.api import kubectl
+
+    monkeypatch.delenv("DISPATCH_AGENT_SERVER", raising=False)
+    assert kubectl.main(["status", "--namespace", "x"]) == 2
+    assert "kubectl dispatch status: --server (or $DISPATCH_AGENT_SERVER) is required" in capsys.readouterr().err
 
 
 def _clean_env() -> dict[str, str]:

@@ -86,7 +86,7 @@ async def test_a_caller_without_rights_is_403_and_nothing_is_read(agent: Agent):
             body = {"namespace": NAMESPACE, "runtime": {"name": "torch-distributed"}}
         if route.operation == "hold":
             body = {**REF, "who": "alice", "reason": "maintenance"}
-        if route.operation == "list":
+        if route.operation in ("list", "watch"):
             body = {"namespace": NAMESPACE}
         async with (
             aiohttp.ClientSession() as http,

@@ -188,6 +188,55 @@ def test_an_unreachable_api_server_is_unavailable_and_not_cached():
     asyncio.run(run())
 
 
+class SlowStub(StubKube):
+    """Answers only once ``go`` is set, so calls pile up behind the first review."""
+
+    def __init__(self, answers):
+        super().__init__(answers)
+        self.go = asyncio.Event()
+
+    async def request(self, method, path, *, body=None, **kw):
+        await self.go.wait()
+        return await super().request(method, path, body=body, **kw)
+
+
+def test_calls_that_miss_the_cache_together_share_one_review_and_its_failure():
+    ok = {"status": {"authenticated": True, "user": {"username": "u"}}}
+
+    async def run():
+        stub = SlowStub([KubeError(0, "Unreachable", "refused"), ok])
+        auth = Authenticator(stub, ttl=10)
+        calls = [asyncio.create_task(auth("t")) for _ in range(5)]
+        await asyncio.sleep(0.01)
+        stub.go.set()
+        failed = await asyncio.gather(*calls, return_exceptions=True)
+        assert [getattr(e, "kind", e) for e in failed] == [ErrorKind.UNAVAILABLE] * 5
+        calls = [asyncio.create_task(auth("t")) for _ in range(5)]
+        assert [u.username for u in await asyncio.gather(*calls)] == ["u"] * 5
+        assert auth.reviews == 2
+
+    asyncio.run(run())
+
+
+def test_a_call_that_reviewed_and_went_away_leaves_the_others_to_review_anew():
+    ok = {"status": {"authenticated": True, "user": {"username": "u"}}}
+
+    async def run():
+        stub = SlowStub([ok, ok])
+        auth = Authenticator(stub, ttl=10)
+        first = asyncio.create_task(auth("t"))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(auth("t"))
+        await asyncio.sleep(0.01)
+        first.cancel()
+        await asyncio.sleep(0.01)
+        stub.go.set()
+        assert (await second).username == "u"
+        assert first.cancelled()
+
+    asyncio.run(run())
+
+
 def test_the_failure_limiter_forgets_after_its_window():
     now = [0.0]
     limiter = FailureLimiter(2, 10.0, clock=lambda: now[0])

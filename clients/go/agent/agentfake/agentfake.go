@@ -34,6 +34,14 @@ type Agent struct {
 	faults  map[string][]Fault
 	now     func() time.Time
 	calls   map[string]int
+	// Watch's record: each job's phase as last reported, and the version at which it changed; the stopped.
+	version  int
+	reported map[string]watched // by uid
+}
+
+type watched struct {
+	item    agent.ListItem
+	changed int
 }
 
 var _ agent.Interface = (*Agent)(nil)
@@ -41,7 +49,7 @@ var _ agent.Interface = (*Agent)(nil)
 // New is an agent with no TrainJobs, no mode observe-only.
 func New() *Agent {
 	return &Agent{jobs: map[string]*job{}, observe: map[agent.Mode]string{}, faults: map[string][]Fault{},
-		now: time.Now, calls: map[string]int{}}
+		now: time.Now, calls: map[string]int{}, reported: map[string]watched{}}
 }
 
 type job struct {
@@ -425,6 +433,92 @@ func (f *Agent) Stop(ctx context.Context, ref agent.ObjectRef, _ ...agent.CallOp
 	return done(&agent.OutcomeResponse{Outcome: agent.OutcomeStopping}, after)
 }
 
+func (j *job) item() agent.ListItem {
+	return agent.ListItem{Namespace: j.ref.Namespace, Name: j.ref.Name, UID: j.ref.UID, JobID: j.req.JobID,
+		N: agent.Ptr(j.req.N), Phase: j.phase(), Orphan: j.ref.Namespace + "/trainjob/" + j.ref.Name}
+}
+
+// Watch answers as the agent: a snapshot without a Version, else the jobs whose phase changed since (a stopped
+// one PhaseDeleted), waiting up to req.Wait for one; a Version it never answered is agent.ErrExpired.
+func (f *Agent) Watch(ctx context.Context, req agent.WatchRequest, _ ...agent.CallOption) (*agent.WatchResponse, error) {
+	deadline := time.Now().Add(req.Wait)
+	first := true
+	for {
+		answer, after, err := f.watchOnce(ctx, req, first)
+		first = false
+		if err != nil || len(answer.Items) > 0 || req.Version == "" || !time.Now().Before(deadline) {
+			if err != nil {
+				return nil, err
+			}
+			return done(answer, after)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (f *Agent) watchOnce(ctx context.Context, req agent.WatchRequest, first bool) (*agent.WatchResponse, error, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var after error
+	if first {
+		var err error
+		if after, err = f.enter(ctx, "watch"); err != nil {
+			return nil, nil, err
+		}
+	} else if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if req.Namespace == "" {
+		return nil, nil, invalid("watch", "namespace", "namespace: required")
+	}
+	since := -1
+	if req.Version != "" {
+		n, err := strconv.Atoi(req.Version)
+		if err != nil || n < 0 || n > f.version {
+			e := agent.NewError("watch", "expired", fmt.Sprintf("version %q is not one this agent answered: watch again without a version", req.Version))
+			e.Field = "version"
+			return nil, nil, e
+		}
+		since = n
+	}
+	f.record()
+	items := []agent.ListItem{}
+	for _, w := range f.reported {
+		if w.item.Namespace != req.Namespace {
+			continue
+		}
+		if (since < 0 && w.item.Phase != agent.PhaseDeleted) || (since >= 0 && w.changed > since) {
+			items = append(items, w.item)
+		}
+	}
+	slices.SortFunc(items, func(a, b agent.ListItem) int { return strings.Compare(a.Name, b.Name) })
+	return &agent.WatchResponse{Items: items, Version: strconv.Itoa(f.version)}, after, nil
+}
+
+// record notes each job whose phase changed since it was last reported, and each stopped one, at a new version.
+func (f *Agent) record() {
+	present := map[string]bool{}
+	for _, j := range f.jobs {
+		present[j.ref.UID] = true
+		item := j.item()
+		if w, ok := f.reported[j.ref.UID]; !ok || w.item.Phase != item.Phase {
+			f.version++
+			f.reported[j.ref.UID] = watched{item: item, changed: f.version}
+		}
+	}
+	for uid, w := range f.reported {
+		if !present[uid] && w.item.Phase != agent.PhaseDeleted {
+			w.item.Phase = agent.PhaseDeleted
+			f.version++
+			f.reported[uid] = watched{item: w.item, changed: f.version}
+		}
+	}
+}
+
 func (j *job) phase() agent.Phase {
 	switch {
 	case j.ended != "":
@@ -522,8 +616,7 @@ func (f *Agent) page(ctx context.Context, req agent.ListRequest) (*agent.ListRes
 		if j.ref.Namespace != req.Namespace || (req.JobID != "" && j.req.JobID != req.JobID) {
 			continue
 		}
-		items = append(items, agent.ListItem{Namespace: j.ref.Namespace, Name: j.ref.Name, UID: j.ref.UID,
-			JobID: j.req.JobID, N: agent.Ptr(j.req.N), Phase: j.phase(), Orphan: j.ref.Namespace + "/trainjob/" + j.ref.Name})
+		items = append(items, j.item())
 	}
 	slices.SortFunc(items, func(a, b agent.ListItem) int { return strings.Compare(a.Name, b.Name) })
 	start := 0

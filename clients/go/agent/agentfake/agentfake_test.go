@@ -220,3 +220,60 @@ func TestFaultsAndListAndOutput(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+func TestWatchReportsEachChangeOnceAndAStoppedJobGone(t *testing.T) {
+	ctx := context.Background()
+	f := agentfake.New()
+	ref := ok(f.Start(ctx, request(false))).Ref()
+	snapshot := ok(f.Watch(ctx, agent.WatchRequest{Namespace: "team-a"}))
+	if len(snapshot.Items) != 1 || snapshot.Items[0].Phase != agent.PhaseGated {
+		t.Fatalf("snapshot %+v", snapshot)
+	}
+	quiet := ok(f.Watch(ctx, agent.WatchRequest{Namespace: "team-a", Version: snapshot.Version, Wait: 50 * time.Millisecond}))
+	if len(quiet.Items) != 0 {
+		t.Fatalf("nothing changed, yet %+v", quiet)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		ok(f.Open(ctx, ref))
+	}()
+	opened := ok(f.Watch(ctx, agent.WatchRequest{Namespace: "team-a", Version: quiet.Version, Wait: 5 * time.Second}))
+	if len(opened.Items) != 1 || opened.Items[0].Phase != agent.PhaseRunning {
+		t.Fatalf("after Open %+v", opened)
+	}
+	ok(f.Stop(ctx, ref))
+	gone := ok(f.Watch(ctx, agent.WatchRequest{Namespace: "team-a", Version: opened.Version}))
+	if len(gone.Items) != 1 || gone.Items[0].Phase != agent.PhaseDeleted || gone.Items[0].Ref() != ref {
+		t.Fatalf("after Stop %+v", gone)
+	}
+	if again := ok(f.Watch(ctx, agent.WatchRequest{Namespace: "team-a"})); len(again.Items) != 0 {
+		t.Fatalf("a snapshot lists the stopped job: %+v", again)
+	}
+	if _, err := f.Watch(ctx, agent.WatchRequest{Namespace: "team-a", Version: "99"}); !errors.Is(err, agent.ErrExpired) {
+		t.Fatalf("a version never answered: %v", err)
+	}
+}
+
+func TestChangesFollowsAJobToItsEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f := agentfake.New()
+	ref := ok(f.Start(ctx, request(true))).Ref()
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		ok(f.Open(ctx, ref))
+		noErr(t, f.Complete(ref))
+	}()
+	var phases []agent.Phase
+	version := ""
+	for len(phases) == 0 || phases[len(phases)-1] != agent.PhaseComplete {
+		answer := ok(f.Watch(ctx, agent.WatchRequest{Namespace: "team-a", Version: version, Wait: time.Second}))
+		for _, item := range answer.Items {
+			phases = append(phases, item.Phase)
+		}
+		version = answer.Version
+	}
+	if phases[0] != agent.PhaseGated {
+		t.Fatalf("phases %v", phases)
+	}
+}

@@ -108,8 +108,10 @@ type supervisor struct {
 	out     io.Writer
 	step    string
 	ref     *agent.ObjectRef // recorded as soon as Start answers; Stopped on interruption
-	// poll is the pause between two reads while waiting (a second).
+	// poll is the pause between two reads while waiting (a second), when Watch cannot wake it sooner.
 	poll time.Duration
+	// version is the last Watch answer's: a wait wakes at the namespace's next phase change.
+	version string
 }
 
 // say prints a step: its name, what Status shows, and a note.
@@ -144,7 +146,32 @@ func (s *supervisor) interval() time.Duration {
 	return time.Second
 }
 
-// await polls Status until ok says the job is there, for at most s.within.
+// changed waits for a phase change in namespace (Watch), five polls at most: Status then needs no polling
+// while nothing moves, and is read again as soon as something does. An agent without Watch (ErrUnsupported),
+// or a Watch that fails, leaves a plain pause; an expired version is replaced by a snapshot's.
+func (s *supervisor) changed(ctx context.Context, namespace string) error {
+	if s.version == "" {
+		if snapshot, err := s.api.Watch(ctx, agent.WatchRequest{Namespace: namespace}); err == nil {
+			s.version = snapshot.Version
+		}
+	}
+	if s.version != "" {
+		answer, err := s.api.Watch(ctx, agent.WatchRequest{Namespace: namespace, Version: s.version, Wait: 5 * s.interval()})
+		switch {
+		case err == nil:
+			s.version = answer.Version
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, agent.ErrExpired):
+			s.version = ""
+		}
+	}
+	return pause(ctx, s.interval())
+}
+
+// await reads Status until ok says the job is there, for at most s.within, waiting between reads for a phase
+// change of the namespace (changed).
 func (s *supervisor) await(ctx context.Context, ref agent.ObjectRef, what string, ok func(*agent.Status) bool) (*agent.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.within)
 	defer cancel()
@@ -161,7 +188,7 @@ func (s *supervisor) await(ctx context.Context, ref agent.ObjectRef, what string
 		default:
 			return nil, s.late(ctx, what, last, err)
 		}
-		if err := pause(ctx, s.interval()); err != nil {
+		if err := s.changed(ctx, ref.Namespace); err != nil {
 			return nil, s.late(ctx, what, last, err)
 		}
 	}

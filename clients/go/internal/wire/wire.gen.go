@@ -149,7 +149,7 @@ type ErrorResponse struct {
 	// CeasedReason why ceased is true or false
 	CeasedReason *string `json:"ceasedReason,omitempty"`
 
-	// Error the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, observe_only, rate_limited, unavailable, internal
+	// Error the kind: invalid, unauthenticated, forbidden, not_found, rejected, conflict, observe_only, rate_limited, unavailable, expired, internal
 	Error string `json:"error"`
 
 	// Field with invalid: the request field that was wrong
@@ -424,6 +424,27 @@ type StatusResponseGate string
 // StatusResponseMode defines model for StatusResponse.Mode.
 type StatusResponseMode string
 
+// WatchRequest defines model for WatchRequest.
+type WatchRequest struct {
+	// Namespace whose dispatch TrainJobs to watch
+	Namespace string `json:"namespace"`
+
+	// TimeoutSeconds with version: how long to wait for a change
+	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
+
+	// Version the version of the previous answer; absent: a snapshot of every dispatch TrainJob now, answered at once
+	Version *string `json:"version,omitempty"`
+}
+
+// WatchResponse defines model for WatchResponse.
+type WatchResponse struct {
+	// Items each TrainJob whose phase or deletionTimestamp changed after version, as it is now (phase Deleted: gone), by name; empty when the wait ended without a change. An item may repeat a phase already seen.
+	Items []ListItem `json:"items"`
+
+	// Version pass it back as version to wait for what changes next
+	Version string `json:"version"`
+}
+
 // WorkerRemainsModel On a MultiKueue manager: what of a job is left on one worker (agent/multicluster/worker_remains.py).
 type WorkerRemainsModel struct {
 	// Cluster the worker (its MultiKueueCluster's name)
@@ -471,6 +492,9 @@ type StatusJSONRequestBody = ObjectRef
 
 // StopJSONRequestBody defines body for Stop for application/json ContentType.
 type StopJSONRequestBody = ObjectRef
+
+// WatchJSONRequestBody defines body for Watch for application/json ContentType.
+type WatchJSONRequestBody = WatchRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -719,6 +743,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/stop (the `Stop` operationId).
 	Stop(ctx context.Context, body StopJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WatchWithBody Watch: wait for dispatch's TrainJobs in a namespace to change
+	//
+	// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/watch (the `Watch` operationId).
+	WatchWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Watch Watch: wait for dispatch's TrainJobs in a namespace to change
+	//
+	// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/watch (the `Watch` operationId).
+	Watch(ctx context.Context, body WatchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Capabilities Capabilities: the last Preflight's report
@@ -1085,6 +1127,44 @@ func (c *Client) StopWithBody(ctx context.Context, contentType string, body io.R
 // Corresponds with POST /v1/stop (the `Stop` operationId).
 func (c *Client) Stop(ctx context.Context, body StopJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStopRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WatchWithBody Watch: wait for dispatch's TrainJobs in a namespace to change
+//
+// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/watch (the `Watch` operationId).
+func (c *Client) WatchWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Watch Watch: wait for dispatch's TrainJobs in a namespace to change
+//
+// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/watch (the `Watch` operationId).
+func (c *Client) Watch(ctx context.Context, body WatchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1509,6 +1589,46 @@ func NewStopRequestWithBody(server string, contentType string, body io.Reader) (
 	return req, nil
 }
 
+// NewWatchRequest calls the generic Watch builder with application/json body
+func NewWatchRequest(server string, body WatchJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewWatchRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewWatchRequestWithBody constructs an http.Request for the Watch method, with any body, and a specified content type
+func NewWatchRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/watch")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -1730,6 +1850,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/stop (the `Stop` operationId).
 	StopWithResponse(ctx context.Context, body StopJSONRequestBody, reqEditors ...RequestEditorFn) (*StopResult, error)
+
+	// WatchWithBodyWithResponse Watch: wait for dispatch's TrainJobs in a namespace to change
+	//
+	// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/watch (the `Watch` operationId).
+	WatchWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WatchResult, error)
+
+	// WatchWithResponse Watch: wait for dispatch's TrainJobs in a namespace to change
+	//
+	// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/watch (the `Watch` operationId).
+	WatchWithResponse(ctx context.Context, body WatchJSONRequestBody, reqEditors ...RequestEditorFn) (*WatchResult, error)
 }
 
 type CapabilitiesResult struct {
@@ -2687,6 +2825,96 @@ func (r StopResult) ContentType() string {
 	return ""
 }
 
+type WatchResult struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WatchResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorResponse
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorResponse
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorResponse
+	// JSON410 the response for an HTTP 410 `application/json` response
+	JSON410 *ErrorResponse
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *ErrorResponse
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ErrorResponse
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorResponse
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r WatchResult) GetJSON200() *WatchResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WatchResult) GetJSON400() *ErrorResponse {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WatchResult) GetJSON401() *ErrorResponse {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WatchResult) GetJSON403() *ErrorResponse {
+	return r.JSON403
+}
+
+// GetJSON410 returns the response for an HTTP 410 `application/json` response
+func (r WatchResult) GetJSON410() *ErrorResponse {
+	return r.JSON410
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r WatchResult) GetJSON429() *ErrorResponse {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r WatchResult) GetJSON500() *ErrorResponse {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r WatchResult) GetJSON503() *ErrorResponse {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchResult) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchResult) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchResult) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchResult) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CapabilitiesWithResponse Capabilities: the last Preflight's report
 //
 // The report in force for the mode whose Preflight ran last (mode names it): in Kueue mode observe-only while the readmission controller's Lease is not renewed. Nothing is probed; before any Preflight the report says so.
@@ -2983,6 +3211,36 @@ func (c *ClientWithResponses) StopWithResponse(ctx context.Context, body StopJSO
 		return nil, err
 	}
 	return ParseStopResult(rsp)
+}
+
+// WatchWithBodyWithResponse Watch: wait for dispatch's TrainJobs in a namespace to change
+//
+// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/watch (the `Watch` operationId).
+func (c *ClientWithResponses) WatchWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WatchResult, error) {
+	rsp, err := c.WatchWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchResult(rsp)
+}
+
+// WatchWithResponse Watch: wait for dispatch's TrainJobs in a namespace to change
+//
+// Without version: every dispatch TrainJob of the namespace with its phase, and a version, at once. With version: the TrainJobs whose phase or deletionTimestamp changed since, as they are now (phase Deleted: gone), waiting up to timeoutSeconds for one; then the version to pass next. Answered from the agent's memory: a waiting caller costs the API server nothing. Call Status for the whole story of a job that changed. expired (410): the version is older than the agent remembers; watch again without one.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/watch (the `Watch` operationId).
+func (c *ClientWithResponses) WatchWithResponse(ctx context.Context, body WatchJSONRequestBody, reqEditors ...RequestEditorFn) (*WatchResult, error) {
+	rsp, err := c.Watch(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchResult(rsp)
 }
 
 // ParseCapabilitiesResult parses an HTTP response from a CapabilitiesWithResponse call
@@ -3754,6 +4012,81 @@ func ParseStopResult(rsp *http.Response) (*StopResult, error) {
 			return nil, err
 		}
 		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWatchResult parses an HTTP response from a WatchWithResponse call
+func ParseWatchResult(rsp *http.Response) (*WatchResult, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchResult{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WatchResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest ErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorResponse
