@@ -8,7 +8,7 @@ import platform
 import re
 from typing import Final
 
-from serving.prometheus import version
+from serving.version import version
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 _GO_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -1,5 +1,5 @@
 """The Kubernetes client every command uses, configured as kubectl is: ``--kubeconfig``, ``$KUBECONFIG``,
-``~/.kube/config``, else the pod's ServiceAccount; ``--context`` picks a context."""
+``~/.kube/config``, else the pod's ServiceAccount; ``--context`` picks a context (where: ``serving.kubeconfig``)."""
 
 from __future__ import annotations
 
@@ -13,32 +13,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from serving.client import KubeError, read_json
-
-
-class KubeConfigError(RuntimeError):
-    pass
-
+from serving.kubeconfig import KubeConfigError as KubeConfigError
+from serving.kubeconfig import kubeconfig_files as kubeconfig_files
 
 PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")
 
 
 IN_CLUSTER: Final = "the in-cluster ServiceAccount"
-
-
-def kubeconfig_files(flag: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
-    """Where the configuration comes from, in kubectl's order: ``--kubeconfig``; else the files of
-    ``$KUBECONFIG`` that exist (a list, merged, the first to name a context winning); else ``~/.kube/config``
-    if it exists; else None: the pod's ServiceAccount (in-cluster)."""
-    if flag:
-        if not os.path.exists(os.path.expanduser(flag)):
-            raise KubeConfigError(f"cannot configure the Kubernetes client from {flag}: no such file")
-        return flag
-    listed = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if listed:
-        existing = [p for p in listed if os.path.exists(os.path.expanduser(p))]
-        return os.pathsep.join(existing) if existing else None
-    home = os.path.expanduser("~/.kube/config")
-    return home if os.path.exists(home) else None
 
 
 async def load_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
@@ -59,20 +40,6 @@ async def load_configuration(kubeconfig: str | None, context: str | None = None)
         where = files or f"{IN_CLUSTER} (no --kubeconfig, no $KUBECONFIG file, no ~/.kube/config)"
         raise KubeConfigError(f"cannot configure the Kubernetes client from {where}: {exc}") from None
     return configuration
-
-
-def context_namespace(kubeconfig: str | None, context: str | None = None) -> str | None:
-    """The namespace the kubeconfig's context names (kubectl's default for -n), or None."""
-    try:
-        files = kubeconfig_files(kubeconfig)
-        if files is None:
-            return None
-        contexts, current = config.list_kube_config_contexts(files)
-    except (KubeConfigError, ConfigException, OSError, TypeError, KeyError, AttributeError):
-        return None
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
-    namespace = ((chosen or {}).get("context") or {}).get("namespace")
-    return namespace if isinstance(namespace, str) and namespace else None
 
 
 async def api_client(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:

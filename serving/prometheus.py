@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable, Sequence
-from importlib import metadata
 from typing import Final, Protocol
 
 import prometheus_client
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from serving.version import version
 
 # The ``*_created`` series double every counter and histogram and nobody queries them (cert-manager and
 # controller-runtime expose none either). Process-wide, before any metric exists.
@@ -29,14 +30,6 @@ CONTENT_TYPE: Final = prometheus_client.CONTENT_TYPE_PLAIN_0_0_4
 """What ``exposition`` writes: the text format every Prometheus reads."""
 
 LabelValues = tuple[str, ...]
-
-
-def version() -> str:
-    """The installed distribution's version (pyproject.toml), or "unknown" when run from a bare tree."""
-    try:
-        return metadata.version("dispatch-k8s")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def registry(component: str) -> CollectorRegistry:
