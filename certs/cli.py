@@ -2,14 +2,15 @@
 
     dispatch-certs generate --out DIR --dns NAME... [--ip ADDR...] [--validity DAYS]
     dispatch-certs run --out DIR [--namespace NS] [--secret NAME] [--service NAME] [--once] ...
-    dispatch-certs uninstall [--webhook-configuration NAME]...
+    dispatch-certs uninstall [--webhook-configuration NAME]... [--prologue-configmap NAME]...
 
 ``generate`` writes ca.crt, tls.crt and tls.key (the key 0600); the CA's key is not kept, so nothing
 else can ever be signed with it. ``run`` is the controller the chart runs in each pod beside the webhook
 and the agent (see docs/certs.md): it fills the Secret, rotates, injects the caBundle, writes the served
 files to ``--out`` and answers /readyz, /healthz and /metrics on a plain HTTP port. ``uninstall`` is the
 chart's pre-delete hook: it deletes our Validating and Mutating webhook configurations, so an uninstall
-never leaves the cluster failing closed on a webhook that is gone.
+never leaves the cluster failing closed on a webhook that is gone, and, with ``--prologue-configmap``, the
+prologue's ConfigMap the agent made in each namespace a job ran in.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from certs.controller import CertController, Target
 from certs.files import write_plain
 from certs.injection import LABEL, LABEL_VALUE, is_ours
 from certs.metrics import certs_registry
-from contract.keys import NAME
+from contract.keys import NAME, PROLOGUE_CONFIGMAP_LABELS
 from serving import flags, logs
 from serving.kube import KubeConfigError, api_client, describe_api_error
 from serving.prometheus import CONTENT_TYPE, exposition
@@ -149,6 +150,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"the Validating and the Mutating WebhookConfiguration of this name (repeatable; default {NAME}); "
         f"deleted only if it carries the label {LABEL}={LABEL_VALUE}",
+    )
+    uninstall.add_argument(
+        "--prologue-configmap",
+        dest="prologues",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the prologue's ConfigMap of this name, in every namespace (repeatable; default none); deleted only "
+        f"if it carries the prologue's labels {_PROLOGUE_SELECTOR}",
     )
     flags.add_kube_arguments(uninstall)
     for command in (gen, run, uninstall):
@@ -349,10 +359,73 @@ def _describe(exc: BaseException) -> str:
     return describe_api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
 
 
+_PROLOGUE_SELECTOR: Final = ",".join(f"{k}={v}" for k, v in PROLOGUE_CONFIGMAP_LABELS.items())
+
+
+async def delete_prologue_configmaps(
+    api: client.ApiClient, name: str, *, attempts: int = UNINSTALL_ATTEMPTS, pause: float = 0.5
+) -> dict[str, str]:
+    """Delete the prologue's ConfigMap ``name`` in every namespace where it carries the prologue's labels, each
+    preconditioned on the uid and resourceVersion listed.
+
+    The list names the ConfigMap (a field selector on ``metadata.name``), so RBAC can grant it by name alone.
+    Returns namespace -> ``deleted`` or ``absent`` (gone before its delete). A 409 (replaced since the list) or a
+    transient failure lists again; anything else raises UninstallError naming the object.
+    """
+    core = client.CoreV1Api(api)
+    outcome: dict[str, str] = {}
+    last = "no attempt"
+    for attempt in range(attempts):
+        if attempt:
+            await asyncio.sleep(pause * 2 ** (attempt - 1))
+        try:
+            listed = api.sanitize_for_serialization(
+                await core.list_config_map_for_all_namespaces(
+                    field_selector=f"metadata.name={name}", label_selector=_PROLOGUE_SELECTOR
+                )
+            )
+        except Exception as exc:
+            if not _transient(exc):
+                raise UninstallError(f"ConfigMaps {name}: {_describe(exc)}") from None
+            last = _describe(exc)
+            continue
+        again = False
+        for item in listed.get("items") or []:
+            meta = item["metadata"]
+            namespace, uid = meta["namespace"], meta["uid"]
+            if meta["name"] != name:  # the field selector's answer, checked all the same
+                continue
+            preconditions = client.V1Preconditions(uid=uid, resource_version=meta["resourceVersion"])
+            try:
+                await core.delete_namespaced_config_map(
+                    name, namespace, body=client.V1DeleteOptions(preconditions=preconditions)
+                )
+            except Exception as exc:
+                if isinstance(exc, ApiException) and exc.status == 404:
+                    outcome[namespace] = "absent"
+                    continue
+                if isinstance(exc, ApiException) and exc.status == 409:
+                    again, last = True, f"ConfigMap {namespace}/{name} replaced since it was listed (uid {uid})"
+                    continue
+                if not _transient(exc):
+                    raise UninstallError(f"ConfigMap {namespace}/{name}: {_describe(exc)}") from None
+                again, last = True, f"ConfigMap {namespace}/{name}: {_describe(exc)}"
+                continue
+            log.info("deleted ConfigMap %s/%s (uid %s)", namespace, name, uid)
+            outcome[namespace] = "deleted"
+        if not again:
+            return outcome
+    raise UninstallError(f"ConfigMaps {name}: not all deleted after {attempts} attempts: {last}")
+
+
 async def _uninstall(args: argparse.Namespace) -> int:
     names = tuple(dict.fromkeys(args.configurations or (NAME,)))
     async with await api_client(args.kubeconfig, args.context) as api:
         for name in names:
             for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
                 print(f"{kind} {name}: {await delete_configuration(api, kind, name)}")
+        # After the configurations, which matter more: a ConfigMap left does nothing, a webhook gone fails closed.
+        for name in dict.fromkeys(args.prologues):
+            deleted = await delete_prologue_configmaps(api, name)
+            print(f"ConfigMap {name}: " + (", ".join(f"{ns} {what}" for ns, what in sorted(deleted.items())) or "none"))
     return 0

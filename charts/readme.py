@@ -174,7 +174,8 @@ The certificates and the injected caBundle survive an upgrade; a changed configu
 ```
 
 Take the AdmissionCheck out of every ClusterQueue first. A pre-delete hook deletes the webhook configurations
-before anything else, so nothing is left failing closed on a webhook that is gone.
+before anything else, so nothing is left failing closed on a webhook that is gone, then the prologue's ConfigMap
+the agent made in each namespace a job ran in.
 
 ## Values
 

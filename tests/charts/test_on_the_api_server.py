@@ -393,17 +393,25 @@ def test_the_webhooks_service_account_may_only_read_runtime_copies_and_is_not_di
     assert [k for k, ok in denied.items() if ok] == [], "rights the webhook's ServiceAccount must not have"
     config = yaml.safe_load(r.one("ConfigMap", f"{full}-webhook")["data"]["config.yaml"])
     assert f"system:serviceaccount:{r.namespace}:{sa}" not in config["dispatch"]["usernames"]
-    assert config["dispatch"]["usernames"] == [f"system:serviceaccount:{r.namespace}:{full}"]
+    # The chart's ServiceAccount, and the pre-delete hook's (it deletes the prologue's ConfigMaps, which the owner
+    # policy lets only dispatch and the garbage collector delete).
+    assert config["dispatch"]["usernames"] == [
+        f"system:serviceaccount:{r.namespace}:{full}",
+        f"system:serviceaccount:{r.namespace}:{full}-uninstall",
+    ]
 
 
-def test_the_uninstall_hook_may_only_read_and_delete_our_two_configurations(control_plane, applied):
+def test_the_uninstall_hook_may_only_delete_our_two_configurations_and_the_prologues_configmaps(control_plane, applied):
     r = applied
     full = r.one("Deployment")["metadata"]["name"]
     (job,) = r.of("Job")
     sa = job["spec"]["template"]["spec"]["serviceAccountName"]
     kinds = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
     allowed = _verdicts(control_plane, r.namespace, sa, [
-        ("uninstall", (verb, ADMISSION_GROUP, kind, {"name": full})) for verb in ("get", "delete") for kind in kinds
+        *[("uninstall", (verb, ADMISSION_GROUP, kind, {"name": full})) for verb in ("get", "delete") for kind in kinds],
+        # The prologue's ConfigMap of this version, in any namespace: a list by its name, then each delete.
+        ("prologues", ("list", "", "configmaps", {"name": PROLOGUE_CONFIGMAP})),
+        ("prologues", ("delete", "", "configmaps", {"ns": "team-a", "name": PROLOGUE_CONFIGMAP})),
     ])  # fmt: skip
     assert all(allowed.values()), allowed
     denied = _verdicts(control_plane, r.namespace, sa, [
@@ -411,6 +419,9 @@ def test_the_uninstall_hook_may_only_read_and_delete_our_two_configurations(cont
         ("not patched", ("patch", ADMISSION_GROUP, kinds[1], {"name": full})),
         ("not listed", ("list", ADMISSION_GROUP, kinds[0], {})),
         ("nothing else", ("get", "", "secrets", {"ns": r.namespace, "name": f"{full}-certs"})),
+        ("no other ConfigMap", ("delete", "", "configmaps", {"ns": "team-a", "name": f"{full}-webhook"})),
+        ("no list of every ConfigMap", ("list", "", "configmaps", {})),
+        ("no read of one", ("get", "", "configmaps", {"ns": "team-a", "name": PROLOGUE_CONFIGMAP})),
     ])  # fmt: skip
     assert not any(denied.values()), denied
 

@@ -5,7 +5,8 @@ The version checks and scripts/release's refusals are unit tests. The release it
 the checkout (its files as a clean clone holds them, committed in a repository of their own), so its image is
 this checkout's, the one the lane already built, and nothing is built twice. Then each artifact is checked: the
 checksums, the packaged chart renders the digest of the OCI archive's manifest, the SBOMs list the components
-they must, and the wheel installs in a fresh virtual environment where ``dispatch-agent --help`` runs.
+they must, the wheel installs in a fresh virtual environment where ``dispatch-agent --help`` runs, and so does
+the command-line client's wheel, alone, where ``kubectl-dispatch --help`` runs without any server's dependency.
 """
 
 from __future__ import annotations
@@ -132,18 +133,15 @@ ARTIFACTS = {
     f"dispatch-k8s-image-{VERSION}.digest",
     f"dispatch_k8s-{VERSION}-py3-none-any.whl",
     f"dispatch_k8s-{VERSION}.tar.gz",
+    f"dispatch_k8s_cli-{VERSION}-py3-none-any.whl",
+    f"dispatch_k8s_cli-{VERSION}.tar.gz",
     f"dispatch-k8s-image-python-{VERSION}.cdx.json",
     f"dispatch-k8s-go-client-{VERSION}.cdx.json",
     "SHA256SUMS",
 }
 
 
-@pytest.fixture(scope="module")
-def released(copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("release-out")
-    result = release(copy, VERSION, "--out", str(out), timeout=1500)
-    assert result.returncode == 0, f"scripts/release exited {result.returncode}:\n{result.stderr[-4000:]}"
-    return out
+# ``released``, the folder scripts/release built (once per session: tests/charts/conftest.py).
 
 
 def _index_and_blobs(archive: Path) -> tuple[dict, dict[str, bytes]]:
@@ -247,3 +245,25 @@ def test_the_wheel_installs_in_a_fresh_environment_and_its_command_line_runs(rel
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert version == VERSION
+
+
+@pytest.mark.node
+@pytest.mark.timeout(1800)
+def test_the_cli_wheel_installs_alone_and_kubectl_dispatch_runs(released, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    wheel = released / f"dispatch_k8s_cli-{VERSION}-py3-none-any.whl"
+    lock = ROOT / "requirements" / "lock.txt"
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(lock), str(wheel)], check=True, timeout=600)
+    result = subprocess.run([str(venv / "bin" / "kubectl-dispatch"), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "usage: kubectl dispatch" in result.stdout
+    version = subprocess.run([str(venv / "bin" / "kubectl-dispatch"), "--version"], capture_output=True, text=True)
+    assert version.stdout.startswith(f"kubectl dispatch {VERSION} "), version
+    result = subprocess.run([str(venv / "bin" / "dispatch-agent"), "status", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    frozen = subprocess.run([str(venv / "bin" / "pip"), "freeze"], capture_output=True, text=True, check=True).stdout
+    # name==version, or name @ file:///…whl for the wheel itself
+    installed = {re.split(r"==| @ ", line)[0].lower().replace("_", "-") for line in frozen.splitlines()}
+    assert "dispatch-k8s-cli" in installed
+    assert not {"dispatch-k8s", "prometheus-client", "cryptography"} & installed, "none of the servers' dependencies"

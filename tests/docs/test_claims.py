@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from agent.api.rbac import AGENT_RULES, PREFLIGHT_RULES, SUPERVISOR_RULES
 from agent.api.settings import ApiSettings
 from agent.config import OVERRIDDEN_API_KEYS, AgentConfig, served_api_settings
+from contract.prologue import PROLOGUE_CONFIGMAP
 from tests.charts.helm import ROOT, Rendered, template
 from tests.charts.test_render import PARSERS
 from tests.docs.blocks import DOC_FILES, all_fenced_blocks, fenced_blocks, notes_blocks
@@ -74,7 +75,11 @@ def test_install_md_counts_the_admission_policies_the_chart_renders():
 Grant = tuple[str, str, str, tuple[str, ...]]
 """(apiGroup, resource, verb, resourceNames)"""
 
-_PLACEHOLDERS = {"<fullname>": FULLNAME, "<agent.lease.name>": "dispatch-admission"}
+_PLACEHOLDERS = {
+    "<fullname>": FULLNAME,
+    "<agent.lease.name>": "dispatch-admission",
+    "dispatch-k8s-prologue-<hash>": PROLOGUE_CONFIGMAP,  # this version's prologue ConfigMap
+}
 
 
 def _grants(rules: list[dict[str, Any]]) -> set[Grant]:

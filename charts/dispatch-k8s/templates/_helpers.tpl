@@ -114,10 +114,19 @@ annotations:
 {{- $image }}
 {{- end }}
 
-{{/* dispatch's usernames as a JSON list: the chart's ServiceAccount first, then webhook.dispatch.extraUsernames. */}}
+{{/*
+dispatch's usernames as a JSON list: the chart's ServiceAccount first, then webhook.dispatch.extraUsernames, then
+the pre-delete hook's ServiceAccount (it deletes the prologue's ConfigMaps, which only dispatch and the garbage
+collector may; it exists only during `helm uninstall`, and its RBAC is that and the webhook configurations alone).
+*/}}
 {{- define "dispatch-k8s.dispatchUsernames" -}}
 {{- $sa := printf "system:serviceaccount:%s:%s" .Release.Namespace (include "dispatch-k8s.serviceAccountName" .) }}
-{{- prepend (without .Values.webhook.dispatch.extraUsernames $sa) $sa | toJson }}
+{{- $names := prepend (without .Values.webhook.dispatch.extraUsernames $sa) $sa }}
+{{- if .Values.uninstallHook.enabled }}
+{{- $hook := printf "system:serviceaccount:%s:%s-uninstall" .Release.Namespace (include "dispatch-k8s.fullname" .) }}
+{{- $names = append (without $names $hook) $hook }}
+{{- end }}
+{{- $names | toJson }}
 {{- end }}
 
 {{- define "dispatch-k8s.dispatchGroups" -}}
