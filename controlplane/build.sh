@@ -7,6 +7,9 @@
 #   controlplane/build.sh etcd kube-apiserver   build only these (names as in bin/)
 #   controlplane/build.sh cert-manager-crds     only cert-manager's CRDs (cert-manager.env; own cache folder)
 #   controlplane/build.sh --print-dir     print the cache folder and exit
+#   controlplane/build.sh --kube VERSION [kube-apiserver | --print-dir]
+#                                         an older Kubernetes of matrix.env: its kube-apiserver alone, from its own
+#                                         wrapper (go/kubernetes-v1.<minor>), into a cache folder of its own
 #
 # Environment:
 #   DISPATCH_K8S_CACHE   cache root (default ~/.cache/dispatch-k8s)
@@ -24,6 +27,35 @@ source "$here/lock.sh"
 # sha256(versions.env), so any change of pin gets a fresh folder.
 key="k8s-${K8S_VERSION}-$(sha256sum "$here/versions.env" | cut -c1-12)"
 root="${DISPATCH_K8S_CACHE:-$HOME/.cache/dispatch-k8s}/controlplane/$key"
+
+# --kube VERSION: an older Kubernetes of matrix.env (docs/compatibility.md). Only its kube-apiserver is built, from
+# its own wrapper, into kube-VERSION-<first 12 hex of sha256 of the wrapper's go.mod> (harness/binaries.py computes
+# the same); etcd, the CRDs and the manifests stay the pinned build's.
+kube_wrapper=kubernetes
+if [[ ${1:-} == --kube ]]; then
+	# shellcheck source=matrix.env
+	source "$here/matrix.env"
+	K8S_VERSION=${2:?build.sh: --kube needs a version of matrix.env}
+	shift 2
+	if [[ ,$K8S_MATRIX, != *",$K8S_VERSION,"* ]]; then
+		echo "build.sh: $K8S_VERSION is not in controlplane/matrix.env (K8S_MATRIX=$K8S_MATRIX)" >&2
+		exit 2
+	fi
+	kube_wrapper=${K8S_VERSION#v1.}
+	kube_wrapper=kubernetes-v1.${kube_wrapper%%.*}
+	[[ -f $here/go/$kube_wrapper/go.mod ]] || {
+		echo "build.sh: no controlplane/go/$kube_wrapper; run controlplane/update-modules.sh matrix" >&2
+		exit 1
+	}
+	root="${DISPATCH_K8S_CACHE:-$HOME/.cache/dispatch-k8s}/controlplane/kube-${K8S_VERSION}-$(sha256sum "$here/go/$kube_wrapper/go.mod" | cut -c1-12)"
+	for b in "$@"; do
+		[[ $b == kube-apiserver || $b == --print-dir ]] || {
+			echo "build.sh: --kube builds kube-apiserver alone, not $b" >&2
+			exit 2
+		}
+	done
+	[[ $# -gt 0 ]] || set -- kube-apiserver
+fi
 
 if [[ ${1:-} == --print-dir ]]; then
 	echo "$root"
@@ -108,7 +140,7 @@ kube_ldflags() {
 	# a wrong minor would shift the emulation version; stamp exactly what upstream's version.sh does.
 	local minor=${K8S_VERSION#v1.} flags="" p commit
 	minor=${minor%%.*}
-	commit=$(origin_hash kubernetes k8s.io/kubernetes)
+	commit=$(origin_hash "$kube_wrapper" k8s.io/kubernetes)
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		flags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
 		flags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
@@ -122,7 +154,7 @@ build_binary() {
 	etcd) go_build etcd etcd go.etcd.io/etcd/server/v3 "" ;;
 	kube-apiserver | kube-controller-manager | kube-scheduler)
 		# The tags of upstream's hack/lib/golang.sh.
-		go_build "$1" kubernetes "k8s.io/kubernetes/cmd/$1" "$(kube_ldflags)" selinux,notest,grpcnotrace ;;
+		go_build "$1" "$kube_wrapper" "k8s.io/kubernetes/cmd/$1" "$(kube_ldflags)" selinux,notest,grpcnotrace ;;
 	kueue)
 		go_build kueue kueue sigs.k8s.io/kueue/cmd/kueue \
 			"-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit=$(origin_hash kueue sigs.k8s.io/kueue)" ;;
@@ -241,10 +273,15 @@ wanted=("$@")
 
 echo "build.sh: cache $root"
 total_start=$(now)
-check_wrappers
-cp "$here/versions.env" "$root/versions.env"
-copy_tree crds fill_crds
-copy_tree manifests fill_manifests
+if [[ $kube_wrapper == kubernetes ]]; then
+	check_wrappers
+	cp "$here/versions.env" "$root/versions.env"
+	copy_tree crds fill_crds
+	copy_tree manifests fill_manifests
+else
+	require_version "$kube_wrapper" k8s.io/kubernetes "$K8S_VERSION"
+	require_version "$kube_wrapper" k8s.io/apiserver "v0.${K8S_VERSION#v1.}"
+fi
 for b in "${wanted[@]}"; do
 	if [[ $b == cert-manager-crds ]]; then
 		cert_manager_crds

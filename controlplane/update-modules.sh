@@ -10,6 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/versions.env"
 # shellcheck source=node.env
 source "$here/node.env"
+# shellcheck source=matrix.env
+source "$here/matrix.env"
 export GOTOOLCHAIN=local GOFLAGS=-modcacherw
 
 only=${1:-}
@@ -23,16 +25,18 @@ new_module() {
 		go mod edit -go=1.26.0)
 }
 
-# require_kubernetes DIR: a wrapper requiring k8s.io/kubernetes with every staging module replaced.
+# require_kubernetes DIR [VERSION]: a wrapper requiring k8s.io/kubernetes (the pin, or VERSION) with every staging
+# module replaced.
 require_kubernetes() {
-	local dir=$1 staging_version=v0.${K8S_VERSION#v1.}
+	local dir=$1 version=${2:-$K8S_VERSION}
+	local staging_version=v0.${version#v1.}
 	new_module "$dir"
 	cd "$dir"
-	go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+	go mod edit -require="k8s.io/kubernetes@$version"
 	# k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging paths;
 	# a dependency's replaces are ignored, so every one is replaced here with its published tag.
 	local gomod
-	gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+	gomod=$(go mod download -json "k8s.io/kubernetes@$version" |
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
 	sed -n 's|^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*|\1|p' "$gomod" |
 		while read -r m; do go mod edit -replace="$m=$m@$staging_version"; done
@@ -45,6 +49,20 @@ kubernetes() {
 		"k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
 		"k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION"
 	go mod tidy
+}
+
+# The older Kubernetes versions of matrix.env: kube-apiserver alone, one wrapper per minor (kubernetes-v1.<minor>).
+matrix() {
+	local version minor
+	for version in ${K8S_MATRIX//,/ }; do
+		minor=${version#v1.}
+		minor=${minor%%.*}
+		(
+			require_kubernetes "$here/go/kubernetes-v1.$minor" "$version"
+			go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$version"
+			go mod tidy
+		)
+	done
 }
 
 etcd() {
@@ -117,7 +135,7 @@ cni() {
 	go mod tidy
 }
 
-for c in kubernetes etcd kueue jobset trainer kwok helm node containerd cni; do
+for c in kubernetes matrix etcd kueue jobset trainer kwok helm node containerd cni; do
 	if [[ -z $only || $only == "$c" ]]; then
 		echo "== $c"
 		(set -x; "$c")

@@ -10,7 +10,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,10 +102,14 @@ def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
 
 @dataclass(frozen=True)
 class Artifacts:
-    """The build of one set of pins: bin/, crds/ and manifests/ under `root`."""
+    """The build of one set of pins: bin/, crds/ and manifests/ under `root`; `binaries` puts some elsewhere (an older
+    kube-apiserver of the matrix: `locate`)."""
 
     root: Path
     versions: Mapping[str, str]
+    binaries: Mapping[str, Path] = field(default_factory=dict)
+    build_hint: str = ""
+    """The command that builds `binaries`, for the error that names what is missing."""
 
     @property
     def bin_dir(self) -> Path:
@@ -119,8 +123,13 @@ class Artifacts:
     def manifests_dir(self) -> Path:
         return self.root / "manifests"
 
+    @property
+    def kube_version(self) -> str:
+        """The Kubernetes version of the API server these artifacts start."""
+        return self.versions.get(KUBE_VERSION_KEY, self.versions["K8S_VERSION"])
+
     def binary(self, name: str) -> Path:
-        return self.bin_dir / name
+        return self.binaries.get(name) or self.bin_dir / name
 
     def missing(self, names: Iterable[str]) -> list[str]:
         missing = [n for n in names if not os.access(self.binary(n), os.X_OK)]
@@ -130,10 +139,23 @@ class Artifacts:
     def require(self, names: Iterable[str]) -> dict[str, Path]:
         """Paths of the named binaries, or MissingBinaryError naming what to build and how."""
         names = list(names)
+        if self.binaries and (newer := [n for n in names if n in TIER_B_BINARIES and n not in TIER_A_BINARIES]):
+            # kube-controller-manager and kube-scheduler may not be newer than the API server (the version skew
+            # policy), and Kueue, JobSet, Trainer and kwok are built against the pinned one.
+            raise MissingBinaryError(
+                f"{KUBE_VERSION_ENV}={self.kube_version} starts tier A alone (etcd and kube-apiserver): "
+                f"{', '.join(newer)} run only on the pinned Kubernetes"
+            )
         if self.missing(names):
             await_builds(built=lambda: not self.missing(names))
         missing = self.missing(names)
         if missing:
+            elsewhere = [m for m in missing if m in self.binaries]
+            if elsewhere:
+                raise MissingBinaryError(
+                    f"missing {', '.join(str(self.binary(m)) for m in elsewhere)}. Build it with: {self.build_hint}"
+                    "   (needs Go >= 1.26 and the Go module proxy)"
+                )
             binaries = [m for m in missing if not m.endswith("/")]
             raise MissingBinaryError(
                 f"control plane not built for the pinned versions: missing {', '.join(missing)} "
@@ -143,10 +165,59 @@ class Artifacts:
         return {n: self.binary(n) for n in names}
 
 
+MATRIX_FILE = CONTROLPLANE_DIR / "matrix.env"
+KUBE_VERSION_ENV = "DISPATCH_K8S_KUBE_VERSION"
+"""Selects the Kubernetes version tier A starts: the pin (unset, or `K8S_VERSION`), `oldest` (the first of
+controlplane/matrix.env) or a version listed there. docs/compatibility.md says what runs on each."""
+KUBE_VERSION_KEY = "KUBE_VERSION"
+"""In `Artifacts.versions` when tier A runs an older kube-apiserver: its version."""
+
+
+def matrix_versions(matrix_file: Path = MATRIX_FILE) -> list[str]:
+    """The older Kubernetes versions of the matrix, oldest first (controlplane/matrix.env)."""
+    return [v for v in parse_versions(matrix_file.read_text())["K8S_MATRIX"].split(",") if v]
+
+
+def matrix_wrapper(version: str) -> Path:
+    """The wrapper module an older version's kube-apiserver is built from: controlplane/go/kubernetes-v1.<minor>."""
+    minor = version.removeprefix("v1.").split(".")[0]
+    return CONTROLPLANE_DIR / "go" / f"kubernetes-v1.{minor}"
+
+
+def matrix_apiserver(version: str, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where `controlplane/build.sh --kube VERSION` puts that version's kube-apiserver (the same key)."""
+    digest = hashlib.sha256((matrix_wrapper(version) / "go.mod").read_bytes()).hexdigest()[:12]
+    return cache_root(environ) / f"kube-{version}-{digest}" / "bin" / "kube-apiserver"
+
+
+def selected_kube_version(
+    pinned: str, environ: Mapping[str, str] = os.environ, matrix_file: Path = MATRIX_FILE
+) -> str | None:
+    """The older version `KUBE_VERSION_ENV` selects, or None for the pin; ValueError for one the matrix lacks."""
+    wanted = environ.get(KUBE_VERSION_ENV, "")
+    if wanted in ("", pinned):
+        return None
+    matrix = matrix_versions(matrix_file)
+    if wanted == "oldest":
+        return matrix[0]
+    if wanted not in matrix:
+        raise ValueError(f"{KUBE_VERSION_ENV}={wanted}: not the pin ({pinned}) nor in {matrix_file} ({matrix})")
+    return wanted
+
+
 def locate(versions_file: Path = VERSIONS_FILE, environ: Mapping[str, str] = os.environ) -> Artifacts:
     text = versions_file.read_bytes()
     versions = parse_versions(text.decode())
-    return Artifacts(root=cache_root(environ) / cache_key(text, versions["K8S_VERSION"]), versions=versions)
+    root = cache_root(environ) / cache_key(text, versions["K8S_VERSION"])
+    older = selected_kube_version(versions["K8S_VERSION"], environ)
+    if older is None:
+        return Artifacts(root=root, versions=versions)
+    return Artifacts(
+        root=root,
+        versions={**versions, KUBE_VERSION_KEY: older},
+        binaries={"kube-apiserver": matrix_apiserver(older, environ)},
+        build_hint=f"{BUILD_SCRIPT} --kube {older} kube-apiserver",
+    )
 
 
 CERT_MANAGER_FILE = CONTROLPLANE_DIR / "cert-manager.env"
