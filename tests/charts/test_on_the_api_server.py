@@ -574,9 +574,11 @@ def test_the_three_processes_run_under_the_charts_service_accounts_and_the_hook_
         argv = [*python, "certs", *hook["args"], "--kubeconfig", str(hook_kubeconfig)]
         first = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert first.returncode == 0, first.stderr
+        # No job ran here, so no namespace holds the prologue's ConfigMap (its deletion: test_install_from_release.py).
         assert first.stdout.splitlines() == [
             f"ValidatingWebhookConfiguration {full}: deleted",
             f"MutatingWebhookConfiguration {full}: deleted",
+            f"ConfigMap {PROLOGUE_CONFIGMAP}: none",
         ]
         for doc in configurations:
             assert cp.admin.get_or_none(ADMISSION, doc["kind"], full) is None
@@ -585,6 +587,7 @@ def test_the_three_processes_run_under_the_charts_service_accounts_and_the_hook_
         assert again.stdout.splitlines() == [
             f"ValidatingWebhookConfiguration {full}: absent",
             f"MutatingWebhookConfiguration {full}: absent",
+            f"ConfigMap {PROLOGUE_CONFIGMAP}: none",
         ]
     finally:
         for doc in configurations:
