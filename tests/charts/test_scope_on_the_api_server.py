@@ -74,7 +74,7 @@ def scoped(control_plane: ControlPlane) -> Iterator[Scoped]:
     policed = cp.create_namespace("scope-policed", labels=label)
     exempt = cp.create_namespace("scope-exempt", labels=label)
     unselected = cp.create_namespace("scope-unselected")
-    jobs = {ns: cp.admin.create(_trainjob(ns)) for ns in (policed, exempt, unselected)}
+    jobs = {ns: _create_before_install(cp, _trainjob(ns)) for ns in (policed, exempt, unselected)}
     values = {"scope": {"exemptNamespaces": [exempt], "namespaceSelector": {"matchLabels": label}}}
     rendered = template(values, release=f"t{token}-dispatch-k8s", namespace=release_namespace)
     binding = f"scope-stranger-{token}"
@@ -88,6 +88,19 @@ def scoped(control_plane: ControlPlane) -> Iterator[Scoped]:
     cp.admin.delete(RBAC, "ClusterRoleBinding", binding)
     for ns in (release_namespace, policed, exempt, unselected):
         cp.delete_namespace(ns)
+
+
+def _create_before_install(cp: ControlPlane, obj: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+    """Created as no dispatch policy is installed yet: the policies of a release another test on this API server
+    uninstalled a moment ago may still be enforced for a while (the API server's policy cache lags the delete)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return cp.admin.create(obj)
+        except ApiError as exc:
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _refusal(call: Any) -> str | None:
