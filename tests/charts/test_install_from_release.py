@@ -132,13 +132,13 @@ def test_dispatch_marks_names_what_is_dispatchs_and_nothing_else() -> None:
 # -- the release's artifacts --------------------------------------------------------------------------------
 
 
-def load_release_image(tier_c: TierC, released: Path) -> tuple[str, str]:
+def load_release_image(tier_c: TierC, released: Path, version: str = VERSION) -> tuple[str, str]:
     """The release's OCI archive imported into the node's containerd, under the name its index gives and under its
     manifest's digest (what the kubelet looks up for `repository:tag@digest`); any earlier copy removed first.
-    Returns (name, digest)."""
-    archive = released / f"dispatch-k8s-image-{VERSION}.oci.tar"
-    digest = (released / f"dispatch-k8s-image-{VERSION}.digest").read_text().strip()
-    name = f"{REPOSITORY}:{VERSION}"
+    Two releases of one version share the tag; each keeps its digest's name. Returns (name, digest)."""
+    archive = released / f"dispatch-k8s-image-{version}.oci.tar"
+    digest = (released / f"dispatch-k8s-image-{version}.digest").read_text().strip()
+    name = f"{REPOSITORY}:{version}"
     tier_c.node.ctr("images", "rm", name, f"{REPOSITORY}@{digest}", check=False)
     tier_c.node.ctr("images", "import", str(archive))
     # What a pull leaves beside the tag: the name by the manifest's digest, which the CRI resolves
