@@ -56,10 +56,9 @@ from tests.charts.test_chart_on_a_kubelet import only_the_real_node  # noqa: F40
 from tests.charts.test_install_from_release import DOCUMENTED, dispatch_objects, load_release_image
 from tests.charts.test_release import VERSION, release
 from tests.docs.test_quickstart import RELEASE, RELEASE_NS, clean_cluster  # noqa: F401  (clean_cluster: fixture)
+from tests.previous_release import PREVIOUS_TAG, PREVIOUS_VERSION, previous_tag
 from tests.prologue.test_prologue_on_a_kubelet import USER_PROGRAM, LogFollower, expect
 
-PREVIOUS_TAG = "v0.1.0"
-PREVIOUS_VERSION = PREVIOUS_TAG.removeprefix("v")
 GRACE = 45
 """READMIT's pods' termination grace period: its program ignores SIGTERM, so its old pod lives this long after
 its eviction, across the upgrade (the gate must wait for it)."""
@@ -99,7 +98,7 @@ def current_image_kept() -> Iterator[None]:
 def previous_tree(into: Path) -> Path:
     """The tag's files (`git archive`), committed in a repository of their own: scripts/release wants a clean tree."""
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS_TAG], capture_output=True, check=False)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", previous_tag()], capture_output=True, check=False)
     assert archive.returncode == 0, f"git archive {PREVIOUS_TAG}: {archive.stderr.decode()} (fetch the tags)"
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     git = ["git", "-c", "user.name=release test", "-c", "user.email=release@test.invalid"]

@@ -9,10 +9,7 @@ import subprocess
 from typing import Any
 
 from contract import keys
-from tests.charts.helm import ROOT
-
-PREVIOUS_TAG = "v0.1.0"
-"""The previous release; tests/charts/test_upgrade_from_previous_release.py upgrades from the same one."""
+from tests.previous_release import ROOT, previous_tag
 
 
 def _keys_at(tag: str) -> dict[str, Any]:
@@ -24,13 +21,7 @@ def _keys_at(tag: str) -> dict[str, Any]:
 
 
 def test_every_key_of_the_previous_release_is_here_with_its_value():
-    before = _keys_at(PREVIOUS_TAG)
+    before = _keys_at(previous_tag())
     assert len(before) > 50, "the previous release's keys were not read"
     changed = {k: (v, getattr(keys, k, "<gone>")) for k, v in before.items() if getattr(keys, k, "<gone>") != v}
-    assert not changed, f"renamed, dropped or changed since {PREVIOUS_TAG} (a major version's change): {changed}"
-
-
-def test_the_previous_tag_is_the_one_the_upgrade_test_starts_from():
-    from tests.charts.test_upgrade_from_previous_release import PREVIOUS_TAG as upgraded_from
-
-    assert upgraded_from == PREVIOUS_TAG
+    assert not changed, f"renamed, dropped or changed since {previous_tag()} (a major version's change): {changed}"
