@@ -54,6 +54,10 @@ class Handler(Protocol):
         """One ADDED, MODIFIED or DELETED event."""
 
 
+# A handler may also have ``listed(resource_version: str)``: called after each complete LIST with the list's own
+# resourceVersion (what it shows is the collection as of then; the watch resumes from it).
+
+
 async def list_all(kube: Lister, call: Callable[..., Awaitable[Any]], handler: Handler) -> tuple[int, str]:
     """Every item, in pages (10,000 Workloads in one response would be tens of MB), each handed over as it
     arrives and then dropped; how many there were and the list's resourceVersion."""
@@ -134,6 +138,8 @@ async def run(
         try:
             if not position:
                 count, rv = await list_all(kube, call, handler)
+                if (listed := getattr(handler, "listed", None)) is not None:
+                    listed(rv)
                 synced.set()
                 position = [rv]
                 log.debug("%s: listed %d, watching from %s", name, count, rv)

@@ -67,6 +67,10 @@ class _Stream:
     def event(self, kind: str, obj: Mapping[str, Any]) -> None:
         self.owner.apply(self.which, kind, obj)
 
+    def listed(self, resource_version: str) -> None:
+        """The LIST's own version: the feed has read the collection up to it, and knows no deletion before it."""
+        self.owner.feed.listed(self.which, resource_version)
+
 
 class ChangeFeed:
     def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:

@@ -249,6 +249,13 @@ class Feed:
                 changed = self.workload_gone({"metadata": {"uid": wl_uid}}) or changed
         return changed
 
+    def listed(self, which: int, resource_version: str) -> None:
+        """A LIST of ``which`` was read whole as of ``resource_version``: the position moves to it, and, for the
+        TrainJobs, no version before it can be answered (a deletion before it left no event here)."""
+        self.advance(which, {"metadata": {"resourceVersion": resource_version}})
+        if which == TRAINJOB:
+            self.horizon = max(self.horizon, self.position[TRAINJOB])
+
     def forget(self, now: float) -> None:
         """Drop tombstones older than TOMBSTONE_SECONDS, and the oldest beyond MAX_TOMBSTONES; a version from
         before a dropped one can no longer be answered (``horizon``)."""

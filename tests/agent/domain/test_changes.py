@@ -176,6 +176,18 @@ def test_a_checks_change_recomputes_kueue_jobs_at_its_own_position():
     assert feed.position[2] == 30
 
 
+def test_a_version_from_before_a_list_is_expired_and_one_after_it_is_not():
+    """A replica that listed at version 40 (after a restart, or a relist) knows no deletion before it."""
+    feed = Feed()
+    feed.trainjob(trainjob(1, 10))
+    feed.listed(0, "40")
+    assert feed.position[0] == 40
+    assert feed.expired((39, 0, 0))
+    assert not feed.expired((40, 0, 0))
+    feed.listed(1, "55")  # a Workload list moves its own position only
+    assert (feed.position[1], feed.horizon) == (55, 40)
+
+
 def test_forgotten_tombstones_expire_older_versions():
     feed = Feed()
     feed.trainjob(trainjob(1, 10))
