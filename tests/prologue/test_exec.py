@@ -102,9 +102,25 @@ def test_a_signal_reaches_the_command(shell: str) -> None:
             assert ready, "the command never started"
             assert int(proc.stdout.readline()) == proc.pid
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=TIMEOUT) == 42
+            try:
+                assert proc.wait(timeout=TIMEOUT) == 42
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    f"SIGTERM did not end the command in {TIMEOUT} s: {_signal_state(proc.pid)}"
+                ) from None
         finally:
             proc.kill()
+
+
+def _signal_state(pid: int) -> str:
+    """What the kernel says of the process's state and signals, to tell a stopped process from a blocked signal."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"/proc/{pid}/status: {exc}"
+    return "; ".join(
+        line for line in status if line.startswith(("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+    )
 
 
 @pytest.mark.parametrize("shell", SHELL_NAMES)
