@@ -1,6 +1,6 @@
 """Upgrading from the previous release while jobs run, are held and are being re-admitted, then rolling back (tier C).
 
-The previous release is the git tag ``PREVIOUS_TAG``: its artifacts are built from the tag itself, by that tree's
+The previous release is the git tag ``PREVIOUS_TAG`` (its commit ``PREVIOUS_COMMIT``): its artifacts are built from that commit, by that tree's
 own scripts/release (``previous_release``), and the current ones are the session's (``released``,
 tests/charts/conftest.py). Both are installed from their artifacts alone: the packaged chart, and the image imported
 into the real node's containerd from its OCI archive under the name and digest the chart pins.
@@ -56,7 +56,7 @@ from tests.charts.test_chart_on_a_kubelet import only_the_real_node  # noqa: F40
 from tests.charts.test_install_from_release import DOCUMENTED, dispatch_objects, load_release_image
 from tests.charts.test_release import VERSION, release
 from tests.docs.test_quickstart import RELEASE, RELEASE_NS, clean_cluster  # noqa: F401  (clean_cluster: fixture)
-from tests.previous_release import PREVIOUS_TAG, PREVIOUS_VERSION, previous_tag
+from tests.previous_release import PREVIOUS_TAG, PREVIOUS_VERSION, previous_commit
 from tests.prologue.test_prologue_on_a_kubelet import USER_PROGRAM, LogFollower, expect
 
 GRACE = 45
@@ -98,8 +98,8 @@ def current_image_kept() -> Iterator[None]:
 def previous_tree(into: Path) -> Path:
     """The tag's files (`git archive`), committed in a repository of their own: scripts/release wants a clean tree."""
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", previous_tag()], capture_output=True, check=False)
-    assert archive.returncode == 0, f"git archive {PREVIOUS_TAG}: {archive.stderr.decode()} (fetch the tags)"
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", previous_commit()], capture_output=True, check=False)
+    assert archive.returncode == 0, f"git archive {PREVIOUS_TAG}: {archive.stderr.decode()}"
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     git = ["git", "-c", "user.name=release test", "-c", "user.email=release@test.invalid"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", PREVIOUS_TAG]):
