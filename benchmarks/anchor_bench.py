@@ -1,7 +1,18 @@
-"""The anchor: N jobs preempted and re-admitted, with dispatch's check and with no check, on tier B.
+"""The anchor: N jobs started, then preempted and re-admitted, with dispatch's check and with no check, on tier B.
 
-    .venv/bin/python -m benchmarks.anchor_bench [--jobs 1000] [--rounds 2]
+    .venv/bin/python -m benchmarks.anchor_bench [--jobs 1000] [--rounds 2] [--floor] [--phases first,readmission]
     (from the repository root; needs tier B and helm built: controlplane/build.sh)
+
+Two phases, each with its rounds alternating between the arms. **First start**: each arm's ``--jobs`` jobs are
+submitted into its empty namespace, 16 at a time (dispatch's through the agent's HTTPS API as a supervisor does:
+Start, then Open, signed in as a supervisor bound to the chart's role; the other arms' as plain TrainJobs), and the
+window runs from the first submission until every one runs; between rounds they are deleted. **Re-admission**
+(below): the jobs the last first start left are preempted by a blocker and re-admitted. With ``--floor``, a fourth
+arm, **design**: dispatch's TrainJobs with exactly the writes this design needs and nothing of the agent (the
+runtime copy, the TrainJob closed, the copy's ownerReference, Open's one write carrying the first approval; at each
+later admission dispatch's approval on the TrainJob before the Ready, written by a second approver process signed
+in as dispatch), in a ClusterQueue gated by the floor's check: ``design / check`` is what this design's own writes
+cost over any check, ``dispatch / design`` what the agent adds to them.
 
 One tier B control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, and the real Kueue,
 JobSet and Trainer), with dispatch installed as the sandbox installs it (harness/sandbox/install.py): the
@@ -46,7 +57,9 @@ dispatch's writes pass each of those policies twice, as in the runs before 2026-
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import json
 import math
@@ -64,14 +77,17 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from queue import SimpleQueue
 from typing import Any
 
 from ulid import ULID
 
+from agent.api.client import AgentClient, AgentError, token_from_file
+from agent.api.errors import ErrorKind
+from agent.api.models import ObjectRef, StartRequest
 from agent.api.service.lifecycle_decisions import rfc3339
+from agent.api.service.start_decisions import owner_patch
 from agent.domain.operations import plan_open
-from agent.domain.workload import READY, check_state, check_state_apply
+from agent.domain.workload import check_state
 from benchmarks.agent_bench import process_cpu
 from contract.admission import admission_count
 from contract.keys import (
@@ -80,16 +96,17 @@ from contract.keys import (
     LABEL_JOBSET_NAME,
     LABEL_PRIORITY_CLASS,
     LABEL_QUEUE_NAME,
+    LABEL_WORKLOAD_JOB_UID,
 )
 from contract.trainer import trainer_spec
-from contract.trainjob import Submission
+from contract.trainjob import Submission, runtime_copy_owner_reference
 from harness import cluster
 from harness.cluster import ADMIN_USER, ControlPlane, new_run_dir, start_control_plane
-from harness.jobs import create_as_start
-from harness.kube_http import ApiError, KubeHttp
+from harness.jobs import create_copy_and_trainjob
+from harness.kube_http import ApiError, Credentials, KubeHttp
 from harness.processes import ManagedProcess, stop_everything, wait_until
 from harness.sandbox import install, site
-from harness.tier_b import HARNESS_POLICY_PREFIX, TierB, kwok_node, node_ready, start_tier_b
+from harness.tier_b import HARNESS_POLICY_PREFIX, TierB, kwok_node, node_ready, start_kwok, start_tier_b
 
 KUEUE_V, TRAINER_V = site.KUEUE_V, site.TRAINER_V
 RUNTIME = "anchor-train"
@@ -108,7 +125,9 @@ RUNTIME_LABEL = "anchor-bench.invalid/runtime"
 JSON_PATCH = "application/json-patch+json"
 FLOOR_CHECK = "anchor-floor"
 FLOOR_CONTROLLER = "anchor-bench.invalid/approve-at-once"
-"""The ``check`` arm's AdmissionCheck and its controllerName (``--floor``): served by ``Approver``."""
+"""The ``check`` arm's AdmissionCheck and its controllerName (``--floor``): served by benchmarks/floor_approver.py."""
+APPROVER, DESIGN_APPROVER = "floor-approver", "design-approver"
+"""The floor's approvers' processes, by name: the check arm's, the design arm's."""
 
 
 # -- watching -----------------------------------------------------------------------------------------------
@@ -198,70 +217,13 @@ class Arm:
     workloads: Latest
     jobsets: Latest
     jobs: Latest
+    design: bool = False
+    """The ``design`` arm (``--floor``): dispatch's TrainJobs, with exactly the writes this design needs and
+    nothing of the agent (``design_submit``, benchmarks/floor_approver.py ``--design``)."""
 
     def watches(self) -> dict[str, Latest]:
         return {"TrainJob": self.trainjobs, "JobSet": self.jobsets, "Job": self.jobs, "Pod": self.pods,
                 "Workload": self.workloads}  # fmt: skip
-
-
-class Approver:
-    """The floor's check controller (``--floor``): what any AdmissionCheck controller must do at the least, done
-    as cheaply as a controller can. One watch of the arm's Workloads; every event that shows the floor's check
-    Pending with quota reserved (not evicted) queues the Workload, and a few threads set the entry Ready by one
-    server-side apply of the check's entry alone (agent/domain/workload.py ``check_state_apply``, the body dispatch's
-    gate writes), preconditioned on the resourceVersion seen, so a Workload Kueue moved meanwhile (evicted, reset) gets
-    409 and its next event queues it again. No GET, no LIST, no other write; the blocker is approved as well."""
-
-    THREADS = 4
-
-    def __init__(self, admin: KubeHttp, namespace: str, check: str) -> None:
-        self._admin, self._check = admin, check
-        self._todo: SimpleQueue[dict[str, Any] | None] = SimpleQueue()
-        self.writes = self.conflicts = 0
-        self._lock = threading.Lock()
-        self._watch = Latest(admin, admin.collection_path(KUEUE_V, "Workload", namespace))
-        self._watch.on_event = self._event
-        for workload in self._watch.snapshot():
-            self._event("ADDED", workload, 0.0)
-        self._threads = [threading.Thread(target=self._work, name=f"approver {i}", daemon=True)
-                         for i in range(self.THREADS)]  # fmt: skip
-        for thread in self._threads:
-            thread.start()
-
-    def _event(self, kind: str, workload: dict[str, Any], _: float) -> None:
-        # Quota reserved and not evicted: Kueue resets the checks to Pending in the eviction's own write, while the
-        # quota is still reserved; a Ready then would carry over to the next admission, which would then need no
-        # check write at all (and no controller may approve an admission that is being taken back).
-        conditions = {c["type"]: c["status"] for c in (workload.get("status") or {}).get("conditions") or []}
-        if (
-            kind != "DELETED"
-            and conditions.get("QuotaReserved") == "True"
-            and conditions.get("Evicted") != "True"
-            and conditions.get("Finished") != "True"
-            and (check_state(workload, self._check) or {}).get("state") == "Pending"
-        ):
-            self._todo.put(workload)
-
-    def _work(self) -> None:
-        while (workload := self._todo.get()) is not None:
-            now = rfc3339(dt.datetime.now(dt.UTC))
-            body = check_state_apply(workload, self._check, READY, "approved at once (the anchor's floor)", now)
-            try:
-                self._admin.request("PATCH", self._admin.object_path(workload) + "/status", body,
-                                    query={"fieldManager": "anchor-floor-approver", "force": "true"},
-                                    content_type="application/apply-patch+yaml")  # fmt: skip
-                with self._lock:
-                    self.writes += 1
-            except ApiError as exc:
-                if exc.status not in (404, 409):
-                    raise
-                with self._lock:
-                    self.conflicts += 1
-
-    def stop(self) -> None:
-        self._watch.stop()
-        for _ in self._threads:
-            self._todo.put(None)
 
 
 def floor_check(admin: KubeHttp) -> None:
@@ -318,56 +280,69 @@ def suspended_jobs(arm: Arm) -> int:
 
 
 class Timeline:
-    """When each job passed each step of its readmission, as the watches saw it, in seconds after the blocker's
-    delete: where the window's time goes."""
+    """When each job passed each step, as the watches saw it (and, for the first start, as the submitting
+    supervisor saw its calls return), in seconds after the window's start: where the window's time goes."""
 
-    STEPS = ("quota reserved", "check Ready", "Workload admitted", "TrainJob unsuspended", "new pod created",
-             "new pod bound", "new pod Running", "old pod ended", "old pod gone")  # fmt: skip
+    READMISSION = ("quota reserved", "check Ready", "Workload admitted", "TrainJob unsuspended", "new pod created",
+                   "new pod bound", "new pod Running", "old pod ended", "old pod gone")  # fmt: skip
+    FIRST_START = ("submitted", "opened", "Workload created", "quota reserved", "check Ready", "Workload admitted",
+                   "TrainJob unsuspended", "JobSet created", "new pod created", "new pod bound",
+                   "new pod Running")  # fmt: skip
+    """``submitted``: Start answered (dispatch) or the TrainJob's create (the other arms); ``opened``: Open
+    answered (dispatch only)."""
 
-    def __init__(self, t0: float, old_pods: set[str], check: str | None) -> None:
-        self.t0, self.old, self.check = t0, old_pods, check
-        self.first: dict[str, dict[str, float]] = {step: {} for step in self.STEPS}
+    def __init__(self, t0: float, old_pods: set[str], check: str | None, steps: tuple[str, ...]) -> None:
+        self.t0, self.old, self.check, self.steps = t0, old_pods, check, steps
+        self._lock = threading.Lock()
+        self.first: dict[str, dict[str, float]] = {step: {} for step in steps}
 
-    def _mark(self, step: str, job: str, now: float) -> None:
-        self.first[step].setdefault(job, now - self.t0)
+    def mark(self, step: str, job: str, now: float) -> None:
+        with self._lock:
+            self.first[step].setdefault(job, now - self.t0)
 
-    def workload(self, _: str, wl: dict[str, Any], now: float) -> None:
+    def workload(self, kind: str, wl: dict[str, Any], now: float) -> None:
         owners = wl["metadata"].get("ownerReferences") or []
         if not owners:
             return
         job, status = owners[0]["name"], wl.get("status") or {}
+        if "Workload created" in self.steps and kind != "DELETED":
+            self.mark("Workload created", job, now)
         conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
         if conditions.get("QuotaReserved") == "True":
-            self._mark("quota reserved", job, now)
+            self.mark("quota reserved", job, now)
         if conditions.get("Admitted") == "True":
-            self._mark("Workload admitted", job, now)
+            self.mark("Workload admitted", job, now)
         checks = status.get("admissionChecks") or []
         if any(c["name"] == self.check and c["state"] == "Ready" for c in checks):
-            self._mark("check Ready", job, now)
+            self.mark("check Ready", job, now)
 
     def trainjob(self, kind: str, tj: dict[str, Any], now: float) -> None:
         if kind != "DELETED" and tj["spec"].get("suspend") is False:
-            self._mark("TrainJob unsuspended", tj["metadata"]["name"], now)
+            self.mark("TrainJob unsuspended", tj["metadata"]["name"], now)
+
+    def jobset(self, kind: str, js: dict[str, Any], now: float) -> None:
+        if "JobSet created" in self.steps and kind != "DELETED":
+            self.mark("JobSet created", js["metadata"]["name"], now)
 
     def pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
         meta = pod["metadata"]
         job = (meta.get("labels") or {}).get(LABEL_JOBSET_NAME, "")
         if meta["uid"] in self.old:
             if kind == "DELETED":
-                self._mark("old pod gone", job, now)
+                self.mark("old pod gone", job, now)
             if pod["status"].get("phase") in ("Failed", "Succeeded") or kind == "DELETED":
-                self._mark("old pod ended", job, now)
+                self.mark("old pod ended", job, now)
             return
-        self._mark("new pod created", job, now)
+        self.mark("new pod created", job, now)
         if pod["spec"].get("nodeName"):
-            self._mark("new pod bound", job, now)
+            self.mark("new pod bound", job, now)
         if pod["status"].get("phase") == "Running":
-            self._mark("new pod Running", job, now)
+            self.mark("new pod Running", job, now)
 
     def rows(self) -> list[tuple[str, int, float, float]]:
         """(step, jobs seen passing it in the window, p50, last) of each step."""
         out = []
-        for step in self.STEPS:
+        for step in self.steps:
             times = sorted(self.first[step].values())
             if times:
                 out.append((step, len(times), pct(times, 0.5), times[-1]))
@@ -446,37 +421,8 @@ def parallel(items: Iterable[Any], fn: Callable[[Any], Any], workers: int = WORK
         return list(pool.map(fn, items))
 
 
-def open_job(admin: KubeHttp, tj: dict[str, Any]) -> None:
-    """Open as the supervisor API does it (tests/agent/gate/test_readmission_gate.py open_trainjob): remove dispatch's
-    gate in a patch preconditioned on what was read; read again after a conflict."""
-    meta = tj["metadata"]
-    for _ in range(20):
-        fresh = admin.get(TRAINER_V, "TrainJob", meta["name"], meta["namespace"])
-        plan = plan_open(fresh)
-        if not plan.patch:
-            return
-        try:
-            admin.request("PATCH", admin.object_path(fresh), plan.patch, query={"fieldManager": FIELD_MANAGER},
-                          content_type=JSON_PATCH)  # fmt: skip
-            return
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-        time.sleep(0.2)
-    raise RuntimeError(f"Open of {meta['name']} kept conflicting")
-
-
-def create_dispatch_jobs(admin: KubeHttp, namespace: str, runtime: dict[str, Any], n: int) -> None:
-    def one(_: int) -> dict[str, Any]:
-        sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=namespace, image=IMAGE,
-                         command=["python", "train.py"], queue=QUEUE, priority_class=LOW)  # fmt: skip
-        return create_as_start(admin, sub, runtime)
-
-    created = parallel(range(n), one)
-    parallel(created, lambda tj: open_job(admin, tj))
-
-
-def create_plain_jobs(admin: KubeHttp, namespace: str, n: int, pad: bool = False) -> None:
+def create_plain_jobs(admin: KubeHttp, namespace: str, n: int, pad: bool = False, prefix: str = "plain",
+                      created: Callable[[str], None] | None = None) -> None:  # fmt: skip
     """``pad``: each plain TrainJob carries a dispatch TrainJob's ``spec.trainer`` (its image, the prologue's
     command and its env), so that the baseline's TrainJobs, JobSets, Jobs, pods and Workloads are as large as
     dispatch's while no dispatch write, check or policy touches them: what the objects' size alone costs."""
@@ -489,13 +435,16 @@ def create_plain_jobs(admin: KubeHttp, namespace: str, n: int, pad: bool = False
         spec: dict[str, Any] = {"runtimeRef": {"name": RUNTIME}}
         if trainer is not None:
             spec["trainer"] = trainer
+        name = f"{prefix}-{i:05d}"
         admin.create({
             "apiVersion": TRAINER_V,
             "kind": "TrainJob",
-            "metadata": {"name": f"plain-{i:05d}", "namespace": namespace,
+            "metadata": {"name": name, "namespace": namespace,
                          "labels": {LABEL_QUEUE_NAME: QUEUE, LABEL_PRIORITY_CLASS: LOW}},
             "spec": spec,
         })  # fmt: skip
+        if created is not None:
+            created(name)
 
     parallel(range(n), one)
 
@@ -630,16 +579,27 @@ def cpu_profile(admin: KubeHttp, seconds: int, to: Path) -> threading.Thread:
 # -- one round ----------------------------------------------------------------------------------------------
 
 
+READMISSION, FIRST_START = "re-admission", "first start"
+
+
 @dataclass
 class Round:
     arm: str
     index: int
+    phase: str = READMISSION
     evicted_after: float = 0.0
-    """Blocker created → every TrainJob of the arm suspended."""
+    """Blocker created → every TrainJob of the arm suspended (re-admission)."""
+    submitted_after: float = 0.0
+    """The window's start → the last job submitted (first start: every Start and Open, or every create,
+    answered)."""
+    refused_starts: int = 0
+    """First start, dispatch: Starts answered ``rejected`` (no Workload within the agent's workloadTimeout: Kueue
+    behind), each retried with another JobID."""
     old_pods_left: int = 0
     """Pods of the preempted executions still listed at the blocker's delete."""
     seconds: float = 0.0
-    """The blocker's delete → every job running again."""
+    """The window: the blocker's delete → every job running again (re-admission); the first submission → every
+    job running (first start)."""
     per_job: list[float] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)
     started_utc: str = ""
@@ -668,36 +628,72 @@ def cpu_of(processes: dict[str, ManagedProcess]) -> dict[str, float]:
 
 def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[str, ManagedProcess],
               timeout: float, profile: tuple[int, Path] | None = None) -> Round:  # fmt: skip
+    """One re-admission round: every job of the arm preempted by a blocker, then the blocker deleted."""
     r = Round(arm.name, index, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"), namespace=arm.namespace)
     block = blocker(arm, jobs, f"{arm.name}-{index}")
-    t = time.monotonic()
     admin.create(block)
     r.evicted_after = wait_for(lambda: suspended_jobs(arm) == jobs, timeout, f"{arm.name}: all {jobs} suspended")
     old = {p["metadata"]["uid"] for p in arm.pods.snapshot()}
     r.old_pods_left = len(old)
     before = {tj["metadata"]["name"]: _a(tj) for tj in arm.trainjobs.snapshot()}
+
+    def delete_blocker(*_: object) -> None:
+        admin.delete(KUEUE_V, "Workload", block["metadata"]["name"], arm.namespace)
+
+    return measure(admin, arm, jobs, r, processes, timeout, profile, Timeline.READMISSION, old, before, delete_blocker)
+
+
+def first_start_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[str, ManagedProcess],
+                      timeout: float, submit: Callable[[Timeline, Round], None],
+                      profile: tuple[int, Path] | None = None) -> Round:  # fmt: skip
+    """One first-start round: ``jobs`` new jobs submitted into the arm's empty namespace (``submit``), until every
+    one runs."""
+    r = Round(arm.name, index, FIRST_START, started_utc=dt.datetime.now(dt.UTC).strftime("%H:%M:%S"),
+              namespace=arm.namespace)  # fmt: skip
+    return measure(admin, arm, jobs, r, processes, timeout, profile, Timeline.FIRST_START, set(), {}, submit)
+
+
+def measure(admin: KubeHttp, arm: Arm, jobs: int, r: Round, processes: dict[str, ManagedProcess], timeout: float,
+            profile: tuple[int, Path] | None, steps: tuple[str, ...], old: set[str], before: dict[str, int | None],
+            kick: Callable[[Timeline, Round], None]) -> Round:  # fmt: skip
+    """The window: from ``kick`` (run in a thread of its own, so that the jobs that run before it returns are
+    seen when they do) until all ``jobs`` of the arm run (``running_jobs``); fills ``r``."""
     served0 = served(admin)
     cpu0 = cpu_of(processes)
     t = time.monotonic()
-    timeline = Timeline(t, old, arm.check)
-    arm.workloads.on_event, arm.trainjobs.on_event, arm.pods.on_event = (
-        timeline.workload, timeline.trainjob, timeline.pod)  # fmt: skip
+    timeline = Timeline(t, old, arm.check, steps)
+    arm.workloads.on_event, arm.trainjobs.on_event, arm.pods.on_event, arm.jobsets.on_event = (
+        timeline.workload, timeline.trainjob, timeline.pod, timeline.jobset)  # fmt: skip
     changes = Changes()
     for kind, watch in arm.watches().items():
         watch.on_change = changes.hook(kind)
     profiling = None
     if profile is not None:
-        profiling = cpu_profile(admin, profile[0], profile[1] / f"apiserver-{arm.name}-{index}.pprof")
+        label = "first" if r.phase == FIRST_START else "readmit"
+        profiling = cpu_profile(admin, profile[0], profile[1] / f"apiserver-{label}-{arm.name}-{r.index}.pprof")
     window_start = dt.datetime.now(dt.UTC)
-    admin.delete(KUEUE_V, "Workload", block["metadata"]["name"], arm.namespace)
+    failed: list[BaseException] = []
+
+    def run_kick() -> None:
+        try:
+            kick(timeline, r)
+            r.submitted_after = time.monotonic() - t
+        except BaseException as exc:  # surfaced by the loop below
+            failed.append(exc)
+
+    kicker = threading.Thread(target=run_kick, name=f"kick {arm.name}", daemon=True)
+    kicker.start()
     seen: dict[str, float] = {}
     while len(seen) < jobs:
+        if failed:
+            raise RuntimeError(f"{arm.name} {r.phase}: {failed[0]!r}") from failed[0]
         now = time.monotonic()
         for name in running_jobs(arm, old, before) - seen.keys():
             seen[name] = now - t
         if now - t > timeout:
-            raise TimeoutError(f"{arm.name}: {len(seen)} of {jobs} running again after {timeout:.0f}s")
+            raise TimeoutError(f"{arm.name} {r.phase}: {len(seen)} of {jobs} running after {timeout:.0f}s")
         time.sleep(0.25)
+    kicker.join()
     r.seconds = max(seen.values())
     r.window = (window_start, dt.datetime.now(dt.UTC))
     for watch in arm.watches().values():
@@ -712,11 +708,28 @@ def run_round(admin: KubeHttp, arm: Arm, jobs: int, index: int, processes: dict[
     r.cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
     r.served = served(admin) - served0
     time.sleep(2)  # the watches' last events of the window
-    arm.workloads.on_event = arm.trainjobs.on_event = arm.pods.on_event = None
+    arm.workloads.on_event = arm.trainjobs.on_event = arm.pods.on_event = arm.jobsets.on_event = None
     r.steps = timeline.rows()
     if profiling is not None:
         profiling.join()
     return r
+
+
+def clear(admin: KubeHttp, arm: Arm, timeout: float) -> float:
+    """Every TrainJob of the arm deleted (with its runtime copies, for dispatch), until nothing of them is left:
+    the next first-start round begins in an empty namespace."""
+    t = time.monotonic()
+    for tj in arm.trainjobs.snapshot():
+        with contextlib.suppress(ApiError):
+            admin.request("DELETE", admin.object_path(tj), {"propagationPolicy": "Background"})
+    if arm.dispatch:
+        runtimes = admin.request("GET", admin.collection_path(TRAINER_V, "TrainingRuntime", arm.namespace))["items"]
+        for runtime in runtimes:
+            with contextlib.suppress(ApiError):
+                admin.request("DELETE", admin.object_path(runtime))
+    wait_for(lambda: not any(w.snapshot() for w in arm.watches().values()), timeout, f"{arm.name}: cleared",
+             interval=0.5)  # fmt: skip
+    return time.monotonic() - t
 
 
 def settle(arm: Arm, jobs: int, timeout: float) -> float:
@@ -734,17 +747,24 @@ def pct(values: list[float], q: float) -> float:
 
 
 def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
-    print(f"\n== {jobs} jobs per arm: the blocker's delete -> all {jobs} running again ==")
-    head = f"{'round':<12}{'start':>9}{'evicted in':>12}{'old pods':>10}{'all running':>13}{'p50 job':>9}"
+    first = rounds[0].phase == FIRST_START
+    if first:
+        print(f"\n== {jobs} jobs per arm, first start: the first submission -> all {jobs} running ==")
+        head = f"{'round':<12}{'start':>9}{'submitted in':>14}{'refused':>9}{'all running':>13}{'p50 job':>9}"
+    else:
+        print(f"\n== {jobs} jobs per arm, re-admission: the blocker's delete -> all {jobs} running again ==")
+        head = f"{'round':<12}{'start':>9}{'evicted in':>14}{'old pods':>9}{'all running':>13}{'p50 job':>9}"
     cols = ["kube-apiserver", "etcd", "dispatch-agent"]
     print(head + "".join(f"{c + ' CPU':>20}" for c in cols))
     for r in rounds:
-        line = (f"{r.arm + ' ' + str(r.index):<12}{r.started_utc:>9}{r.evicted_after:>11.1f}s{r.old_pods_left:>10}"
+        lead, count = (r.submitted_after, r.refused_starts) if first else (r.evicted_after, r.old_pods_left)
+        line = (f"{r.arm + ' ' + str(r.index):<12}{r.started_utc:>9}{lead:>13.1f}s{count:>9}"
                 f"{r.seconds:>12.1f}s{pct(r.per_job, 0.5):>8.1f}s")  # fmt: skip
         print(line + "".join(f"{r.cpu.get(c, math.nan):>19.2f}s" for c in cols))
-    print("\nwhere the time goes: seconds after the blocker's delete at which the jobs passed each step (p50 / last)")
+    since = "the first submission" if first else "the blocker's delete"
+    print(f"\nwhere the time goes: seconds after {since} at which the jobs passed each step (p50 / last)")
     print(f"{'step':<24}" + "".join(f"{r.arm + ' ' + str(r.index):>20}" for r in rounds))
-    for step in Timeline.STEPS:
+    for step in Timeline.FIRST_START if first else Timeline.READMISSION:
         cells = []
         for r in rounds:
             row = next((x for x in r.steps if x[0] == step), None)
@@ -777,7 +797,25 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
         per_job(rounds, jobs, "write requests in each window per job (audit log), by who, verb, resource", "writes")
     ratios(rounds, "dispatch", "baseline", "the anchor; goal <= 1.5x")
     ratios(rounds, "check", "baseline", "the floor: any admission check against none")
-    ratios(rounds, "dispatch", "check", "dispatch against the floor")
+    ratios(rounds, "dispatch", "check", "dispatch against the floor of any check; goal <= 1.1x")
+    ratios(rounds, "design", "check", "this design's own writes against the floor of any check")
+    ratios(rounds, "dispatch", "design", "dispatch against the floor of this design")
+    per_admission(rounds, jobs)
+
+
+def per_admission(rounds: list[Round], jobs: int) -> None:
+    """The agent's CPU per admission next to the floor's approvers' (their own processes), in milliseconds."""
+    found = {(r.arm, r.index): r for r in rounds}
+    indexes = sorted({r.index for r in rounds if r.arm == "dispatch" and ("check", r.index) in found})
+    if not indexes:
+        return
+    print("\nCPU per admission (ms per job): dispatch's agent, the floor's approver, the design floor's approver:")
+    for i in indexes:
+        agent = found["dispatch", i].cpu.get("dispatch-agent", math.nan)
+        approver = found["check", i].cpu.get(APPROVER, math.nan)
+        design = found["design", i].cpu.get(DESIGN_APPROVER, math.nan) if ("design", i) in found else math.nan
+        print(f"  round {i}: agent {1000 * agent / jobs:.1f}, approver {1000 * approver / jobs:.1f} "
+              f"({agent / approver:.2f}x), design approver {1000 * design / jobs:.1f}")  # fmt: skip
 
 
 def ratios(rounds: list[Round], top: str, bottom: str, title: str) -> None:
@@ -809,19 +847,64 @@ def per_job(rounds: list[Round], jobs: int, title: str, attr: str) -> None:
 # -- main ---------------------------------------------------------------------------------------------------
 
 
-def install_dispatch(cp: ControlPlane, work: Path) -> tuple[str, KubeHttp, ManagedProcess, ManagedProcess]:
-    """dispatch as the sandbox installs it without a real node; returns its AdmissionCheck's name, a client signed
-    in as dispatch (the agent's ServiceAccount, as Start and Open run in the agent), and the agent's and the
-    webhook's processes."""
+@dataclass
+class Installed:
+    check: str
+    """dispatch's AdmissionCheck."""
+    agent: ManagedProcess
+    webhook: ManagedProcess
+    api_url: str
+    """The agent's HTTPS API, which the benchmark calls as a supervisor does."""
+    ca_file: Path
+    dispatch: KubeHttp
+    """Signed in as dispatch (the agent's ServiceAccount): the ``design`` arm's writes."""
+    dispatch_token: Path
+
+
+def install_dispatch(cp: ControlPlane, work: Path) -> Installed:
+    """dispatch as the sandbox installs it without a real node."""
     rendered, _ = install.install(cp, work)
     certs = install.generate_certs(work)
     sa, kubeconfig = install.service_account_kubeconfig(cp, rendered)
-    dispatch = KubeHttp(cp.service_account_credentials(install.NAMESPACE, sa, expiration_seconds=install.TOKEN_SECONDS))
     _, webhook_kubeconfig = install.webhook_kubeconfig(cp, rendered, work)
     webhook, url = install.start_webhook(cp, work, certs, webhook_kubeconfig)
     install.apply_webhook_configurations(cp, rendered, url, certs)
-    agent, _, _ = install.start_agent(cp, work, certs, kubeconfig)
-    return rendered.of("AdmissionCheck")[0]["metadata"]["name"], dispatch, agent, webhook
+    agent, api_url, _ = install.start_agent(cp, work, certs, kubeconfig)
+    token = cp.service_account_token(install.NAMESPACE, sa, expiration_seconds=install.TOKEN_SECONDS)
+    token_file = work / "dispatch.token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    dispatch = KubeHttp(Credentials(server=cp.api_url, ca_file=cp.ca_file, token=token))
+    check = rendered.of("AdmissionCheck")[0]["metadata"]["name"]
+    return Installed(check, agent, webhook, api_url, Path(certs.ca), dispatch, token_file)
+
+
+def supervisor_token(cp: ControlPlane, namespace: str, work: Path) -> Path:
+    """A supervisor of ``namespace``: a ServiceAccount bound to the chart's supervisor role, its token in a file."""
+    cp.ensure_service_account(namespace, "supervisor")
+    subject = {"kind": "ServiceAccount", "name": "supervisor", "namespace": namespace}
+    role = f"{install.RELEASE}-supervisor"
+    cp.admin.apply(site.binding("RoleBinding", "supervisor", "ClusterRole", role, subject, namespace))
+    path = work / "supervisor.token"
+    path.write_text(cp.service_account_token(namespace, "supervisor", expiration_seconds=install.TOKEN_SECONDS) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def start_approver(cp: ControlPlane, namespace: str, design_token: Path | None = None) -> ManagedProcess:
+    """The floor's approver (benchmarks/floor_approver.py), a process of its own signed in as the admin; with
+    ``design_token``, the design arm's, signed in as dispatch."""
+    creds = cp.admin.credentials
+    argv = [sys.executable, "-m", "benchmarks.floor_approver", "--server", creds.server, "--ca", str(creds.ca_file),
+            "--namespace", namespace, "--check", FLOOR_CHECK]  # fmt: skip
+    if design_token is None:
+        argv += ["--cert", str(creds.client_cert_file), "--key", str(creds.client_key_file)]
+    else:
+        argv += ["--token-file", str(design_token), "--design"]
+    name = APPROVER if design_token is None else DESIGN_APPROVER
+    process = cp.supervisor.start(name, argv, cwd=Path(__file__).resolve().parents[1])
+    wait_until(lambda: "ready" in process.log_path.read_text(), 60, what=f"{name} ready")
+    return process
 
 
 ADMISSION_V = "admissionregistration.k8s.io/v1"
@@ -844,29 +927,32 @@ def drop_harness_policies(admin: KubeHttp) -> list[str]:
     return dropped
 
 
-def setup(
-    tb: TierB,
-    jobs: int,
-    grace: int,
-    work: Path,
-    timeout: float,
-    pad: bool = False,
-    chart_only: bool = False,
-    floor: bool = False,
-    labelled: bool = True,
-) -> tuple[list[Arm], dict[str, ManagedProcess], Approver | None]:
+@dataclass
+class Bench:
+    arms: list[Arm]
+    processes: dict[str, ManagedProcess]
+    installed: Installed
+    token_file: Path
+    pad: bool
+    runtime: dict[str, Any]
+    """The ClusterTrainingRuntime as read: what the design arm copies."""
+
+
+def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False, floor: bool = False,
+          labelled: bool = True, pad: bool = False) -> Bench:  # fmt: skip
     cp, admin = tb.control_plane, tb.admin
-    names = ("dispatch", "baseline", "check") if floor else ("dispatch", "baseline")
+    names = ("dispatch", "design", "baseline", "check") if floor else ("dispatch", "baseline")
     extra = math.ceil((len(names) * jobs + 10) / NODE_PODS)
-    for i in range(extra):
+    for i in range(extra):  # one kwok per node, as tier B's own (TierB.add_node), with room for more pods
+        start_kwok(tb, f"anchor-node-{i}")
         admin.create(big_node(f"anchor-node-{i}"))
     wait_until(lambda: all(node_ready(admin, f"anchor-node-{i}") for i in range(extra)), 60, what="anchor nodes Ready")
     t = time.monotonic()
-    check, dispatch, agent, webhook = install_dispatch(cp, work)
+    installed = install_dispatch(cp, work)
     if chart_only:
         print(f"tier B's own policy copies deleted: {', '.join(drop_harness_policies(admin))}")
     print(f"dispatch installed (chart rendered, webhook and agent as local processes) in {time.monotonic() - t:.1f}s;"
-          f" AdmissionCheck {check}")  # fmt: skip
+          f" AdmissionCheck {installed.check}")  # fmt: skip
 
     runtime = site.training_runtime(RUNTIME, cpu=f"{CPU_MILLI}m", memory=f"{MEMORY_MI}Mi", image=IMAGE)
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
@@ -879,42 +965,130 @@ def setup(
     admin.apply(site.priority_class(LOW, 10, "the jobs of both arms"))
     admin.apply(site.priority_class(HIGH, 1000, "the blocker"))
     flavor = tb.resource_flavor
-    admin.apply(site.gated_cluster_queue("anchor-dispatch", check=check, flavor=flavor, quota=quota(jobs)))
+    admin.apply(site.gated_cluster_queue("anchor-dispatch", check=installed.check, flavor=flavor, quota=quota(jobs)))
     admin.apply(plain_cluster_queue("anchor-baseline", flavor, jobs))
-    checks = {"dispatch": check, "baseline": None}
+    checks = {"dispatch": installed.check, "baseline": None}
     if floor:
         floor_check(admin)
-        admin.apply(site.gated_cluster_queue("anchor-check", check=FLOOR_CHECK, flavor=flavor, quota=quota(jobs)))
-        checks["check"] = FLOOR_CHECK
+        for name in ("check", "design"):
+            queue = site.gated_cluster_queue(f"anchor-{name}", check=FLOOR_CHECK, flavor=flavor, quota=quota(jobs))
+            admin.apply(queue)
+            checks[name] = FLOOR_CHECK
     arms = []
     for name in names:
         namespace = cluster_queue = f"anchor-{name}"
         admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         admin.apply(site.local_queue(namespace, QUEUE, cluster_queue))
         wait_until(lambda ns=namespace: _active(admin, "LocalQueue", QUEUE, ns), 60, what="LocalQueue Active")
+        wait_until(lambda cq=cluster_queue: _active(admin, "ClusterQueue", cq), 60, what="ClusterQueue Active")
         trainjobs = Latest(admin, admin.collection_path(TRAINER_V, "TrainJob", namespace))
         pods = Latest(admin, admin.collection_path("v1", "Pod", namespace))
         workloads = Latest(admin, admin.collection_path(KUEUE_V, "Workload", namespace))
         jobsets = Latest(admin, admin.collection_path(site.JOBSET_V, "JobSet", namespace))
         batch_jobs = Latest(admin, admin.collection_path("batch/v1", "Job", namespace))
-        arms.append(Arm(name, namespace, cluster_queue, name == "dispatch", checks[name], trainjobs, pods, workloads,
-                        jobsets, batch_jobs))  # fmt: skip
-    approver = Approver(admin, arms[-1].namespace, FLOOR_CHECK) if floor else None
-
-    runtime = admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME)
-    t = time.monotonic()
-    create_dispatch_jobs(dispatch, arms[0].namespace, runtime, jobs)
-    for arm in arms[1:]:
-        create_plain_jobs(admin, arm.namespace, jobs, pad)
-    print(f"{jobs} dispatch jobs created and opened, {jobs} plain TrainJobs per other arm created in "
-          f"{time.monotonic() - t:.1f}s")  # fmt: skip
-    for arm in arms:
-        took = wait_for(lambda arm=arm: len(running_jobs(arm, set(), {})) == jobs, timeout, f"{arm.name}: all running",
-                        interval=1)  # fmt: skip
-        print(f"{arm.name}: all {jobs} running {took:.1f}s later")
+        arms.append(Arm(name, namespace, cluster_queue, name in ("dispatch", "design"), checks[name], trainjobs, pods,
+                        workloads, jobsets, batch_jobs, design=name == "design"))  # fmt: skip
+    token_file = supervisor_token(cp, arms[0].namespace, work)
     processes = {p.name: p for p in cp.supervisor.processes if p.alive()}
-    processes["dispatch-agent"], processes["dispatch-webhook"] = agent, webhook
-    return arms, processes, approver
+    processes["dispatch-agent"], processes["dispatch-webhook"] = installed.agent, installed.webhook
+    if floor:
+        processes[APPROVER] = start_approver(cp, arms[-1].namespace)
+        processes[DESIGN_APPROVER] = start_approver(cp, arms[1].namespace, installed.dispatch_token)
+    return Bench(arms, processes, installed, token_file, pad, admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME))
+
+
+def submitter(bench: Bench, admin: KubeHttp, arm: Arm, jobs: int, label: str) -> Callable[[Timeline, Round], None]:
+    """How a first-start round submits its ``jobs``: dispatch's through the agent's API as a supervisor does (Start,
+    then Open, ``WORKERS`` jobs at a time); the other arms' as plain TrainJobs, created ``WORKERS`` at a time."""
+    if arm.design:
+
+        def design(timeline: Timeline, _: Round) -> None:
+            parallel(range(jobs), lambda _: design_submit(bench, arm, timeline))
+
+        return design
+    if not arm.dispatch:
+
+        def create(timeline: Timeline, _: Round) -> None:
+            def created(name: str) -> None:
+                timeline.mark("submitted", name, time.monotonic())
+
+            create_plain_jobs(admin, arm.namespace, jobs, bench.pad, prefix=f"plain-{label}", created=created)
+
+        return create
+
+    def start_and_open(timeline: Timeline, r: Round) -> None:
+        asyncio.run(_start_and_open(bench, arm.namespace, jobs, timeline, r))
+
+    return start_and_open
+
+
+def design_submit(bench: Bench, arm: Arm, timeline: Timeline) -> None:
+    """One job of the design arm: the writes this design needs for a start and nothing else, signed in as dispatch
+    (what Start and Open write, without their reads, their waits or the agent): the runtime copy, the TrainJob
+    closed, the copy's ownerReference; then, once Kueue's Workload lists the check (seen on the benchmark's watch,
+    no read), Open's one write carrying the first approval (agent/domain/operations.py ``plan_open``)."""
+    dispatch = bench.installed.dispatch
+    sub = Submission(job_id=str(ULID()), n=1, g=0, attempt=0, namespace=arm.namespace, image=IMAGE,
+                     command=["python", "train.py"], queue=QUEUE, priority_class=LOW)  # fmt: skip
+    copy, trainjob = create_copy_and_trainjob(dispatch, sub, bench.runtime)
+    uid, name = trainjob["metadata"]["uid"], trainjob["metadata"]["name"]
+    dispatch.request("PATCH", dispatch.object_path(copy), owner_patch(copy, runtime_copy_owner_reference(trainjob)),
+                     content_type=JSON_PATCH)  # fmt: skip
+    timeline.mark("submitted", name, time.monotonic())
+    deadline = time.monotonic() + 120
+    while True:
+        workload = next((w for w in arm.workloads.snapshot() if _listed_for(w, uid, FLOOR_CHECK)), None)
+        if workload is not None:
+            latest = arm.trainjobs.objects.get(uid, trainjob)
+            jobset = next((j for j in arm.jobsets.snapshot() if j["metadata"]["name"] == name), None)
+            plan = plan_open(latest, jobset=jobset, workload=workload, blockers=())
+            try:
+                dispatch.request("PATCH", dispatch.object_path(latest), plan.patch,
+                                 query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)  # fmt: skip
+                timeline.mark("opened", name, time.monotonic())
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"design arm: no Workload listing {FLOOR_CHECK} for {name}, or Open kept conflicting")
+        time.sleep(0.05)
+
+
+def _listed_for(workload: dict[str, Any], uid: str, check: str) -> bool:
+    labels = workload["metadata"].get("labels") or {}
+    return labels.get(LABEL_WORKLOAD_JOB_UID) == uid and check_state(workload, check) is not None
+
+
+START_ATTEMPTS = 3
+"""Start answers ``rejected`` when Kueue made no Workload within the agent's workloadTimeout (a loaded machine):
+Start stopped that TrainJob, so the supervisor starts another JobID."""
+
+
+async def _start_and_open(bench: Bench, namespace: str, jobs: int, timeline: Timeline, r: Round) -> None:
+    inst = bench.installed
+    async with AgentClient(inst.api_url, token_from_file(bench.token_file), ca_file=inst.ca_file, timeout=120) as api:
+        limit = asyncio.Semaphore(WORKERS)
+
+        async def one(_: int) -> None:
+            async with limit:
+                for attempt in range(START_ATTEMPTS):
+                    try:
+                        started = await api.start(StartRequest.model_validate({
+                            "jobId": str(ULID()), "n": 1, "attempt": 1, "namespace": namespace,
+                            "runtime": {"name": RUNTIME}, "image": IMAGE, "command": ["python", "train.py"],
+                            "kueue": {"localQueue": QUEUE, "priorityClass": LOW},
+                        }))  # fmt: skip
+                        break
+                    except AgentError as exc:
+                        if exc.kind != ErrorKind.REJECTED or attempt == START_ATTEMPTS - 1:
+                            raise
+                        r.refused_starts += 1
+                timeline.mark("submitted", started.name, time.monotonic())
+                await api.open(ObjectRef(namespace=started.namespace, name=started.name, uid=started.uid))
+                timeline.mark("opened", started.name, time.monotonic())
+
+        await asyncio.gather(*(one(i) for i in range(jobs)))
 
 
 def load() -> str:
@@ -929,7 +1103,9 @@ def _active(admin: KubeHttp, kind: str, name: str, namespace: str | None = None)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.anchor_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per arm (default 1000)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds per arm, alternating (default 2)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per arm and phase, alternating (default 2)")
+    parser.add_argument("--phases", default="first,readmission",
+                        help="first (first starts), readmission, or both (the default)")  # fmt: skip
     parser.add_argument("--grace-seconds", type=int, default=2,
                         help="trainer pods' termination grace period (kwok ends a deleted pod within it)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
@@ -958,8 +1134,11 @@ def main(argv: list[str] | None = None) -> int:
                              "dispatch's pays for the template's round trip")  # fmt: skip
     parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
                         help="a CPU profile of the API server over the first SECONDS of each window, written to "
-                             "the run folder's anchor/apiserver-<arm>-<round>.pprof")  # fmt: skip
+                             "the run folder's anchor/apiserver-<phase>-<arm>-<round>.pprof")  # fmt: skip
     args = parser.parse_args(argv)
+    phases = {p.strip() for p in args.phases.split(",")}
+    if not phases or phases - {"first", "readmission"}:
+        parser.error(f"--phases: first, readmission or both, not {args.phases!r}")
     flags = " ".join(sys.argv[1:] if argv is None else argv)
     print(f"anchor_bench {flags}: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, "
           f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -975,18 +1154,39 @@ def main(argv: list[str] | None = None) -> int:
         cp = start_control_plane(run_dir, audit_users=AUDITED if args.audit else ())
         tb = start_tier_b(cp)
         print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
-        arms, processes, approver = setup(tb, args.jobs, args.grace_seconds, work, args.timeout, args.pad_baseline,
-                                          not args.keep_harness_policies, args.floor,
-                                          not args.unlabelled_runtime)  # fmt: skip
+        bench = setup(tb, args.jobs, args.grace_seconds, work, not args.keep_harness_policies, args.floor,
+                      not args.unlabelled_runtime, args.pad_baseline)  # fmt: skip
+        processes, admin = bench.processes, tb.admin
         time.sleep(5)
         idle0 = cpu_of(processes)
         time.sleep(10)
         idle = {k: v - idle0[k] for k, v in cpu_of(processes).items()}
+        profile = (args.profile, work) if args.profile else None
+        first: list[Round] = []
+        first_rounds = args.rounds if "first" in phases else 1
+        for index in range(1, first_rounds + 1):
+            for arm in bench.arms:
+                submit = submitter(bench, admin, arm, args.jobs, str(index))
+                if "first" not in phases:  # the jobs the re-admissions need, started but not reported
+                    t = time.monotonic()
+                    submit(Timeline(t, set(), arm.check, Timeline.FIRST_START), Round(arm.name, 0))
+                    wait_for(lambda arm=arm: len(running_jobs(arm, set(), {})) == args.jobs, args.timeout,
+                                    f"{arm.name}: all running", interval=1)  # fmt: skip
+                    print(f"{arm.name}: all {args.jobs} running {time.monotonic() - t:.1f}s after the first submission")
+                    continue
+                r = first_start_round(admin, arm, args.jobs, index, processes, args.timeout, submit, profile)
+                first.append(r)
+                print(f"{arm.name} first start {index}: all {args.jobs} submitted {r.submitted_after:.1f}s and running "
+                      f"{r.seconds:.1f}s after the first submission ({r.refused_starts} Starts refused); API server "
+                      f"{r.cpu['kube-apiserver']:.2f} s CPU, etcd {r.cpu['etcd']:.2f} s, agent "
+                      f"{r.cpu['dispatch-agent']:.2f} s; load {load()}", flush=True)  # fmt: skip
+                if index < first_rounds:
+                    print(f"{arm.name}: cleared in {clear(admin, arm, args.timeout):.1f}s", flush=True)
+                time.sleep(5)
         rounds: list[Round] = []
-        for index in range(1, args.rounds + 1):
-            for arm in arms:
-                profile = (args.profile, work) if args.profile else None
-                r = run_round(tb.admin, arm, args.jobs, index, processes, args.timeout, profile)
+        for index in range(1, args.rounds + 1 if "readmission" in phases else 1):
+            for arm in bench.arms:
+                r = run_round(admin, arm, args.jobs, index, processes, args.timeout, profile)
                 rounds.append(r)
                 print(f"{arm.name} {index}: all {args.jobs} suspended {r.evicted_after:.1f}s after the blocker, "
                       f"{r.old_pods_left} old pods listed at its delete; all running again {r.seconds:.1f}s after "
@@ -997,11 +1197,15 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(5)
         if cp.audit_log is not None:
             time.sleep(2)  # blocking mode: a request's event is written as it ends
-            audited_writes(cp.audit_log, rounds)
-        report(rounds, args.jobs, idle)
-        if approver is not None:
-            approver.stop()
-            print(f"the floor's approver: {approver.writes} Ready writes, {approver.conflicts} refused (409/404)")
+            audited_writes(cp.audit_log, first + rounds)
+        for phase in (first, rounds):
+            if phase:
+                report(phase, args.jobs, idle)
+        for name in (APPROVER, DESIGN_APPROVER):
+            approver = processes.get(name)
+            if approver is not None:
+                approver.stop()
+                print(approver.log_path.read_text().strip().splitlines()[-1])
         print(f"\nend {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, load {load()}")
         return 0
     finally:

@@ -32,6 +32,13 @@ def create_as_start(admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]
     the same way, on the same messages). The prologue's ConfigMap first, as Start makes sure of it (a real
     kubelet does not start a trainer pod without it): once per namespace and API server in this process, so
     that a benchmark's jobs cost the API server what their own objects cost (Start reads it each time)."""
+    return create_copy_and_trainjob(admin, sub, runtime)[1]
+
+
+def create_copy_and_trainjob(
+    admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``create_as_start``, returning the runtime copy as created too."""
     if (admin.credentials.server, sub.namespace) not in _PROLOGUE_MADE:
         try:
             admin.create(prologue_configmap(sub.namespace))
@@ -39,12 +46,12 @@ def create_as_start(admin: KubeHttp, sub: Submission, runtime: Mapping[str, Any]
             if exc.status != 409:  # made for an earlier job of the namespace
                 raise
         _PROLOGUE_MADE.add((admin.credentials.server, sub.namespace))
-    admin.create(build_runtime_copy(sub, runtime))
+    copy = admin.create(build_runtime_copy(sub, runtime))
     trainjob = build_trainjob(sub, runtime["spec"])
     deadline = time.monotonic() + 30
     while True:
         try:
-            return admin.create(trainjob)
+            return copy, admin.create(trainjob)
         except ApiError as exc:
             message = str(exc)
             not_seen = exc.status == 403 and "untime" in message and any(p in message for p in RUNTIME_NOT_SEEN)

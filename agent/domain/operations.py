@@ -32,9 +32,9 @@ from typing import Any
 
 from agent.domain.decide import Blocker, describe_hold, hold_message
 from agent.domain.workload import READY, RETRY
-from contract.admission import preconditions, raise_admission
+from contract.admission import admission_started, approval_ops, preconditions, raise_admission, start_count
 from contract.errors import ContractError
-from contract.foreign import jobset_uid_ops
+from contract.foreign import jobset_uid_ops, jobset_uid_reason
 from contract.gates import gates_of, without_dispatch_gate
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
@@ -149,7 +149,7 @@ def plan_open(
     trainjob: Mapping[str, Any],
     *,
     jobset: Mapping[str, Any] | None = None,
-    blockers: Sequence[Blocker] = (),
+    blockers: Sequence[Blocker] | None = None,
     workload: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Open: Kueue mode removes dispatch's gate (deleting the annotation when it was the last); plain mode
@@ -158,8 +158,10 @@ def plan_open(
     A hold placed before Open survives it in both modes: Kueue mode's hold annotations stay on the TrainJob
     (Open removes only the gate) and its Workload stays inactive; plain mode marks the TrainJob opened and
     leaves it suspended, so Release raises A and unsuspends it. Plain mode does not unsuspend while a pod of
-    a previous execution may still run (``blockers``). ``jobset``: recorded the first time it is seen.
-    ``workload``: its other parties' gates are reported in ``held_by`` too."""
+    a previous execution may still run (``blockers``: the pods looked at, None when not looked at). In Kueue
+    mode, Open of a job that never started carries the gate's approval of its first execution when the pods
+    were looked at (``first_approval``). ``jobset``: recorded the first time it is seen. ``workload``: its other
+    parties' gates are reported in ``held_by`` too."""
     others = held_by(trainjob, workload)
     marked = annotations_of(trainjob).get(ANNOTATION_OPENED) == OPENED_TRUE
     mark = add_op(trainjob, ("metadata", "annotations", ANNOTATION_OPENED), OPENED_TRUE)
@@ -181,6 +183,8 @@ def plan_open(
         ops = [*preconditions(trainjob), change, *([] if marked else [mark]), *record]
         held = is_held(trainjob) or is_held(workload) or dig(workload, "spec", "active") is False
         outcome = "gate removed; held until Release" if held else "gate removed"
+        if not held:
+            ops += first_approval(trainjob, jobset, workload, blockers)
         return _plan(Target.TRAINJOB, ops, outcome, held_by=others)
     if dig(trainjob, "spec", "suspend") is not True:
         raise Refused("conflict", "the TrainJob is not suspended but was never opened: someone else started it")
@@ -192,6 +196,31 @@ def plan_open(
     ops, a = _raise_ops(trainjob)
     ops += [{"op": "replace", "path": pointer("spec", "suspend"), "value": False}, mark, *record]
     return _plan(Target.TRAINJOB, ops, "opened", new_a=a)
+
+
+def first_approval(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    workload: Mapping[str, Any] | None,
+    blockers: Sequence[Blocker] | None,
+) -> list[dict[str, Any]]:
+    """Kueue mode, Open of a job that never started: the gate's approval of its first execution
+    (docs/security.md, "The start carries the gate's approval"), in Open's own write, so that its first
+    admission costs the gate the Ready alone. Written only on what the gate's pass would approve on: the job
+    opened by this very write and not held (the caller's), never started (no ``admission-started``), its
+    pods looked at after the TrainJob was read and none that may still run (``blockers``, not None: looked at),
+    the JobSet its own or none yet, its Workload there, and not MultiKueue's (there the gate's raise by K comes
+    with its approval). Otherwise nothing: the gate approves at the admission, as for every later one."""
+    if blockers is None or blockers or workload is None or managed_by_multikueue(trainjob):
+        return []
+    if admission_started(trainjob) is not None or jobset_uid_reason(trainjob, jobset) is not None:
+        return []
+    uid = dig(workload, "metadata", "uid")
+    try:
+        a, _ = start_count(trainjob, None)
+    except ContractError:
+        return []  # the gate holds it, naming why
+    return approval_ops(trainjob, a, str(uid)) if uid else []
 
 
 def held_by(trainjob: object, workload: object = None) -> tuple[str, ...]:

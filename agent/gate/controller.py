@@ -58,6 +58,7 @@ from agent.multicluster.claims import ClaimRenewer
 from agent.multicluster.contact import ManagerContact, WorkerContact
 from agent.multicluster.copies import CopyVerifier
 from agent.multicluster.worker_reads import WorkerClients
+from agent.runtime.arrivals import Arrivals
 from agent.runtime.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.runtime.kube import Kube
 from agent.runtime.leader import LeaderElector
@@ -109,6 +110,8 @@ class Controller:
         self.reads = Reads(kube)
         """The passes' reads of Workloads, TrainJobs and JobSets, from the stores the watches below feed."""
         self.reads.count = self.metrics.reads.inc
+        self.arrivals = Arrivals()
+        """Wakes Start's wait for a new TrainJob's Workload on each event of it (agent/runtime/arrivals.py)."""
         self.ctx = Pass(kube, self.reads, OurChecks(kube, self.checks), config, hooks or Hooks(), workers)
         """What every pass works with (agent/gate/context.py), built once."""
         self.active = ActiveCondition(kube, self.checks)
@@ -373,6 +376,7 @@ class Controller:
 
     def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
         key = key_of(wl)
+        self.arrivals.saw(wl)
         if self.claim_renewer is not None:
             worker = dig(wl, "status", "clusterName") if kind != "DELETED" else None
             self.claim_renewer.saw(key, worker if isinstance(worker, str) and worker else None)

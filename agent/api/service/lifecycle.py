@@ -24,6 +24,7 @@ from agent.domain.decide import Blocker
 from agent.domain.kueue_objects import our_checks
 from agent.domain.node_loss import assess
 from agent.domain.operations import Plan, Refused, Target, plan_hold, plan_open, plan_release
+from contract.admission import admission_started
 from contract.keys import LABEL_JOBSET_NAME
 from contract.multicluster import managed_by_multikueue
 from contract.objects import dig
@@ -45,7 +46,8 @@ class Seen:
     trainjob: Mapping[str, Any]
     workload: Mapping[str, Any] | None = None
     jobset: Mapping[str, Any] | None = None
-    blockers: tuple[Blocker, ...] = ()
+    blockers: tuple[Blocker, ...] | None = None
+    """The pods of a previous execution that may still run; None when they were not looked at."""
 
 
 Planner = Callable[["Seen"], Plan]
@@ -59,6 +61,7 @@ class LifecycleOps(WorkersOps):
             ref,
             lambda s: plan_open(s.trainjob, jobset=s.jobset, blockers=s.blockers, workload=s.workload),
             unsuspends=True,
+            first_approval=True,
         )
         return OpenResponse(outcome=plan.outcome, held_by=list(plan.held_by), a=plan.new_a)
 
@@ -72,7 +75,7 @@ class LifecycleOps(WorkersOps):
     async def release(self, ref: ObjectRef) -> OutcomeResponse:
         plan = await self._plan_and_apply(
             ref,
-            lambda s: plan_release(s.trainjob, s.workload, jobset=s.jobset, blockers=s.blockers),
+            lambda s: plan_release(s.trainjob, s.workload, jobset=s.jobset, blockers=s.blockers or ()),
             unsuspends=True,
         )
         return OutcomeResponse(outcome=plan.outcome, a=plan.new_a)
@@ -95,7 +98,9 @@ class LifecycleOps(WorkersOps):
             raise write_failed(exc, f"TrainJob {ref.namespace}/{ref.name}") from None
         return await self._stopped(ref, "stopping" if deleted else "already gone", current)
 
-    async def _plan_and_apply(self, ref: ObjectRef, planner: Planner, *, unsuspends: bool = False) -> Plan:
+    async def _plan_and_apply(
+        self, ref: ObjectRef, planner: Planner, *, unsuspends: bool = False, first_approval: bool = False
+    ) -> Plan:
         """Read, plan with the core, send the plan's writes in order; on a resourceVersion conflict, all of it
         again from a fresh read (a write already sent is then read as done, and not planned again).
 
@@ -108,7 +113,9 @@ class LifecycleOps(WorkersOps):
         ``unsuspends``: the operation may unsuspend a TrainJob (Open, Release), so it is refused in a namespace out
         of dispatch's scope (``_refuse_excluded``), and in plain mode the pods of a previous execution are read
         after the TrainJob (a pod seen gone here stays gone: the TrainJob is suspended as read, and the write is
-        preconditioned on that read).
+        preconditioned on that read). ``first_approval`` (Open): in Kueue mode too, for a job that never started,
+        so that Open may carry the gate's approval of its first execution (agent/domain/operations.py
+        ``first_approval``).
         """
         for attempt in range(CONFLICT_ATTEMPTS):
             if attempt:  # the writer that won is often mid-burst (status after a suspend): let it settle
@@ -120,7 +127,8 @@ class LifecycleOps(WorkersOps):
             kueue = is_kueue_mode(trainjob)
             workload = await self._workload(ref.namespace, ref.uid) if kueue else None
             jobset = await self._read(JOBSETS.path(ref.namespace, ref.name), f"JobSet {ref.namespace}/{ref.name}")
-            blockers = await self._blockers(trainjob, jobset) if unsuspends and not kueue else ()
+            looks = unsuspends and (not kueue or (first_approval and admission_started(trainjob) is None))
+            blockers = await self._blockers(trainjob, jobset) if looks else None
             try:
                 plan = planner(Seen(trainjob, workload, jobset, blockers))
             except Refused as exc:

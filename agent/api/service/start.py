@@ -201,20 +201,23 @@ class StartOps(WorkersOps):
         deadline = time.monotonic() + self.settings.workload_timeout
         listed = await self._admission_checks()
         checks = our_checks(listed)
-        while True:
-            try:
-                workload = await self._workload(namespace, uid)
-                problems = workload_problems(workload, checks)
-            except SeveralWorkloads as exc:  # not one Workload of its own: waited on, then refused naming them
-                workload, problems = None, [exc.message]
-            if not problems or time.monotonic() >= deadline:
-                why_unchecked = unchecked(workload)
-                problems += [f"{NOT_MANAGED}: {why_unchecked}"] if why_unchecked else []
-                if problems:
-                    return problems
-                found = await self._checks_read(other_checks(workload, checks))
-                return multikueue_start_problems(read, found, runtime_spec, min_dispatches=self.settings.min_dispatches)
-            await asyncio.sleep(POLL_SECONDS)
+        with self.arrivals.waiting(uid) as woken:  # read again when a Workload of it changes, or every poll
+            while True:
+                try:
+                    workload = await self._workload(namespace, uid)
+                    problems = workload_problems(workload, checks)
+                except SeveralWorkloads as exc:  # not one Workload of its own: waited on, then refused naming them
+                    workload, problems = None, [exc.message]
+                if not problems or time.monotonic() >= deadline:
+                    why_unchecked = unchecked(workload)
+                    problems += [f"{NOT_MANAGED}: {why_unchecked}"] if why_unchecked else []
+                    if problems:
+                        return problems
+                    found = await self._checks_read(other_checks(workload, checks))
+                    return multikueue_start_problems(
+                        read, found, runtime_spec, min_dispatches=self.settings.min_dispatches
+                    )
+                await woken.next(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     async def _discard(self, namespace: str, name: str, uid: str, copy_read: Mapping[str, Any]) -> None:
         """Stop a TrainJob Start refuses, and its copy (which may not be owned yet). Shielded: a caller that

@@ -9,14 +9,17 @@ import pytest
 
 from agent.domain.decide import Action, Blocker
 from agent.domain.operations import Hold, Plan, Refused, Target, finished, is_opened, plan_hold, plan_open, plan_release
-from contract.admission import admission_count, admission_floor
+from contract.admission import admission_count, admission_floor, unsuspend_ops
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
+    ANNOTATION_ADMISSION_STARTED,
+    ANNOTATION_APPROVED_ADMISSION,
     ANNOTATION_JOBSET_UID,
     ANNOTATION_OPENED,
     GATE,
     HOLD_ANNOTATIONS,
 )
+from contract.multicluster import MULTIKUEUE_MANAGED_BY
 from harness.fixtures import trainjob
 from tests.agent.domain.test_gate import go, workload
 from tests.agent.domain.test_gate import opened as opened_trainjob
@@ -192,6 +195,57 @@ def test_a_kueue_hold_before_open_survives_open():
 
 
 BLOCKER = Blocker("dj-x-node-0-0-abcde", "Running: Terminating on a Ready node")
+
+
+def first_opened(tj, wl, **looked):
+    """``tj`` after Open with its Workload there, and what Open wrote."""
+    plan = plan_open(tj, workload=wl, **looked)
+    return apply_json_patch(tj, plan.patch), plan
+
+
+def test_open_of_a_kueue_job_that_never_started_carries_the_gates_first_approval():
+    """Its pods looked at and none that may still run: the approval the gate's first pass would write, in Open's
+    own write, so that the first admission costs the gate the Ready alone, and Kueue's unsuspend is accepted."""
+    tj, wl = trainjob(), workload(reserved=False)
+    after, plan = first_opened(tj, wl, blockers=())
+    assert plan.outcome == "gate removed"
+    assert after["metadata"]["annotations"][ANNOTATION_APPROVED_ADMISSION] == "1/wl-uid"
+    accepted_by_the_webhook(tj, after)
+    d = go(workload(), tj=after)  # the first admission: quota reserved, the check Pending
+    assert (d.action, d.trainjob_patch, d.new_a) == (Action.ADMIT, None, 1)  # nothing but the Ready to write
+    assert d.check_write["status"]["admissionChecks"][0]["state"] == "Ready"
+    unsuspended = copy.deepcopy(after)
+    unsuspended["spec"]["suspend"] = False
+    started = apply_json_patch(unsuspended, unsuspend_ops(unsuspended, None, kueue=True))
+    assert not unsuspend_problems(after, started), "Kueue's unsuspend carries the approval of the A it starts with"
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["pods not looked at", "a pod may still run", "held", "no Workload", "MultiKueue's", "started before",
+     "a JobSet not its own"],
+)  # fmt: skip
+def test_open_leaves_the_approval_to_the_gate_unless_it_could_give_it(why):
+    tj, wl, looked = trainjob(), workload(reserved=False), {"blockers": ()}
+    if why == "pods not looked at":
+        looked = {}
+    elif why == "a pod may still run":
+        looked = {"blockers": [BLOCKER]}
+    elif why == "held":
+        tj, wl = apply_plan(plan_hold(tj, wl, HOLD), tj, wl)
+    elif why == "no Workload":
+        wl = None
+    elif why == "MultiKueue's":
+        tj["spec"]["managedBy"] = MULTIKUEUE_MANAGED_BY
+    elif why == "started before":
+        tj["metadata"]["annotations"][ANNOTATION_ADMISSION_STARTED] = "1"
+    else:
+        tj["metadata"]["annotations"][ANNOTATION_JOBSET_UID] = "js-old"
+        looked["jobset"] = {"metadata": {"uid": "js-new", "ownerReferences": [{"uid": "tj-uid", "controller": True}]}}
+    after, plan = first_opened(tj, wl, **looked)
+    assert is_opened(after), "Open itself goes through"
+    assert plan.patch
+    assert ANNOTATION_APPROVED_ADMISSION not in after["metadata"]["annotations"]
 
 
 def test_plain_open_and_release_wait_for_the_previous_executions_pods():

@@ -1,6 +1,6 @@
 """The JobSet UID record, made when the JobSet is first seen (agent/gate/jobset_record.py), against the real API server:
 the controller runs, the test creates the JobSet as Trainer would, and nothing here calls reconcile. So a
-readmission later writes nothing to the TrainJob."""
+readmission later writes nothing to the TrainJob for it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from contract.keys import ANNOTATION_JOBSET_UID
+from contract.keys import ANNOTATION_ADMISSION_STARTED, ANNOTATION_JOBSET_UID
 from contract.objects import annotations
 from tests.agent import kueue_double as kueue
 from tests.agent.gate.test_controller import eventually
@@ -27,21 +27,40 @@ def _jobset(cp, tj, owner) -> dict:
     })  # fmt: skip
 
 
-def test_the_jobset_uid_is_recorded_when_the_jobset_appears(control_plane, namespace, agent):
+def _started(cp, tj) -> dict:
+    """As the first start leaves it: ``admission-started`` (tier A installs no policy that would refuse the admin)."""
+    body = {"metadata": {"annotations": {ANNOTATION_ADMISSION_STARTED: "1"}}}
+    return cp.admin.request("PATCH", cp.admin.object_path(tj), body, content_type="application/merge-patch+json")
+
+
+def _touch(cp, jobset, value: str) -> None:
+    cp.admin.request("PATCH", cp.admin.object_path(jobset), {"metadata": {"labels": {"touched": value}}},
+                     content_type="application/merge-patch+json")  # fmt: skip
+
+
+def test_the_jobset_uid_is_recorded_once_the_job_started_and_only_once(control_plane, namespace, agent):
+    """Before the first start the record is left to the write due anyway (Open's, or the gate's approval): the
+    recorder adds no TrainJob write to a first start. Once started, a JobSet event records it, once."""
     cp = control_plane
     kueue.create_admission_check(cp)  # the controller's readiness waits for a listed AdmissionCheck watch
     tj = kueue.create_dispatch_trainjob(cp, namespace)
     jobset = _jobset(cp, tj, tj)
-    eventually(
-        lambda: annotations(kueue.get_trainjob(cp, tj)).get(ANNOTATION_JOBSET_UID) == jobset["metadata"]["uid"],
-        what="the JobSet UID to be recorded",
-    )
-    recorded = kueue.get_trainjob(cp, tj)
+    time.sleep(3)
+    assert ANNOTATION_JOBSET_UID not in annotations(kueue.get_trainjob(cp, tj))
+    assert agent.call(lambda c: c.recorder.recorded) == 0
+    _started(cp, tj)
+    touches = iter(range(1000))
+
+    def recorded() -> bool:
+        _touch(cp, jobset, str(next(touches)))  # a JobSet event, as Trainer's apply at the start makes
+        return annotations(kueue.get_trainjob(cp, tj)).get(ANNOTATION_JOBSET_UID) == jobset["metadata"]["uid"]
+
+    eventually(recorded, what="the JobSet UID to be recorded")
+    recorded_tj = kueue.get_trainjob(cp, tj)
     # Further JobSet events (a status, a label) write nothing more: the record is made once.
-    cp.admin.request("PATCH", cp.admin.object_path(jobset), {"metadata": {"labels": {"touched": "yes"}}},
-                     content_type="application/merge-patch+json")  # fmt: skip
+    _touch(cp, jobset, "again")
     time.sleep(2)
-    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == recorded["metadata"]["resourceVersion"]
+    assert kueue.get_trainjob(cp, tj)["metadata"]["resourceVersion"] == recorded_tj["metadata"]["resourceVersion"]
     assert agent.call(lambda c: c.recorder.recorded) == 1
 
 
