@@ -4,15 +4,15 @@
     (from the repository root; needs tier B and helm built: controlplane/build.sh)
 
 Two phases, each with its rounds alternating between the arms. **First start**: each arm's ``--jobs`` jobs are
-submitted into its empty namespace, 16 at a time (dispatch's through the agent's HTTPS API as a supervisor does:
-Start, then Open, signed in as a supervisor bound to the chart's role; the other arms' as plain TrainJobs), and the
-window runs from the first submission until every one runs; between rounds they are deleted. **Re-admission**
-(below): the jobs the last first start left are preempted by a blocker and re-admitted. With ``--floor``, a fourth
-arm, **design**: dispatch's TrainJobs with exactly the writes this design needs and nothing of the agent (the
-runtime copy, the TrainJob closed, the copy's ownerReference, Open's one write carrying the first approval; at each
-later admission dispatch's approval on the TrainJob before the Ready, written by a second approver process signed
-in as dispatch), in a ClusterQueue gated by the floor's check: ``design / check`` is what this design's own writes
-cost over any check, ``dispatch / design`` what the agent adds to them.
+submitted into its empty namespace, ``--concurrency`` (16) at a time (dispatch's through the agent's HTTPS API as a
+supervisor does: Start, then Open, signed in as a supervisor bound to the chart's role; the other arms' as plain
+TrainJobs), and the window runs from the first submission until every one runs; between rounds they are deleted.
+**Re-admission** (below): the jobs the last first start left are preempted by a blocker and re-admitted. With
+``--floor``, a fourth arm, **design**: dispatch's TrainJobs with exactly the writes this design needs and nothing
+of the agent (the runtime copy, the TrainJob closed, the copy's ownerReference, Open's one write carrying the first
+approval; at each later admission dispatch's approval on the TrainJob before the Ready, written by a second
+approver process signed in as dispatch), in a ClusterQueue gated by the floor's check: ``design / check`` is what
+this design's own writes cost over any check, ``dispatch / design`` what the agent adds to them.
 
 One tier B control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, and the real Kueue,
 JobSet and Trainer), with dispatch installed as the sandbox installs it (harness/sandbox/install.py): the
@@ -61,6 +61,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -285,11 +286,12 @@ class Timeline:
 
     READMISSION = ("quota reserved", "check Ready", "Workload admitted", "TrainJob unsuspended", "new pod created",
                    "new pod bound", "new pod Running", "old pod ended", "old pod gone")  # fmt: skip
-    FIRST_START = ("submitted", "opened", "Workload created", "quota reserved", "check Ready", "Workload admitted",
-                   "TrainJob unsuspended", "JobSet created", "new pod created", "new pod bound",
-                   "new pod Running")  # fmt: skip
-    """``submitted``: Start answered (dispatch) or the TrainJob's create (the other arms); ``opened``: Open
-    answered (dispatch only)."""
+    FIRST_START = ("Start called", "TrainJob created", "JobSet created", "Workload created", "Workload lists the check",
+                   "submitted", "opened", "quota reserved", "check Ready", "Workload admitted", "TrainJob unsuspended",
+                   "new pod created", "new pod bound", "new pod Running")  # fmt: skip
+    """``Start called``: the supervisor sent Start (dispatch only); ``submitted``: Start answered (dispatch), the
+    copy's ownerReference written (design) or the TrainJob's create answered (the other arms); ``opened``: Open
+    answered (dispatch) or written (design). The rest as the watches saw them."""
 
     def __init__(self, t0: float, old_pods: set[str], check: str | None, steps: tuple[str, ...]) -> None:
         self.t0, self.old, self.check, self.steps = t0, old_pods, check, steps
@@ -307,6 +309,8 @@ class Timeline:
         job, status = owners[0]["name"], wl.get("status") or {}
         if "Workload created" in self.steps and kind != "DELETED":
             self.mark("Workload created", job, now)
+            if self.check is not None and check_state(wl, self.check) is not None:
+                self.mark("Workload lists the check", job, now)
         conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
         if conditions.get("QuotaReserved") == "True":
             self.mark("quota reserved", job, now)
@@ -317,6 +321,8 @@ class Timeline:
             self.mark("check Ready", job, now)
 
     def trainjob(self, kind: str, tj: dict[str, Any], now: float) -> None:
+        if "TrainJob created" in self.steps and kind == "ADDED":
+            self.mark("TrainJob created", tj["metadata"]["name"], now)
         if kind != "DELETED" and tj["spec"].get("suspend") is False:
             self.mark("TrainJob unsuspended", tj["metadata"]["name"], now)
 
@@ -338,6 +344,19 @@ class Timeline:
             self.mark("new pod bound", job, now)
         if pod["status"].get("phase") == "Running":
             self.mark("new pod Running", job, now)
+
+    def spans(self) -> list[tuple[str, float, float]]:
+        """(step, p50, p90) of the seconds each job took from the step before it that it passed, in the order of
+        ``steps``: where one job's time goes (``rows`` says when the jobs passed each step)."""
+        out = []
+        passed = [step for step in self.steps if self.first[step]]
+        for before, step in itertools.pairwise(passed):
+            gaps = sorted(
+                t - self.first[before][job] for job, t in self.first[step].items() if job in self.first[before]
+            )
+            if gaps:
+                out.append((f"{before} -> {step}", pct(gaps, 0.5), pct(gaps, 0.9)))
+        return out
 
     def rows(self) -> list[tuple[str, int, float, float]]:
         """(step, jobs seen passing it in the window, p50, last) of each step."""
@@ -422,7 +441,7 @@ def parallel(items: Iterable[Any], fn: Callable[[Any], Any], workers: int = WORK
 
 
 def create_plain_jobs(admin: KubeHttp, namespace: str, n: int, pad: bool = False, prefix: str = "plain",
-                      created: Callable[[str], None] | None = None) -> None:  # fmt: skip
+                      created: Callable[[str], None] | None = None, workers: int = WORKERS) -> None:  # fmt: skip
     """``pad``: each plain TrainJob carries a dispatch TrainJob's ``spec.trainer`` (its image, the prologue's
     command and its env), so that the baseline's TrainJobs, JobSets, Jobs, pods and Workloads are as large as
     dispatch's while no dispatch write, check or policy touches them: what the objects' size alone costs."""
@@ -446,7 +465,7 @@ def create_plain_jobs(admin: KubeHttp, namespace: str, n: int, pad: bool = False
         if created is not None:
             created(name)
 
-    parallel(range(n), one)
+    parallel(range(n), one, workers)
 
 
 def blocker(arm: Arm, jobs: int, label: str) -> dict[str, Any]:
@@ -604,6 +623,7 @@ class Round:
     cpu: dict[str, float] = field(default_factory=dict)
     started_utc: str = ""
     steps: list[tuple[str, int, float, float]] = field(default_factory=list)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
     served: Counter[str] = field(default_factory=Counter)
     namespace: str = ""
     window: tuple[dt.datetime, dt.datetime] | None = None
@@ -710,6 +730,7 @@ def measure(admin: KubeHttp, arm: Arm, jobs: int, r: Round, processes: dict[str,
     time.sleep(2)  # the watches' last events of the window
     arm.workloads.on_event = arm.trainjobs.on_event = arm.pods.on_event = arm.jobsets.on_event = None
     r.steps = timeline.rows()
+    r.spans = timeline.spans()
     if profiling is not None:
         profiling.join()
     return r
@@ -770,6 +791,14 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
             row = next((x for x in r.steps if x[0] == step), None)
             cells.append(f"{row[2]:.1f} / {row[3]:.1f} ({row[1]})" if row else "-")
         print(f"{step:<24}" + "".join(f"{c:>20}" for c in cells))
+    print("\nper job: seconds from each step it passed to the next (p50 / p90)")
+    print(f"{'steps':<52}" + "".join(f"{r.arm + ' ' + str(r.index):>20}" for r in rounds))
+    for span in dict.fromkeys(k for r in rounds for k, _, _ in r.spans):
+        cells = []
+        for r in rounds:
+            row = next((x for x in r.spans if x[0] == span), None)
+            cells.append(f"{row[1]:.2f} / {row[2]:.2f}" if row else "-")
+        print(f"{span[:52]:<52}" + "".join(f"{c:>20}" for c in cells))
     others = sorted({k for r in rounds for k in r.cpu} - set(cols))
     print("\nCPU seconds of every process in each window (idle rate per 10 s measured before the rounds):")
     print(f"{'process':<28}" + "".join(f"{r.arm + ' ' + str(r.index):>13}" for r in rounds) + f"{'idle/10s':>10}")
@@ -936,6 +965,8 @@ class Bench:
     pad: bool
     runtime: dict[str, Any]
     """The ClusterTrainingRuntime as read: what the design arm copies."""
+    concurrency: int = WORKERS
+    """Jobs submitted at a time in a first start (``--concurrency``), in every arm."""
 
 
 def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False, floor: bool = False,
@@ -999,11 +1030,11 @@ def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False
 
 def submitter(bench: Bench, admin: KubeHttp, arm: Arm, jobs: int, label: str) -> Callable[[Timeline, Round], None]:
     """How a first-start round submits its ``jobs``: dispatch's through the agent's API as a supervisor does (Start,
-    then Open, ``WORKERS`` jobs at a time); the other arms' as plain TrainJobs, created ``WORKERS`` at a time."""
+    then Open, ``--concurrency`` jobs at a time); the other arms' as plain TrainJobs, as many at a time."""
     if arm.design:
 
         def design(timeline: Timeline, _: Round) -> None:
-            parallel(range(jobs), lambda _: design_submit(bench, arm, timeline))
+            parallel(range(jobs), lambda _: design_submit(bench, arm, timeline), bench.concurrency)
 
         return design
     if not arm.dispatch:
@@ -1012,7 +1043,8 @@ def submitter(bench: Bench, admin: KubeHttp, arm: Arm, jobs: int, label: str) ->
             def created(name: str) -> None:
                 timeline.mark("submitted", name, time.monotonic())
 
-            create_plain_jobs(admin, arm.namespace, jobs, bench.pad, prefix=f"plain-{label}", created=created)
+            create_plain_jobs(admin, arm.namespace, jobs, bench.pad, prefix=f"plain-{label}", created=created,
+                              workers=bench.concurrency)  # fmt: skip
 
         return create
 
@@ -1068,10 +1100,11 @@ Start stopped that TrainJob, so the supervisor starts another JobID."""
 async def _start_and_open(bench: Bench, namespace: str, jobs: int, timeline: Timeline, r: Round) -> None:
     inst = bench.installed
     async with AgentClient(inst.api_url, token_from_file(bench.token_file), ca_file=inst.ca_file, timeout=120) as api:
-        limit = asyncio.Semaphore(WORKERS)
+        limit = asyncio.Semaphore(bench.concurrency)
 
         async def one(_: int) -> None:
             async with limit:
+                called = time.monotonic()
                 for attempt in range(START_ATTEMPTS):
                     try:
                         started = await api.start(StartRequest.model_validate({
@@ -1084,6 +1117,7 @@ async def _start_and_open(bench: Bench, namespace: str, jobs: int, timeline: Tim
                         if exc.kind != ErrorKind.REJECTED or attempt == START_ATTEMPTS - 1:
                             raise
                         r.refused_starts += 1
+                timeline.mark("Start called", started.name, called)
                 timeline.mark("submitted", started.name, time.monotonic())
                 await api.open(ObjectRef(namespace=started.namespace, name=started.name, uid=started.uid))
                 timeline.mark("opened", started.name, time.monotonic())
@@ -1106,6 +1140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per arm and phase, alternating (default 2)")
     parser.add_argument("--phases", default="first,readmission",
                         help="first (first starts), readmission, or both (the default)")  # fmt: skip
+    parser.add_argument("--concurrency", type=int, default=WORKERS,
+                        help=f"jobs a first start submits at a time, in every arm (default {WORKERS}): a supervisor "
+                             "calls Start and Open for this many jobs at once")  # fmt: skip
     parser.add_argument("--grace-seconds", type=int, default=2,
                         help="trainer pods' termination grace period (kwok ends a deleted pod within it)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
@@ -1157,6 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = setup(tb, args.jobs, args.grace_seconds, work, not args.keep_harness_policies, args.floor,
                       not args.unlabelled_runtime, args.pad_baseline)  # fmt: skip
         processes, admin = bench.processes, tb.admin
+        bench.concurrency = args.concurrency
         time.sleep(5)
         idle0 = cpu_of(processes)
         time.sleep(10)

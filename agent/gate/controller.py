@@ -367,16 +367,21 @@ class Controller:
     def _workloads_begin(self) -> None:
         self._listed.clear()
         self.reads.workloads.begin()
+        self.arrivals.live = False  # relisting: Start's wait polls until the list is in
 
     def _workloads_end(self) -> None:
         for key in set(self.index.hints) - self._listed:
             self._workload_event("DELETED", {"metadata": {"namespace": key.namespace, "name": key.name}})
         self._listed.clear()
         self.reads.workloads.end()  # and what the LIST did not hand over is dropped from memory
+        self.arrivals.live = True
 
     def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
         key = key_of(wl)
-        self.arrivals.saw(wl)
+        if kind == "DELETED":
+            self.arrivals.gone(wl)
+        else:
+            self.arrivals.saw(wl)
         if self.claim_renewer is not None:
             worker = dig(wl, "status", "clusterName") if kind != "DELETED" else None
             self.claim_renewer.saw(key, worker if isinstance(worker, str) and worker else None)

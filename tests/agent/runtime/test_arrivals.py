@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agent.runtime.arrivals import Arrivals
-from contract.keys import LABEL_WORKLOAD_JOB_UID
+from agent.runtime.arrivals import GATED_KEPT, Arrivals
+from contract.keys import ANNOTATION_ADMISSION_GATED_BY, GATE, LABEL_WORKLOAD_JOB_UID
 
 async_test = pytest.mark.asyncio(loop_scope="function")
 
@@ -47,3 +47,39 @@ def test_a_workload_without_kueues_label_wakes_nothing():
     with arrivals.waiting("tj-1") as waiter:
         arrivals.saw({"metadata": {"name": "blocker"}})
         assert not waiter.event.is_set()
+
+
+def gated(uid: str) -> dict:
+    wl = workload_of(uid)
+    wl["metadata"]["annotations"] = {ANNOTATION_ADMISSION_GATED_BY: GATE}
+    return wl
+
+
+def test_a_wait_that_begins_after_its_workloads_event_starts_from_it_while_it_carries_the_gate():
+    arrivals = Arrivals()
+    arrivals.saw(gated("tj-1"))
+    with arrivals.waiting("tj-1") as waiter:
+        assert waiter.latest == gated("tj-1")
+    arrivals.saw(workload_of("tj-1"))  # opened: the gate gone from its Workload, nothing kept
+    with arrivals.waiting("tj-1") as waiter:
+        assert waiter.latest is None
+
+
+def test_a_deleted_workload_is_forgotten_and_its_waits_woken():
+    arrivals = Arrivals()
+    arrivals.saw(gated("tj-1"))
+    with arrivals.waiting("tj-1") as waiter:
+        arrivals.gone(gated("tj-1"))
+        assert waiter.latest is None
+        assert waiter.event.is_set()
+    with arrivals.waiting("tj-1") as waiter:
+        assert waiter.latest is None
+
+
+def test_only_the_newest_gated_workloads_are_kept():
+    arrivals = Arrivals()
+    for i in range(GATED_KEPT + 1):
+        arrivals.saw(gated(f"tj-{i}"))
+    with arrivals.waiting("tj-0") as oldest, arrivals.waiting(f"tj-{GATED_KEPT}") as newest:
+        assert oldest.latest is None
+        assert newest.latest is not None
