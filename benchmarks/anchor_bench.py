@@ -1064,8 +1064,15 @@ def design_submit(bench: Bench, arm: Arm, timeline: Timeline) -> None:
                      command=["python", "train.py"], queue=QUEUE, priority_class=LOW)  # fmt: skip
     copy, trainjob = create_copy_and_trainjob(dispatch, sub, bench.runtime)
     uid, name = trainjob["metadata"]["uid"], trainjob["metadata"]["name"]
-    dispatch.request("PATCH", dispatch.object_path(copy), owner_patch(copy, runtime_copy_owner_reference(trainjob)),
-                     content_type=JSON_PATCH)  # fmt: skip
+    owner = runtime_copy_owner_reference(trainjob)
+    for attempt in range(5):  # Trainer adds its finalizer to the copy meanwhile: read again, as Start does
+        try:
+            dispatch.request("PATCH", dispatch.object_path(copy), owner_patch(copy, owner), content_type=JSON_PATCH)
+            break
+        except ApiError as exc:
+            if exc.status != 409 or attempt == 4:
+                raise
+            copy = dispatch.get(TRAINER_V, "TrainingRuntime", copy["metadata"]["name"], arm.namespace)
     timeline.mark("submitted", name, time.monotonic())
     deadline = time.monotonic() + 120
     while True:
