@@ -165,7 +165,7 @@ class ApiServer:
     ) -> None:
         self.kube = kube
         self.settings = settings
-        self.service = Service(kube, settings, arrivals=arrivals or Arrivals())
+        self.service = Service(kube, settings, arrivals=Arrivals() if arrivals is None else arrivals)
         self.operations: dict[str, Callable[..., Awaitable[BaseModel]]] = {
             route.operation: getattr(self.service, route.operation) for route in ROUTES if route.response is not None
         }

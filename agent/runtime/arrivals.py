@@ -93,5 +93,6 @@ class Arrivals:
             if not waiters:
                 self._waiters.pop(trainjob_uid, None)
 
-    def __len__(self) -> int:
+    def waited_on(self) -> int:
+        """The TrainJobs some Start waits on (not ``__len__``: an Arrivals with none must not be falsy)."""
         return len(self._waiters)

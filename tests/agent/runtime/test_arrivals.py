@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from agent.api.app import ApiServer
+from agent.api.settings import ApiSettings
 from agent.runtime.arrivals import GATED_KEPT, Arrivals
 from contract.keys import ANNOTATION_ADMISSION_GATED_BY, GATE, LABEL_WORKLOAD_JOB_UID
 
@@ -30,7 +32,7 @@ async def test_an_event_wakes_the_waits_on_its_trainjob_and_no_other():
         started = time.monotonic()
         await other.next(0.2)  # nothing of tj-2: the poll interval
         assert time.monotonic() - started >= 0.2
-    assert len(arrivals) == 0  # every wait unregistered
+    assert arrivals.waited_on() == 0  # every wait unregistered
 
 
 @async_test
@@ -83,3 +85,10 @@ def test_only_the_newest_gated_workloads_are_kept():
     with arrivals.waiting("tj-0") as oldest, arrivals.waiting(f"tj-{GATED_KEPT}") as newest:
         assert oldest.latest is None
         assert newest.latest is not None
+
+
+def test_the_api_server_uses_the_arrivals_it_is_given():
+    """The gate's (agent/cli.py): one with no waits yet is used too, not replaced by an unfed one."""
+    arrivals = Arrivals()
+    server = ApiServer(None, ApiSettings(), arrivals=arrivals)  # type: ignore[arg-type]
+    assert server.service.arrivals is arrivals
