@@ -129,7 +129,7 @@ async def _serve(args: argparse.Namespace, config: AgentConfig) -> int:
         settings = served_api_settings(config, args.api_port)
         if args.tls_cert_file:
             api_kube = ApiKube(api_client_, timeout=settings.request_timeout, workers=workers)
-            api = ApiServer(api_kube, settings, metrics=metrics.registry, arrivals=controller.arrivals)
+            api = ApiServer(api_kube, settings, metrics=metrics.registry)
         health = HealthServer(metrics.registry, ready)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -37,7 +37,6 @@ from agent.api.openapi import document
 from agent.api.routes import OPENAPI_PATH, ROUTES, Route
 from agent.api.service import Service
 from agent.api.settings import ApiSettings
-from agent.runtime.arrivals import Arrivals
 from serving.drain import close_when
 from serving.prometheus import Counter, Histogram, exposition, registry
 from serving.tls import ReloadingServerContext
@@ -161,11 +160,10 @@ class ApiServer:
         *,
         authenticator: Authenticator | None = None,
         metrics: CollectorRegistry | None = None,
-        arrivals: Arrivals | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
-        self.service = Service(kube, settings, arrivals=Arrivals() if arrivals is None else arrivals)
+        self.service = Service(kube, settings)
         self.operations: dict[str, Callable[..., Awaitable[BaseModel]]] = {
             route.operation: getattr(self.service, route.operation) for route in ROUTES if route.response is not None
         }

@@ -58,7 +58,6 @@ from agent.multicluster.claims import ClaimRenewer
 from agent.multicluster.contact import ManagerContact, WorkerContact
 from agent.multicluster.copies import CopyVerifier
 from agent.multicluster.worker_reads import WorkerClients
-from agent.runtime.arrivals import Arrivals
 from agent.runtime.caches import Reads, StoreHandler, keep_jobset, keep_trainjob
 from agent.runtime.kube import Kube
 from agent.runtime.leader import LeaderElector
@@ -110,8 +109,6 @@ class Controller:
         self.reads = Reads(kube)
         """The passes' reads of Workloads, TrainJobs and JobSets, from the stores the watches below feed."""
         self.reads.count = self.metrics.reads.inc
-        self.arrivals = Arrivals()
-        """Wakes Start's wait for a new TrainJob's Workload on each event of it (agent/runtime/arrivals.py)."""
         self.ctx = Pass(kube, self.reads, OurChecks(kube, self.checks), config, hooks or Hooks(), workers)
         """What every pass works with (agent/gate/context.py), built once."""
         self.active = ActiveCondition(kube, self.checks)
@@ -367,21 +364,15 @@ class Controller:
     def _workloads_begin(self) -> None:
         self._listed.clear()
         self.reads.workloads.begin()
-        self.arrivals.live = False  # relisting: Start's wait polls until the list is in
 
     def _workloads_end(self) -> None:
         for key in set(self.index.hints) - self._listed:
             self._workload_event("DELETED", {"metadata": {"namespace": key.namespace, "name": key.name}})
         self._listed.clear()
         self.reads.workloads.end()  # and what the LIST did not hand over is dropped from memory
-        self.arrivals.live = True
 
     def _workload_event(self, kind: str, wl: Mapping[str, Any]) -> None:
         key = key_of(wl)
-        if kind == "DELETED":
-            self.arrivals.gone(wl)
-        else:
-            self.arrivals.saw(wl)
         if self.claim_renewer is not None:
             worker = dig(wl, "status", "clusterName") if kind != "DELETED" else None
             self.claim_renewer.saw(key, worker if isinstance(worker, str) and worker else None)

@@ -23,7 +23,6 @@ from agent.api.service.start_decisions import owner_patch
 from agent.api.service.targets import excluded_namespace, needs_labels, own, workload_of
 from agent.api.settings import ApiSettings
 from agent.domain import pod_owners
-from agent.runtime.arrivals import Arrivals
 from contract.keys import KIND_CLUSTER_TRAINING_RUNTIME, LABEL_WORKLOAD_JOB_UID
 from contract.objects import dig
 from contract.runtime_requirements import runtime_problems
@@ -64,8 +63,6 @@ class ServiceBase:
     now: Any = _now
     clock: Callable[[], float] = time.monotonic
     """Monotonic: how long this replica has read the same Lease record (``heartbeat``)."""
-    arrivals: Arrivals = field(default_factory=Arrivals)
-    """Wake-ups from the gate's Workload watch for Start's wait (agent/runtime/arrivals.py); none fed, it polls."""
     # The verdict's (observe_only.py): this replica's sighting of the Lease record.
     _sighting: Sighting | None = field(default=None, init=False, repr=False)
 

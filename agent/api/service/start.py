@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from agent.api.errors import ApiError, ErrorKind, contract
@@ -32,7 +31,6 @@ from agent.domain.start import (
     workload_problems,
 )
 from agent.multicluster.worker_remains import start_refusal
-from agent.runtime.arrivals import FALLBACK_SECONDS, Waiter
 from contract.keys import LABEL_JOBSET_NAME
 from contract.multicluster import MULTIKUEUE_MANAGED_BY, managed_by_multikueue
 from contract.objects import dig
@@ -203,34 +201,20 @@ class StartOps(WorkersOps):
         deadline = time.monotonic() + self.settings.workload_timeout
         listed = await self._admission_checks()
         checks = our_checks(listed)
-        with self.arrivals.waiting(uid) as woken:  # the gate's watch says when to read (agent/runtime/arrivals.py)
-            listed_at = time.monotonic() if self.arrivals.live else -math.inf  # live: read once it is there
-            while True:
-                now = time.monotonic()
-                if self._list_due(woken, checks, now - listed_at) or now >= deadline:
-                    listed_at = now
-                    try:
-                        workload = await self._workload(namespace, uid)
-                        problems = workload_problems(workload, checks)
-                    except SeveralWorkloads as exc:  # not one Workload of its own: waited on, then refused naming them
-                        workload, problems = None, [exc.message]
-                    if not problems or time.monotonic() >= deadline:
-                        why_unchecked = unchecked(workload)
-                        problems += [f"{NOT_MANAGED}: {why_unchecked}"] if why_unchecked else []
-                        if problems:
-                            return problems
-                        found = await self._checks_read(other_checks(workload, checks))
-                        return multikueue_start_problems(
-                            read, found, runtime_spec, min_dispatches=self.settings.min_dispatches
-                        )
-                await woken.next(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-
-    def _list_due(self, woken: Waiter, checks: Iterable[str], since_listed: float) -> bool:
-        """Whether Start's wait LISTs the Workloads now: on every poll without a live watch; with one, when the
-        watch's copy shows what Start waits for, and at least every FALLBACK_SECONDS (an event missed)."""
-        if not self.arrivals.live or since_listed >= FALLBACK_SECONDS:
-            return True
-        return woken.latest is not None and not workload_problems(woken.latest, checks)
+        while True:
+            try:
+                workload = await self._workload(namespace, uid)
+                problems = workload_problems(workload, checks)
+            except SeveralWorkloads as exc:  # not one Workload of its own: waited on, then refused naming them
+                workload, problems = None, [exc.message]
+            if not problems or time.monotonic() >= deadline:
+                why_unchecked = unchecked(workload)
+                problems += [f"{NOT_MANAGED}: {why_unchecked}"] if why_unchecked else []
+                if problems:
+                    return problems
+                found = await self._checks_read(other_checks(workload, checks))
+                return multikueue_start_problems(read, found, runtime_spec, min_dispatches=self.settings.min_dispatches)
+            await asyncio.sleep(POLL_SECONDS)
 
     async def _discard(self, namespace: str, name: str, uid: str, copy_read: Mapping[str, Any]) -> None:
         """Stop a TrainJob Start refuses, and its copy (which may not be owned yet). Shielded: a caller that
