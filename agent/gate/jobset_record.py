@@ -1,12 +1,12 @@
 """The JobSet UID record, written when the JobSet is first seen, not at the next readmission.
 
-The record (``dispatch.phpboyscout.uk/jobset-uid`` on the TrainJob) is what lets a reset of J be noticed: a
-JobSet deleted and built again by Trainer restarts J at 0, under a UID that is not the recorded one
-(contract/foreign.py). It is written once in a TrainJob's life, by the first of the adapter's calls, the
-readmission gate and this recorder to see the TrainJob's own JobSet. Before the first start the recorder leaves
-it to the write that is due anyway (Open's, or the gate's approval at the first admission), so that it neither
-adds a TrainJob write (and the Trainer reconcile it sets off) to a first start nor races Open's preconditioned
-write; made here, it lands while the first execution runs, so a readmission writes nothing to the TrainJob for it.
+The record (``dispatch.phpboyscout.uk/jobset-uid`` on the TrainJob) is what lets a reset of J be noticed: a JobSet
+deleted and built again by Trainer restarts J at 0, under a UID that is not the recorded one (contract/foreign.py).
+It is written once in a TrainJob's life, by the first of the adapter's calls, the readmission gate and this
+recorder to see the TrainJob's own JobSet. Before Open the recorder leaves it to the write that is due anyway
+(Open's, or the gate's approval at the first admission), so that it neither adds a TrainJob write (and the Trainer
+reconcile it sets off) to a first start nor races Open's preconditioned write; made here, it lands while the first
+execution runs, so a readmission writes nothing to the TrainJob for it.
 
 Fed by the JobSet watch (agent/runtime/caches.py) on every replica; only the leader writes. One JSON Patch per
 record, preconditioned on the TrainJob's uid and resourceVersion as read; a 409 (the TrainJob changed since:
@@ -24,8 +24,10 @@ from agent.domain.workload import owner_trainjob
 from agent.runtime.caches import Reads
 from agent.runtime.kube import Kube
 from agent.runtime.queue import RateLimiter, WorkQueue, serve_keys
-from contract.admission import admission_started, preconditions
+from contract.admission import preconditions
 from contract.foreign import jobset_uid_ops
+from contract.gates import gates_of
+from contract.keys import GATE
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_error
@@ -76,8 +78,8 @@ class JobSetRecorder:
         trainjob = await self.reads.trainjob(namespace, name, uid)
         if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
             return None
-        if admission_started(trainjob) is None:
-            return None  # never started: Open's write or the gate's approval at its first admission carries it
+        if GATE in gates_of(trainjob):
+            return None  # not opened yet: Open's write (or the gate's approval at the first admission) carries it
         ops = jobset_uid_ops(trainjob, await self.reads.jobset(namespace, name))
         if not ops:
             return None  # recorded already, or the JobSet is not this TrainJob's own

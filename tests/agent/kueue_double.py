@@ -52,12 +52,16 @@ def create_admission_check(cp: ControlPlane) -> str:
     return name
 
 
-def create_dispatch_trainjob(cp: ControlPlane, namespace: str, **overrides: Any) -> dict[str, Any]:
+def create_dispatch_trainjob(
+    cp: ControlPlane, namespace: str, *, closed: bool = False, **overrides: Any
+) -> dict[str, Any]:
     """A dispatch TrainJob as Start creates it and Open opens it (dispatch's gate replaced by the opened mark:
-    the readmission gate approves nothing else), with Kueue's runtime patch entry (its webhook's part)."""
+    the readmission gate approves nothing else), with Kueue's runtime patch entry (its webhook's part);
+    ``closed``: as Start leaves it, before Open."""
     sub = submission(namespace=namespace, **overrides)
     cp.admin.create(build_runtime_copy(sub, runtime()))
-    tj = opened(build_trainjob(sub, runtime()["spec"]))
+    tj = build_trainjob(sub, runtime()["spec"])
+    tj = tj if closed else opened(tj)
     tj["spec"]["runtimePatches"].append(
         {"manager": KUEUE_RUNTIME_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
     )

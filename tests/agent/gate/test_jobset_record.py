@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from contract.keys import ANNOTATION_ADMISSION_STARTED, ANNOTATION_JOBSET_UID
+from contract.keys import ANNOTATION_ADMISSION_GATED_BY, ANNOTATION_JOBSET_UID, ANNOTATION_OPENED, OPENED_TRUE
 from contract.objects import annotations
 from tests.agent import kueue_double as kueue
 from tests.agent.gate.test_controller import eventually
@@ -27,9 +27,10 @@ def _jobset(cp, tj, owner) -> dict:
     })  # fmt: skip
 
 
-def _started(cp, tj) -> dict:
-    """As the first start leaves it: ``admission-started`` (tier A installs no policy that would refuse the admin)."""
-    body = {"metadata": {"annotations": {ANNOTATION_ADMISSION_STARTED: "1"}}}
+def _opened(cp, tj) -> dict:
+    """As Open leaves it: dispatch's gate gone, the opened mark (tier A installs no policy that would refuse the
+    admin)."""
+    body = {"metadata": {"annotations": {ANNOTATION_ADMISSION_GATED_BY: None, ANNOTATION_OPENED: OPENED_TRUE}}}
     return cp.admin.request("PATCH", cp.admin.object_path(tj), body, content_type="application/merge-patch+json")
 
 
@@ -38,21 +39,21 @@ def _touch(cp, jobset, value: str) -> None:
                      content_type="application/merge-patch+json")  # fmt: skip
 
 
-def test_the_jobset_uid_is_recorded_once_the_job_started_and_only_once(control_plane, namespace, agent):
-    """Before the first start the record is left to the write due anyway (Open's, or the gate's approval): the
-    recorder adds no TrainJob write to a first start. Once started, a JobSet event records it, once."""
+def test_the_jobset_uid_is_recorded_once_the_job_is_opened_and_only_once(control_plane, namespace, agent):
+    """Before Open the record is left to the write due anyway (Open's, or the gate's approval): the recorder adds
+    no TrainJob write to a first start and does not race Open. Once opened, a JobSet event records it, once."""
     cp = control_plane
     kueue.create_admission_check(cp)  # the controller's readiness waits for a listed AdmissionCheck watch
-    tj = kueue.create_dispatch_trainjob(cp, namespace)
+    tj = kueue.create_dispatch_trainjob(cp, namespace, closed=True)
     jobset = _jobset(cp, tj, tj)
     time.sleep(3)
     assert ANNOTATION_JOBSET_UID not in annotations(kueue.get_trainjob(cp, tj))
     assert agent.call(lambda c: c.recorder.recorded) == 0
-    _started(cp, tj)
+    _opened(cp, tj)
     touches = iter(range(1000))
 
     def recorded() -> bool:
-        _touch(cp, jobset, str(next(touches)))  # a JobSet event, as Trainer's apply at the start makes
+        _touch(cp, jobset, str(next(touches)))  # a JobSet event, as Trainer's applies make
         return annotations(kueue.get_trainjob(cp, tj)).get(ANNOTATION_JOBSET_UID) == jobset["metadata"]["uid"]
 
     eventually(recorded, what="the JobSet UID to be recorded")
