@@ -171,7 +171,10 @@ def test_kueue_cut_off_from_a_worker_the_agent_still_reaches_ends_with_the_copy_
 
         def deleted() -> list[dict[str, Any]]:
             assert there.admin.get_or_none(TRAINER_V, "TrainJob", name, s.ns) is None, "the copy still there"
-            return _worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)
+            # The copy may be gone a moment before its event is listed.
+            said = _worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)
+            assert said, "the worker's agent has not said why yet"
+            return said
 
         said = eventually(deleted, CONTACT_SECONDS + 60, "the copy deleted by the worker's agent, unclaimed")
         assert "does not claim this copy here now" in said[0]["message"]
