@@ -12,7 +12,10 @@ TrainJobs), and the window runs from the first submission until every one runs; 
 of the agent (the runtime copy, the TrainJob closed, the copy's ownerReference, Open's one write carrying the first
 approval; at each later admission dispatch's approval on the TrainJob before the Ready, written by a second
 approver process signed in as dispatch), in a ClusterQueue gated by the floor's check: ``design / check`` is what
-this design's own writes cost over any check, ``dispatch / design`` what the agent adds to them.
+this design's own writes cost over any check, ``dispatch / design`` what the agent adds to them. ``--arms`` picks
+the arms; besides those four, the **ablation** arms are the check arm plus one element of the design each (``size``:
+dispatch's larger objects; ``copy``: a runtime copy per job and its ownerReference; ``closed``: the TrainJob created
+gated and opened by one write), so that ``<element> / check`` is what that element costs alone.
 
 One tier B control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, and the real Kueue,
 JobSet and Trainer), with dispatch installed as the sandbox installs it (harness/sandbox/install.py): the
@@ -90,9 +93,10 @@ from agent.api.service.start_decisions import owner_patch
 from agent.domain.operations import plan_open
 from agent.domain.workload import check_state
 from benchmarks.agent_bench import process_cpu
-from contract.admission import admission_count
+from contract.admission import admission_count, preconditions
 from contract.keys import (
     ANNOTATION_ADMISSION,
+    ANNOTATION_ADMISSION_GATED_BY,
     FIELD_MANAGER,
     LABEL_JOBSET_NAME,
     LABEL_PRIORITY_CLASS,
@@ -129,6 +133,18 @@ FLOOR_CONTROLLER = "anchor-bench.invalid/approve-at-once"
 """The ``check`` arm's AdmissionCheck and its controllerName (``--floor``): served by benchmarks/floor_approver.py."""
 APPROVER, DESIGN_APPROVER = "floor-approver", "design-approver"
 """The floor's approvers' processes, by name: the check arm's, the design arm's."""
+ABLATION: dict[str, str] = {
+    "size": "the objects' size: TrainJobs carrying a dispatch trainer (image, the prologue's command, env)",
+    "copy": "the runtime copy: a TrainingRuntime per job (the runtime's spec as is), the TrainJob referring "
+    "to it, then the copy's ownerReference",
+    "closed": "the start gate: the TrainJob created gated (admission-gated-by), then opened by one JSON "
+    "Patch once its Workload lists the check",
+}
+"""The ablation arms (``--arms``): the check arm plus one element of this design each, every other write and
+object as the check arm's, so that ``<element> / check`` is what that element costs alone."""
+ARMS = ("dispatch", "design", "baseline", "check", *ABLATION)
+OTHER_GATE = "anchor-bench.invalid/gate"
+"""The ``closed`` arm's gate: not dispatch's, so that no policy of dispatch's polices its TrainJobs."""
 
 
 # -- watching -----------------------------------------------------------------------------------------------
@@ -221,6 +237,8 @@ class Arm:
     design: bool = False
     """The ``design`` arm (``--floor``): dispatch's TrainJobs, with exactly the writes this design needs and
     nothing of the agent (``design_submit``, benchmarks/floor_approver.py ``--design``)."""
+    copies: bool = False
+    """Its jobs have runtime copies of their own (dispatch, design, copy): deleted with them between rounds."""
 
     def watches(self) -> dict[str, Latest]:
         return {"TrainJob": self.trainjobs, "JobSet": self.jobsets, "Job": self.jobs, "Pod": self.pods,
@@ -346,16 +364,21 @@ class Timeline:
             self.mark("new pod Running", job, now)
 
     def spans(self) -> list[tuple[str, float, float]]:
-        """(step, p50, p90) of the seconds each job took from the step before it that it passed, in the order of
-        ``steps``: where one job's time goes (``rows`` says when the jobs passed each step)."""
+        """(steps, p50, p90) of the seconds each job took from each step it passed to the next it passed, in the
+        order it passed them (an arm may pass two steps in another order than ``steps``: the design arm's Workload
+        is often made before its submission returns): where one job's time goes (``rows`` says when the jobs
+        passed each step)."""
+        order = {step: i for i, step in enumerate(self.steps)}
+        jobs = {job for passed in self.first.values() for job in passed}
+        gaps: dict[tuple[str, str], list[float]] = {}
+        for job in jobs:
+            passed = sorted((at[job], order[step], step) for step, at in self.first.items() if job in at)
+            for (t0, _, before), (t1, _, step) in itertools.pairwise(passed):
+                gaps.setdefault((before, step), []).append(t1 - t0)
         out = []
-        passed = [step for step in self.steps if self.first[step]]
-        for before, step in itertools.pairwise(passed):
-            gaps = sorted(
-                t - self.first[before][job] for job, t in self.first[step].items() if job in self.first[before]
-            )
-            if gaps:
-                out.append((f"{before} -> {step}", pct(gaps, 0.5), pct(gaps, 0.9)))
+        for before, step in sorted(gaps, key=lambda pair: (order[pair[0]], order[pair[1]])):
+            values = sorted(gaps[before, step])
+            out.append((f"{before} -> {step}", pct(values, 0.5), pct(values, 0.9)))
         return out
 
     def rows(self) -> list[tuple[str, int, float, float]]:
@@ -743,7 +766,7 @@ def clear(admin: KubeHttp, arm: Arm, timeout: float) -> float:
     for tj in arm.trainjobs.snapshot():
         with contextlib.suppress(ApiError):
             admin.request("DELETE", admin.object_path(tj), {"propagationPolicy": "Background"})
-    if arm.dispatch:
+    if arm.copies:
         runtimes = admin.request("GET", admin.collection_path(TRAINER_V, "TrainingRuntime", arm.namespace))["items"]
         for runtime in runtimes:
             with contextlib.suppress(ApiError):
@@ -829,6 +852,8 @@ def report(rounds: list[Round], jobs: int, idle: dict[str, float]) -> None:
     ratios(rounds, "dispatch", "check", "dispatch against the floor of any check; goal <= 1.1x")
     ratios(rounds, "design", "check", "this design's own writes against the floor of any check")
     ratios(rounds, "dispatch", "design", "dispatch against the floor of this design")
+    for element, what in ABLATION.items():
+        ratios(rounds, element, "check", f"{what}, alone")
     per_admission(rounds, jobs)
 
 
@@ -920,7 +945,8 @@ def supervisor_token(cp: ControlPlane, namespace: str, work: Path) -> Path:
     return path
 
 
-def start_approver(cp: ControlPlane, namespace: str, design_token: Path | None = None) -> ManagedProcess:
+def start_approver(cp: ControlPlane, namespace: str, design_token: Path | None = None,
+                   name: str = APPROVER) -> ManagedProcess:  # fmt: skip
     """The floor's approver (benchmarks/floor_approver.py), a process of its own signed in as the admin; with
     ``design_token``, the design arm's, signed in as dispatch."""
     creds = cp.admin.credentials
@@ -930,7 +956,6 @@ def start_approver(cp: ControlPlane, namespace: str, design_token: Path | None =
         argv += ["--cert", str(creds.client_cert_file), "--key", str(creds.client_key_file)]
     else:
         argv += ["--token-file", str(design_token), "--design"]
-    name = APPROVER if design_token is None else DESIGN_APPROVER
     process = cp.supervisor.start(name, argv, cwd=Path(__file__).resolve().parents[1])
     wait_until(lambda: "ready" in process.log_path.read_text(), 60, what=f"{name} ready")
     return process
@@ -969,10 +994,10 @@ class Bench:
     """Jobs submitted at a time in a first start (``--concurrency``), in every arm."""
 
 
-def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False, floor: bool = False,
-          labelled: bool = True, pad: bool = False) -> Bench:  # fmt: skip
+def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False,
+          names: tuple[str, ...] = ("dispatch", "baseline"), labelled: bool = True,
+          pad: bool = False) -> Bench:  # fmt: skip
     cp, admin = tb.control_plane, tb.admin
-    names = ("dispatch", "design", "baseline", "check") if floor else ("dispatch", "baseline")
     extra = math.ceil((len(names) * jobs + 10) / NODE_PODS)
     for i in range(extra):  # one kwok per node, as tier B's own (TierB.add_node), with room for more pods
         start_kwok(tb, f"anchor-node-{i}")
@@ -996,15 +1021,19 @@ def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False
     admin.apply(site.priority_class(LOW, 10, "the jobs of both arms"))
     admin.apply(site.priority_class(HIGH, 1000, "the blocker"))
     flavor = tb.resource_flavor
-    admin.apply(site.gated_cluster_queue("anchor-dispatch", check=installed.check, flavor=flavor, quota=quota(jobs)))
-    admin.apply(plain_cluster_queue("anchor-baseline", flavor, jobs))
-    checks = {"dispatch": installed.check, "baseline": None}
-    if floor:
+    checks: dict[str, str | None] = {"dispatch": installed.check, "baseline": None}
+    if "dispatch" in names:
+        admin.apply(site.gated_cluster_queue("anchor-dispatch", check=installed.check, flavor=flavor,
+                                             quota=quota(jobs)))  # fmt: skip
+    if "baseline" in names:
+        admin.apply(plain_cluster_queue("anchor-baseline", flavor, jobs))
+    floored = [name for name in names if name not in checks]
+    if floored:
         floor_check(admin)
-        for name in ("check", "design"):
-            queue = site.gated_cluster_queue(f"anchor-{name}", check=FLOOR_CHECK, flavor=flavor, quota=quota(jobs))
-            admin.apply(queue)
-            checks[name] = FLOOR_CHECK
+    for name in floored:
+        queue = site.gated_cluster_queue(f"anchor-{name}", check=FLOOR_CHECK, flavor=flavor, quota=quota(jobs))
+        admin.apply(queue)
+        checks[name] = FLOOR_CHECK
     arms = []
     for name in names:
         namespace = cluster_queue = f"anchor-{name}"
@@ -1018,14 +1047,21 @@ def setup(tb: TierB, jobs: int, grace: int, work: Path, chart_only: bool = False
         jobsets = Latest(admin, admin.collection_path(site.JOBSET_V, "JobSet", namespace))
         batch_jobs = Latest(admin, admin.collection_path("batch/v1", "Job", namespace))
         arms.append(Arm(name, namespace, cluster_queue, name in ("dispatch", "design"), checks[name], trainjobs, pods,
-                        workloads, jobsets, batch_jobs, design=name == "design"))  # fmt: skip
-    token_file = supervisor_token(cp, arms[0].namespace, work)
+                        workloads, jobsets, batch_jobs, design=name == "design",
+                        copies=name in ("dispatch", "design", "copy")))  # fmt: skip
+    token_file = supervisor_token(cp, "anchor-dispatch" if "dispatch" in names else arms[0].namespace, work)
     processes = {p.name: p for p in cp.supervisor.processes if p.alive()}
     processes["dispatch-agent"], processes["dispatch-webhook"] = installed.agent, installed.webhook
-    if floor:
-        processes[APPROVER] = start_approver(cp, arms[-1].namespace)
-        processes[DESIGN_APPROVER] = start_approver(cp, arms[1].namespace, installed.dispatch_token)
+    for arm in arms:
+        if arm.check == FLOOR_CHECK:
+            name = approver_of(arm.name)
+            processes[name] = start_approver(cp, arm.namespace, installed.dispatch_token if arm.design else None, name)
     return Bench(arms, processes, installed, token_file, pad, admin.get(TRAINER_V, "ClusterTrainingRuntime", RUNTIME))
+
+
+def approver_of(arm: str) -> str:
+    """The name of the process that approves ``arm``'s check (its CPU is reported under it)."""
+    return {"check": APPROVER, "design": DESIGN_APPROVER}.get(arm, f"{APPROVER}-{arm}")
 
 
 def submitter(bench: Bench, admin: KubeHttp, arm: Arm, jobs: int, label: str) -> Callable[[Timeline, Round], None]:
@@ -1037,14 +1073,22 @@ def submitter(bench: Bench, admin: KubeHttp, arm: Arm, jobs: int, label: str) ->
             parallel(range(jobs), lambda _: design_submit(bench, arm, timeline), bench.concurrency)
 
         return design
+    if arm.name in ("copy", "closed"):
+
+        def ablated(timeline: Timeline, _: Round) -> None:
+            submit = copy_submit if arm.name == "copy" else closed_submit
+            parallel(range(jobs), lambda i: submit(bench, admin, arm, f"{arm.name}-{label}-{i:05d}", timeline),
+                     bench.concurrency)  # fmt: skip
+
+        return ablated
     if not arm.dispatch:
 
         def create(timeline: Timeline, _: Round) -> None:
             def created(name: str) -> None:
                 timeline.mark("submitted", name, time.monotonic())
 
-            create_plain_jobs(admin, arm.namespace, jobs, bench.pad, prefix=f"plain-{label}", created=created,
-                              workers=bench.concurrency)  # fmt: skip
+            create_plain_jobs(admin, arm.namespace, jobs, bench.pad or arm.name == "size", prefix=f"plain-{label}",
+                              created=created, workers=bench.concurrency)  # fmt: skip
 
         return create
 
@@ -1092,6 +1136,62 @@ def design_submit(bench: Bench, arm: Arm, timeline: Timeline) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"design arm: no Workload listing {FLOOR_CHECK} for {name}, or Open kept conflicting")
         time.sleep(0.05)
+
+
+def plain_trainjob(namespace: str, name: str, runtime_ref: dict[str, str],
+                   annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A TrainJob of the check arm's shape (``create_plain_jobs``), with another runtime or annotations."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                            "labels": {LABEL_QUEUE_NAME: QUEUE, LABEL_PRIORITY_CLASS: LOW}}  # fmt: skip
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": TRAINER_V, "kind": "TrainJob", "metadata": meta, "spec": {"runtimeRef": runtime_ref}}
+
+
+def copy_submit(bench: Bench, admin: KubeHttp, arm: Arm, name: str, timeline: Timeline) -> None:
+    """One job of the ``copy`` arm: the check arm's TrainJob, with the writes of a runtime copy of its own and
+    nothing else of the design (the copy is the runtime's spec as is, no dispatch patch): the copy, the TrainJob
+    referring to it, the copy's ownerReference (read again after a conflict, as Start does)."""
+    copy = admin.create({"apiVersion": TRAINER_V, "kind": "TrainingRuntime",
+                         "metadata": {"name": name, "namespace": arm.namespace},
+                         "spec": bench.runtime["spec"]})  # fmt: skip
+    ref = {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": name}
+    trainjob = admin.create(plain_trainjob(arm.namespace, name, ref))
+    owner = runtime_copy_owner_reference(trainjob)
+    for attempt in range(5):
+        try:
+            admin.request("PATCH", admin.object_path(copy), owner_patch(copy, owner), content_type=JSON_PATCH)
+            break
+        except ApiError as exc:
+            if exc.status != 409 or attempt == 4:
+                raise
+            copy = admin.get(TRAINER_V, "TrainingRuntime", name, arm.namespace)
+    timeline.mark("submitted", name, time.monotonic())
+
+
+def closed_submit(bench: Bench, admin: KubeHttp, arm: Arm, name: str, timeline: Timeline) -> None:
+    """One job of the ``closed`` arm: the check arm's TrainJob created gated (Kueue's admission-gated-by, a gate
+    not dispatch's), then, once its Workload lists the check (seen on the benchmark's watch), opened by one JSON
+    Patch that removes the gate, preconditioned as Open's."""
+    trainjob = admin.create(plain_trainjob(arm.namespace, name, {"name": RUNTIME},
+                                           {ANNOTATION_ADMISSION_GATED_BY: OTHER_GATE}))  # fmt: skip
+    uid = trainjob["metadata"]["uid"]
+    timeline.mark("submitted", name, time.monotonic())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(_listed_for(w, uid, FLOOR_CHECK) for w in arm.workloads.snapshot()):
+            latest = arm.trainjobs.objects.get(uid, trainjob)
+            gate = "/metadata/annotations/" + ANNOTATION_ADMISSION_GATED_BY.replace("/", "~1")
+            ops = [*preconditions(latest), {"op": "remove", "path": gate}]
+            try:
+                admin.request("PATCH", admin.object_path(latest), ops, content_type=JSON_PATCH)
+                timeline.mark("opened", name, time.monotonic())
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+        time.sleep(0.05)
+    raise TimeoutError(f"closed arm: no Workload listing {FLOOR_CHECK} for {name}, or its open kept conflicting")
 
 
 def _listed_for(workload: dict[str, Any], uid: str, check: str) -> bool:
@@ -1166,6 +1266,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", action="store_true",
                         help="a third arm, check: plain TrainJobs whose admissions wait for an AdmissionCheck this "
                              "benchmark approves at once, the floor of any check controller in Kueue")  # fmt: skip
+    parser.add_argument("--arms", default=None,
+                        help=f"the arms, in the order their rounds run (any of {', '.join(ARMS)}; by default "
+                             "dispatch,baseline, and with --floor dispatch,design,baseline,check). The ablation arms "
+                             "are the check arm plus one element of this design each: "
+                             + "; ".join(f"{k}: {v}" for k, v in ABLATION.items()))  # fmt: skip
     parser.add_argument(
         "--labelled-runtime",
         action="store_true",
@@ -1183,6 +1288,10 @@ def main(argv: list[str] | None = None) -> int:
     phases = {p.strip() for p in args.phases.split(",")}
     if not phases or phases - {"first", "readmission"}:
         parser.error(f"--phases: first, readmission or both, not {args.phases!r}")
+    default = "dispatch,design,baseline,check" if args.floor else "dispatch,baseline"
+    arms = tuple(a.strip() for a in (default if args.arms is None else args.arms).split(","))
+    if not arms or set(arms) - set(ARMS) or len(set(arms)) != len(arms):
+        parser.error(f"--arms: distinct arms of {', '.join(ARMS)}, not {args.arms!r}")
     flags = " ".join(sys.argv[1:] if argv is None else argv)
     print(f"anchor_bench {flags}: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC, "
           f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -1198,7 +1307,7 @@ def main(argv: list[str] | None = None) -> int:
         cp = start_control_plane(run_dir, audit_users=AUDITED if args.audit else ())
         tb = start_tier_b(cp)
         print(f"tier B ready in {time.monotonic() - t:.1f}s; run folder {run_dir}")
-        bench = setup(tb, args.jobs, args.grace_seconds, work, not args.keep_harness_policies, args.floor,
+        bench = setup(tb, args.jobs, args.grace_seconds, work, not args.keep_harness_policies, arms,
                       not args.unlabelled_runtime, args.pad_baseline)  # fmt: skip
         processes, admin = bench.processes, tb.admin
         bench.concurrency = args.concurrency
@@ -1246,7 +1355,7 @@ def main(argv: list[str] | None = None) -> int:
         for phase in (first, rounds):
             if phase:
                 report(phase, args.jobs, idle)
-        for name in (APPROVER, DESIGN_APPROVER):
+        for name in (approver_of(arm.name) for arm in bench.arms if arm.check == FLOOR_CHECK):
             approver = processes.get(name)
             if approver is not None:
                 approver.stop()

@@ -1,0 +1,44 @@
+"""benchmarks.anchor_bench's per-job spans and its arms' arguments (pure: no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import anchor_bench
+from benchmarks.anchor_bench import Timeline
+
+
+def _timeline(first: dict[str, dict[str, float]]) -> Timeline:
+    t = Timeline(0.0, set(), None, Timeline.FIRST_START)
+    for step, at in first.items():
+        t.first[step] = at
+    return t
+
+
+def test_a_job_that_passes_two_steps_out_of_their_order_gets_no_negative_span() -> None:
+    t = _timeline({
+        "TrainJob created": {"a": 1.0, "b": 1.0},
+        "Workload created": {"a": 2.0, "b": 3.0},
+        "submitted": {"a": 1.5, "b": 4.0},
+    })  # fmt: skip
+    spans = {name: (p50, p90) for name, p50, p90 in t.spans()}
+    assert spans == {
+        "TrainJob created -> submitted": (0.5, 0.5),  # a
+        "submitted -> Workload created": (0.5, 0.5),  # a
+        "TrainJob created -> Workload created": (2.0, 2.0),  # b
+        "Workload created -> submitted": (1.0, 1.0),  # b
+    }
+    assert [name for name, _, _ in t.spans()][0] == "TrainJob created -> Workload created", "in the steps' order"
+
+
+def test_a_step_a_job_never_passed_is_skipped_not_counted_as_zero() -> None:
+    t = _timeline({"TrainJob created": {"a": 1.0}, "JobSet created": {}, "Workload created": {"a": 4.0}})
+    assert t.spans() == [("TrainJob created -> Workload created", 3.0, 3.0)]
+
+
+@pytest.mark.parametrize("arms", ["check,bogus", "check,check", ""])
+def test_arms_must_be_distinct_known_arms(arms: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        anchor_bench.main(["--arms", arms])
+    assert exited.value.code == 2
+    assert "--arms: distinct arms of dispatch, design, baseline, check, size, copy, closed" in capsys.readouterr().err
