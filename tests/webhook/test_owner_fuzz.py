@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import secrets
 from collections.abc import Iterator
@@ -22,9 +23,12 @@ from tests.agent.gate import kit
 from tests.agent.gate.kit import JOBSET_V, KUEUE_V, TRAINER_V
 from tests.agent.gate.test_readmission_gate import Gate, gate, ns  # noqa: F401 (the fixtures)
 from tests.webhook.test_tampering import Guarded, _opened_running, _stranger
+from webhook import owners
+from webhook.rules.owners import owner_policy_name
 
 pytestmark = pytest.mark.e2e
-SEED = 18
+SEED = int(os.environ.get("DISPATCH_FUZZ_SEED", "18"))
+"""Another seed explores other writes: ``DISPATCH_FUZZ_SEED=7 .venv/bin/pytest tests/webhook/test_owner_fuzz.py``."""
 WRITES = 240
 STRANGER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [group], "resources": ["*"], "verbs": ["*"]}
@@ -68,22 +72,30 @@ def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
 
 def mutate(rng: random.Random, obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` with one to three random changes: a field set, removed, or a label, annotation, finalizer or owner
-    reference added or stripped (the marks a write would strip to escape, or add to claim)."""
+    reference added or stripped (the marks a write would strip to escape, or add to claim). ``metadata`` itself
+    stays a mapping (its fields may become anything), so that every change after the first has one to work on."""
     new = copy.deepcopy(obj)
     meta = new.setdefault("metadata", {})
     for _ in range(rng.randint(1, 3)):
         choice = rng.randrange(6)
         if choice == 0:
-            meta.setdefault(rng.choice(("labels", "annotations")), {})[rng.choice(KEYS)] = str(rng.choice(VALUES[:7]))
+            part = rng.choice(("labels", "annotations"))
+            if not isinstance(meta.get(part), dict):  # an earlier change made it something else
+                meta[part] = {}
+            meta[part][rng.choice(KEYS)] = str(rng.choice(VALUES[:7]))
         elif choice == 1:
             for part in ("labels", "annotations", "ownerReferences", "finalizers"):
                 if rng.random() < 0.5:
                     meta.pop(part, None)
         elif choice == 2:
-            meta.setdefault("finalizers", []).append(rng.choice((POD_FINALIZER, "example.com/stuck")))
+            if not isinstance(meta.get("finalizers"), list):
+                meta["finalizers"] = []
+            meta["finalizers"].append(rng.choice((POD_FINALIZER, "example.com/stuck")))
         else:
-            paths = [p for p in _leaves(new) if p and p[0] in ("spec", "status", "metadata")
+            paths = [p for p in _leaves(new) if p and p != ("metadata",) and p[0] in ("spec", "status", "metadata")
                      and p[:2] not in (("metadata", "name"), ("metadata", "namespace"), ("metadata", "resourceVersion"))]  # fmt: skip
+            if not paths:  # an earlier change removed every field it may change
+                continue
             *parent_path, last = rng.choice(paths)
             parent: Any = new
             for part in parent_path:
@@ -93,6 +105,21 @@ def mutate(rng: random.Random, obj: dict[str, Any]) -> dict[str, Any]:
             else:
                 parent[last] = rng.choice(VALUES)
     return new
+
+
+def changed(old: Any, new: Any, path: str = "") -> list[str]:
+    """The paths where ``new`` differs from ``old`` (a failure says what the accepted write changed)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [p for k in sorted(old.keys() | new.keys(), key=str)
+                for p in changed(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{path}.{k}")]  # fmt: skip
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [p for i, (a, b) in enumerate(zip(old, new, strict=True)) for p in changed(a, b, f"{path}[{i}]")]
+    if old == new:
+        return []
+    return [f"{path or '.'} = {json.dumps(new, default=str)[:80]}" if new is not _ABSENT else f"{path} removed"]
+
+
+_ABSENT = object()
 
 
 def _objects(g: Guarded, name: str) -> dict[str, dict[str, Any]]:
@@ -141,7 +168,9 @@ def attempt(rng: random.Random, stranger: KubeHttp, objects: dict[str, dict[str,
                     "target": {"apiVersion": "v1", "kind": "Node", "name": rng.choice(("kwok-node-0", "x"))}}  # fmt: skip
             stranger.request("POST", f"{path}/binding", body)
         else:
-            stranger.request("PUT", f"{path}/{sub}" if sub else path, mutate(rng, obj))
+            body = mutate(rng, obj)
+            what += f" changing {', '.join(changed(obj, body)) or 'nothing'}"
+            stranger.request("PUT", f"{path}/{sub}" if sub else path, body)
     except ApiError as err:
         try:
             message = json.loads(err.body).get("message", err.body)
@@ -183,21 +212,28 @@ def test_no_random_write_of_a_stranger_is_accepted(fuzzed: Guarded) -> None:
         pods.stop()
 
 
+PROBES: dict[str, str] = {"trainjob": "PUT", "copy": "DELETE", "jobset": "DELETE", "workload": "PUT", "pod": "PUT"}
+"""Per kind, a dry-run write that tier B's own owner policies let the stranger make (a ServiceAccount is dispatch
+there: harness/tier_b.py ``policy_config``) and the chart's refuse, so a refusal that names the test's own policy
+says that policy is in force; a refusal by tier B's (the API server names the first policy that refused) says
+nothing of it. A Job has no such write: tier B's policy refuses every write on it to all but its controllers."""
+OWNER_KINDS = {"trainjob": owners.TRAINJOBS, "copy": owners.RUNTIME_COPIES, "jobset": owners.JOBSETS,
+               "workload": owners.WORKLOADS, "pod": owners.PODS}  # fmt: skip
+
+
 def _refused_by_policy(g: Guarded, name: str) -> None:
-    """The chart's owner policies in force for each kind the fuzz writes (each policy loads on its own refresh, so
-    one refusing says nothing of the others): a dry-run update of the TrainJob and dry-run deletes of the others."""
+    """The chart's owner policies, as this test bound them, in force for each kind the fuzz writes (each policy
+    loads on its own refresh, so one refusing says nothing of the others)."""
     objects = _objects(g, name)
-    for key, obj in objects.items():
-        path = g.stranger.object_path(obj)
+    for key, method in PROBES.items():
+        obj = objects[key]
+        ours = next(p["metadata"]["name"] for p in g.policies if p["kind"] == "ValidatingAdmissionPolicy"
+                    and p["metadata"]["name"].startswith(owner_policy_name(OWNER_KINDS[key]) + "-"))  # fmt: skip
         try:
-            if key == "trainjob":
-                g.stranger.request("PUT", path, obj, query={"dryRun": "All"})
-            elif key != "pod":  # a pod's delete is anyone's, by design
-                g.stranger.request("DELETE", path, query={"dryRun": "All"})
-            else:
-                continue
+            g.stranger.request(method, g.stranger.object_path(obj), obj if method == "PUT" else None,
+                               query={"dryRun": "All"})  # fmt: skip
         except ApiError as err:
             body = err.body
         else:
             body = "admitted"
-        assert "belongs to a dispatch job" in body, f"{key}: {body}"
+        assert f"ValidatingAdmissionPolicy '{ours}'" in body, f"{key}: {body}"
