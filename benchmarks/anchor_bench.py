@@ -88,6 +88,7 @@ from ulid import ULID
 from agent.api.client import AgentClient, AgentError, token_from_file
 from agent.api.errors import ErrorKind
 from agent.api.models import ObjectRef, StartRequest
+from agent.api.service.failures import RUNTIME_NOT_SEEN
 from agent.api.service.lifecycle_decisions import rfc3339
 from agent.api.service.start_decisions import owner_patch
 from agent.domain.operations import plan_open
@@ -1156,7 +1157,17 @@ def copy_submit(bench: Bench, admin: KubeHttp, arm: Arm, name: str, timeline: Ti
                          "metadata": {"name": name, "namespace": arm.namespace},
                          "spec": bench.runtime["spec"]})  # fmt: skip
     ref = {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": name}
-    trainjob = admin.create(plain_trainjob(arm.namespace, name, ref))
+    deadline = time.monotonic() + 30
+    while True:  # Trainer's webhook refuses the TrainJob until its cache has the copy, as harness/jobs.py waits
+        try:
+            trainjob = admin.create(plain_trainjob(arm.namespace, name, ref))
+            break
+        except ApiError as exc:
+            message = str(exc)
+            not_seen = exc.status == 403 and "untime" in message and any(p in message for p in RUNTIME_NOT_SEEN)
+            if not not_seen or time.monotonic() > deadline:
+                raise
+        time.sleep(0.25)
     owner = runtime_copy_owner_reference(trainjob)
     for attempt in range(5):
         try:

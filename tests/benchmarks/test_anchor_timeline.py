@@ -28,7 +28,7 @@ def test_a_job_that_passes_two_steps_out_of_their_order_gets_no_negative_span() 
         "TrainJob created -> Workload created": (2.0, 2.0),  # b
         "Workload created -> submitted": (1.0, 1.0),  # b
     }
-    assert [name for name, _, _ in t.spans()][0] == "TrainJob created -> Workload created", "in the steps' order"
+    assert next(name for name, _, _ in t.spans()) == "TrainJob created -> Workload created", "in the steps' order"
 
 
 def test_a_step_a_job_never_passed_is_skipped_not_counted_as_zero() -> None:
