@@ -88,7 +88,6 @@ from ulid import ULID
 from agent.api.client import AgentClient, AgentError, token_from_file
 from agent.api.errors import ErrorKind
 from agent.api.models import ObjectRef, StartRequest
-from agent.api.service.failures import RUNTIME_NOT_SEEN
 from agent.api.service.lifecycle_decisions import rfc3339
 from agent.api.service.start_decisions import owner_patch
 from agent.domain.operations import plan_open
@@ -108,7 +107,7 @@ from contract.trainer import trainer_spec
 from contract.trainjob import Submission, runtime_copy_owner_reference
 from harness import cluster
 from harness.cluster import ADMIN_USER, ControlPlane, new_run_dir, start_control_plane
-from harness.jobs import create_copy_and_trainjob
+from harness.jobs import create_copy_and_trainjob, create_once_runtime_seen
 from harness.kube_http import ApiError, Credentials, KubeHttp
 from harness.processes import ManagedProcess, stop_everything, wait_until
 from harness.sandbox import install, site
@@ -1109,15 +1108,7 @@ def design_submit(bench: Bench, arm: Arm, timeline: Timeline) -> None:
                      command=["python", "train.py"], queue=QUEUE, priority_class=LOW)  # fmt: skip
     copy, trainjob = create_copy_and_trainjob(dispatch, sub, bench.runtime)
     uid, name = trainjob["metadata"]["uid"], trainjob["metadata"]["name"]
-    owner = runtime_copy_owner_reference(trainjob)
-    for attempt in range(5):  # Trainer adds its finalizer to the copy meanwhile: read again, as Start does
-        try:
-            dispatch.request("PATCH", dispatch.object_path(copy), owner_patch(copy, owner), content_type=JSON_PATCH)
-            break
-        except ApiError as exc:
-            if exc.status != 409 or attempt == 4:
-                raise
-            copy = dispatch.get(TRAINER_V, "TrainingRuntime", copy["metadata"]["name"], arm.namespace)
+    own_copy(dispatch, copy, trainjob)
     timeline.mark("submitted", name, time.monotonic())
     deadline = time.monotonic() + 120
     while True:
@@ -1157,27 +1148,23 @@ def copy_submit(bench: Bench, admin: KubeHttp, arm: Arm, name: str, timeline: Ti
                          "metadata": {"name": name, "namespace": arm.namespace},
                          "spec": bench.runtime["spec"]})  # fmt: skip
     ref = {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": name}
-    deadline = time.monotonic() + 30
-    while True:  # Trainer's webhook refuses the TrainJob until its cache has the copy, as harness/jobs.py waits
-        try:
-            trainjob = admin.create(plain_trainjob(arm.namespace, name, ref))
-            break
-        except ApiError as exc:
-            message = str(exc)
-            not_seen = exc.status == 403 and "untime" in message and any(p in message for p in RUNTIME_NOT_SEEN)
-            if not not_seen or time.monotonic() > deadline:
-                raise
-        time.sleep(0.25)
+    trainjob = create_once_runtime_seen(admin, plain_trainjob(arm.namespace, name, ref))
+    own_copy(admin, copy, trainjob)
+    timeline.mark("submitted", name, time.monotonic())
+
+
+def own_copy(admin: KubeHttp, copy: dict[str, Any], trainjob: dict[str, Any]) -> None:
+    """The runtime copy's ownerReference to its TrainJob, preconditioned; Trainer adds its finalizer to the copy
+    meanwhile, so read again after a conflict, as Start does."""
     owner = runtime_copy_owner_reference(trainjob)
     for attempt in range(5):
         try:
             admin.request("PATCH", admin.object_path(copy), owner_patch(copy, owner), content_type=JSON_PATCH)
-            break
+            return
         except ApiError as exc:
             if exc.status != 409 or attempt == 4:
                 raise
-            copy = admin.get(TRAINER_V, "TrainingRuntime", name, arm.namespace)
-    timeline.mark("submitted", name, time.monotonic())
+            copy = admin.get(TRAINER_V, "TrainingRuntime", copy["metadata"]["name"], copy["metadata"]["namespace"])
 
 
 def closed_submit(bench: Bench, admin: KubeHttp, arm: Arm, name: str, timeline: Timeline) -> None:

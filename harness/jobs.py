@@ -47,11 +47,16 @@ def create_copy_and_trainjob(
                 raise
         _PROLOGUE_MADE.add((admin.credentials.server, sub.namespace))
     copy = admin.create(build_runtime_copy(sub, runtime))
-    trainjob = build_trainjob(sub, runtime["spec"])
-    deadline = time.monotonic() + 30
+    return copy, create_once_runtime_seen(admin, build_trainjob(sub, runtime["spec"]))
+
+
+def create_once_runtime_seen(admin: KubeHttp, trainjob: Mapping[str, Any], seconds: float = 30) -> dict[str, Any]:
+    """The TrainJob created, asked again while Trainer's webhook refuses it for a runtime its cache has not seen
+    yet (a runtime copy just created), as Start does."""
+    deadline = time.monotonic() + seconds
     while True:
         try:
-            return copy, admin.create(trainjob)
+            return admin.create(dict(trainjob))
         except ApiError as exc:
             message = str(exc)
             not_seen = exc.status == 403 and "untime" in message and any(p in message for p in RUNTIME_NOT_SEEN)
