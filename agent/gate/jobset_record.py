@@ -26,8 +26,7 @@ from agent.runtime.kube import Kube
 from agent.runtime.queue import RateLimiter, WorkQueue, serve_keys
 from contract.admission import preconditions
 from contract.foreign import jobset_uid_ops
-from contract.gates import gates_of
-from contract.keys import GATE
+from contract.gates import has_dispatch_gate
 from contract.objects import dig
 from contract.ownership import is_dispatch
 from serving.kube import describe_error
@@ -78,7 +77,7 @@ class JobSetRecorder:
         trainjob = await self.reads.trainjob(namespace, name, uid)
         if trainjob is None or dig(trainjob, "metadata", "uid") != uid or not is_dispatch(trainjob):
             return None
-        if GATE in gates_of(trainjob):
+        if has_dispatch_gate(trainjob):
             return None  # not opened yet: Open's write (or the gate's approval at the first admission) carries it
         ops = jobset_uid_ops(trainjob, await self.reads.jobset(namespace, name))
         if not ops:
