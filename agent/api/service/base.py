@@ -40,10 +40,11 @@ from contract.upstream import (
 )
 
 POLL_SECONDS: Final = 0.5
-CONFLICT_ATTEMPTS: Final = 3
-"""Open, Hold and Release re-read and re-plan this often when the object changed under the write."""
+CONFLICT_ATTEMPTS: Final = 5
+"""Open, Hold and Release re-read and re-plan this often when the object changed under the write: Trainer's and
+Kueue's status writes right after an unsuspend come in a burst that, under load, outlasts three attempts."""
 CONFLICT_BACKOFF: Final = 0.2
-"""Seconds before the second re-read after a conflict (twice that before the third)."""
+"""Seconds before the second re-read after a conflict, and that much longer before each next (2 s in all)."""
 RUNTIME_CACHE_SECONDS: Final = 10.0
 """How long a TrainJob create is retried while Kueue's or Trainer's webhook has not yet seen its runtime copy."""
 DISCARD_PROPAGATION: Final = "Background"

@@ -10,6 +10,8 @@ import pytest
 from agent.api.client import AgentError
 from agent.api.errors import ErrorKind
 from agent.api.models import HoldRequest, ObjectRef, OutputRequest, PreflightRequest, StartResponse
+from agent.api.service import lifecycle
+from agent.api.service.base import CONFLICT_ATTEMPTS
 from contract.admission import admission_count, admission_floor
 from contract.keys import (
     ANNOTATION_ADMISSION_GATED_BY,
@@ -458,21 +460,22 @@ async def test_open_after_the_end_is_a_fence(agent: Agent):
     assert "without ever being opened" in err.value.message
 
 
-async def test_a_concurrent_write_is_a_conflict(agent: Agent):
+async def test_a_concurrent_write_is_a_conflict(agent: Agent, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(lifecycle, "CONFLICT_BACKOFF", 0.0)  # the attempts, not their pauses
     async with agent.client() as api:
         started = await api.start(start_request(NAMESPACE))
         path = TRAINJOBS.path(NAMESPACE, started.name)
-        agent.fake.stale[path] = 3  # someone writes after each of the agent's reads
+        agent.fake.stale[path] = CONFLICT_ATTEMPTS  # someone writes after each of the agent's reads
         with pytest.raises(AgentError) as err:
             await api.open(ref(started))
         assert err.value.kind is ErrorKind.CONFLICT
-        assert "re-read and retry" in err.value.message
+        assert f"changed under each of {CONFLICT_ATTEMPTS} writes; re-read and retry" in err.value.message
         assert agent.fake.get(TJS, started.name)["spec"]["suspend"] is True
 
-        agent.fake.stale[path] = 2  # twice: the third read and write go through
+        agent.fake.stale[path] = CONFLICT_ATTEMPTS - 1  # the last read and write go through
         assert (await api.open(ref(started))).a == 1
     patches = [w for w in agent.fake.writes if w.startswith("PATCH") and "/trainjobs/" in w]
-    assert len(patches) == 3 + 3
+    assert len(patches) == 2 * CONFLICT_ATTEMPTS
 
 
 # -- Stop -----------------------------------------------------------------------------------------
