@@ -42,3 +42,26 @@ def test_arms_must_be_distinct_known_arms(arms: str, capsys: pytest.CaptureFixtu
         anchor_bench.main(["--arms", arms])
     assert exited.value.code == 2
     assert "--arms: distinct arms of dispatch, design, baseline, check, size, copy, closed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "phases"),
+    [
+        ("first", {"first"}),
+        ("readmission", {"readmission"}),
+        ("first, readmission", {"first", "readmission"}),
+        ("both", {"first", "readmission"}),
+        ("both,first", None),
+        ("", None),
+        ("second", None),
+    ],
+)
+def test_phases_are_named_or_both(text: str, phases: set[str] | None) -> None:
+    assert anchor_bench.phases_of(text) == phases
+
+
+def test_unknown_phases_are_refused_naming_what_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        anchor_bench.main(["--phases", "second"])
+    assert exited.value.code == 2
+    assert "--phases: first, readmission, first,readmission or both, not 'second'" in capsys.readouterr().err
