@@ -4,7 +4,11 @@ history; a shallow one fetches it from ``origin``."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -36,3 +40,39 @@ def previous_commit() -> str:
         if _resolves(PREVIOUS_COMMIT):
             return PREVIOUS_COMMIT
     raise AssertionError(f"{PREVIOUS_TAG}'s commit {PREVIOUS_COMMIT} is not here and not on origin: {tried}")
+
+
+def release_cache(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the previous release's artifacts are kept once built: ``DISPATCH_K8S_CACHE`` (default
+    ~/.cache/dispatch-k8s), ``releases/VERSION-COMMIT``."""
+    base = environ.get("DISPATCH_K8S_CACHE") or str(Path.home() / ".cache" / "dispatch-k8s")
+    return Path(base) / "releases" / f"{PREVIOUS_VERSION}-{PREVIOUS_COMMIT[:12]}"
+
+
+def complete(folder: Path) -> bool:
+    """The folder holds a release whose every file its SHA256SUMS lists, unchanged (what scripts/release writes
+    last, so an interrupted build is never taken)."""
+    sums = folder / "SHA256SUMS"
+    if not sums.is_file():
+        return False
+    listed = {line.split(maxsplit=1)[1].strip() for line in sums.read_text().splitlines() if line.strip()}
+    checked = subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=folder, capture_output=True, check=False)
+    return checked.returncode == 0 and {p.name for p in folder.iterdir()} == listed | {"SHA256SUMS"}
+
+
+def cached_release(build: Callable[[Path], None], cache: Path) -> tuple[Path, bool]:
+    """The previous release's artifacts from ``cache``, built there by ``build(folder)`` when they are not (or not
+    whole); and whether they were built now. A published release's artifacts never change and its tree is pinned
+    by commit, so one build per machine is the release a user upgrades from."""
+    if complete(cache):
+        return cache, False
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+    try:
+        build(building)
+        assert complete(building), f"the previous release built into {building} does not check against its SHA256SUMS"
+        shutil.rmtree(cache, ignore_errors=True)  # an incomplete one
+        building.rename(cache)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return cache, True

@@ -56,7 +56,7 @@ from tests.charts.test_chart_on_a_kubelet import only_the_real_node  # noqa: F40
 from tests.charts.test_install_from_release import DOCUMENTED, dispatch_objects, load_release_image
 from tests.charts.test_release import VERSION, release
 from tests.docs.test_quickstart import RELEASE, RELEASE_NS, clean_cluster  # noqa: F401  (clean_cluster: fixture)
-from tests.previous_release import PREVIOUS_TAG, PREVIOUS_VERSION, previous_commit
+from tests.previous_release import PREVIOUS_TAG, PREVIOUS_VERSION, cached_release, previous_commit, release_cache
 from tests.prologue.test_prologue_on_a_kubelet import USER_PROGRAM, LogFollower, expect
 
 GRACE = 45
@@ -110,17 +110,21 @@ def previous_tree(into: Path) -> Path:
 @pytest.fixture(scope="module")
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder the previous release's own scripts/release built from its tag (its image from the same private
-    docker engine as the lane's: most layers come from its cache)."""
-    tree = previous_tree(tmp_path_factory.mktemp("previous") / "src")
-    out = tmp_path_factory.mktemp("previous-out")
+    docker engine as the lane's: most layers come from its cache), once per machine (``cached_release``)."""
+
+    def build(out: Path) -> None:
+        tree = previous_tree(tmp_path_factory.mktemp("previous") / "src")
+        with current_image_kept():
+            result = release(tree, PREVIOUS_VERSION, "--out", str(out), timeout=1500)
+        assert result.returncode == 0, (
+            f"{PREVIOUS_TAG}'s scripts/release exited {result.returncode}:\n{result.stderr[-4000:]}"
+        )
+
     started = time.monotonic()
-    with current_image_kept():
-        result = release(tree, PREVIOUS_VERSION, "--out", str(out), timeout=1500)
-    assert result.returncode == 0, (
-        f"{PREVIOUS_TAG}'s scripts/release exited {result.returncode}:\n{result.stderr[-4000:]}"
-    )
-    print(f"{PREVIOUS_TAG}'s release built in {time.monotonic() - started:.0f}s")
-    return out
+    folder, built = cached_release(build, release_cache())
+    said = f"built in {time.monotonic() - started:.0f}s" if built else f"from {folder}"
+    print(f"{PREVIOUS_TAG}'s release {said}")
+    return folder
 
 
 def test_the_previous_tree_is_the_tags_files(tmp_path: Path) -> None:
