@@ -1,6 +1,8 @@
-"""benchmarks.anchor_bench's per-job spans and its arms' arguments (pure: no cluster)."""
+"""benchmarks.anchor_bench's per-job spans, its arguments and its watches' label index (pure: no cluster)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -65,3 +67,32 @@ def test_unknown_phases_are_refused_naming_what_is_allowed(capsys: pytest.Captur
         anchor_bench.main(["--phases", "second"])
     assert exited.value.code == 2
     assert "--phases: first, readmission, first,readmission or both, not 'second'" in capsys.readouterr().err
+
+
+def _obj(uid: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "labels": labels}}
+
+
+def test_the_label_index_follows_adds_relabels_and_deletes() -> None:
+    index = anchor_bench.LabelIndex("job-uid")
+    a1, b = _obj("w1", **{"job-uid": "a"}), _obj("w2", **{"job-uid": "b"})
+    index.update(None, a1)
+    index.update(None, b)
+    index.update(None, _obj("w3"))  # no label: not indexed
+    assert (index.get("a"), index.get("b")) == ([a1], [b])
+    a2 = _obj("w1", **{"job-uid": "a", "other": "x"})
+    index.update(a1, a2)
+    assert index.get("a") == [a2], "the object's newest state, once"
+    moved = _obj("w1", **{"job-uid": "b"})
+    index.update(a2, moved)
+    assert index.get("a") == []
+    assert sorted(o["metadata"]["uid"] for o in index.get("b")) == ["w1", "w2"]
+    index.update(moved, None)
+    index.update(b, None)
+    assert index.get("b") == []
+
+
+def test_without_a_label_nothing_is_indexed() -> None:
+    index = anchor_bench.LabelIndex(None)
+    index.update(None, _obj("w1", **{"job-uid": "a"}))
+    assert index.get("a") == []
