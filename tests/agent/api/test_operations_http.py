@@ -269,20 +269,23 @@ async def test_kueue_hold_rereads_after_the_workload_changed_and_writes_only_wha
     assert workload["spec"]["active"] is False
 
 
-async def test_an_interrupted_kueue_hold_leaves_the_job_held_and_release_finishes_it(agent: Agent):
+async def test_an_interrupted_kueue_hold_leaves_the_job_held_and_release_finishes_it(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+):
     """The Workload's write keeps losing: the answer is conflict, the TrainJob carries the hold (the job is
     held from any new execution, and Status says so); Release then lifts what was written."""
+    monkeypatch.setattr(lifecycle, "CONFLICT_BACKOFF", 0.0)  # the attempts, not their pauses
     c.admission_check(agent.fake)
     agent.fake.after_write.append(c.kueue())
     async with agent.client() as api:
         started = await api.start(start_request(NAMESPACE, **KUEUE))
         await api.open(ref(started))
-        agent.fake.conflicts["workloads"] = 3  # each of the three attempts
+        agent.fake.conflicts["workloads"] = CONFLICT_ATTEMPTS  # each attempt
         before = len(agent.fake.writes)
         with pytest.raises(AgentError) as err:
             await api.hold(HoldRequest(**ref(started).model_dump(), who="alice", reason="maintenance"))
         assert err.value.kind is ErrorKind.CONFLICT
-        assert _patches(agent.fake, before) == ["trainjobs", "workloads", "workloads", "workloads"]
+        assert _patches(agent.fake, before) == ["trainjobs"] + ["workloads"] * CONFLICT_ATTEMPTS
         notes = agent.fake.get(TJS, started.name)["metadata"]["annotations"]
         assert notes["dispatch.phpboyscout.uk/hold-who"] == "alice"
         (workload,) = agent.fake.items(WORKLOADS.path(NAMESPACE))
