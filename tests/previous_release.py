@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
+from harness.binaries import cache_root
+
 ROOT: Final = Path(__file__).resolve().parents[1]
 PREVIOUS_TAG: Final = "v0.1.0"
 PREVIOUS_COMMIT: Final = "e6628ef3dbcc0226a7186dcd5e88a0de8c9098e9"
@@ -45,8 +47,7 @@ def previous_commit() -> str:
 def release_cache(environ: Mapping[str, str] = os.environ) -> Path:
     """Where the previous release's artifacts are kept once built: ``DISPATCH_K8S_CACHE`` (default
     ~/.cache/dispatch-k8s), ``releases/VERSION-COMMIT``."""
-    base = environ.get("DISPATCH_K8S_CACHE") or str(Path.home() / ".cache" / "dispatch-k8s")
-    return Path(base) / "releases" / f"{PREVIOUS_VERSION}-{PREVIOUS_COMMIT[:12]}"
+    return cache_root(environ).parent / "releases" / f"{PREVIOUS_VERSION}-{PREVIOUS_COMMIT[:12]}"
 
 
 def complete(folder: Path) -> bool:
