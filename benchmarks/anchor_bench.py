@@ -1,6 +1,7 @@
 """The anchor: N jobs started, then preempted and re-admitted, with dispatch's check and with no check, on tier B.
 
-    .venv/bin/python -m benchmarks.anchor_bench [--jobs 1000] [--rounds 2] [--floor] [--phases first,readmission]
+    .venv/bin/python -m benchmarks.anchor_bench [--jobs 1000] [--rounds 2] [--first-rounds N] [--floor]
+        [--phases first,readmission]
     (from the repository root; needs tier B and helm built: controlplane/build.sh)
 
 Two phases, each with its rounds alternating between the arms. **First start**: each arm's ``--jobs`` jobs are
@@ -1289,10 +1290,19 @@ def phases_of(text: str) -> frozenset[str] | None:
     return phases if phases and phases <= PHASES else None
 
 
+def first_rounds_of(asked: int | None, rounds: int, phases: frozenset[str]) -> int:
+    """First-start rounds: ``--first-rounds`` (by default ``--rounds``); one unreported start without that phase."""
+    return (rounds if asked is None else asked) if "first" in phases else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.anchor_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per arm (default 1000)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per arm and phase, alternating (default 2)")
+    parser.add_argument("--first-rounds", type=int, default=None, metavar="N",
+                        help="first-start rounds, when fewer than --rounds: the re-admission rounds need only the "
+                             "last first start's jobs, and each first-start round but the last pays for deleting "
+                             "them")  # fmt: skip
     parser.add_argument("--phases", default="first,readmission",
                         help="first (first starts), readmission, or first,readmission (the default; 'both' "
                              "says the same)")  # fmt: skip
@@ -1337,6 +1347,8 @@ def main(argv: list[str] | None = None) -> int:
     phases = phases_of(args.phases)
     if phases is None:
         parser.error(f"--phases: first, readmission, first,readmission or both, not {args.phases!r}")
+    if args.first_rounds is not None and not 1 <= args.first_rounds <= args.rounds:
+        parser.error(f"--first-rounds: from 1 to --rounds ({args.rounds}), not {args.first_rounds}")
     default = "dispatch,design,baseline,check" if args.floor else "dispatch,baseline"
     arms = tuple(a.strip() for a in (default if args.arms is None else args.arms).split(","))
     if not arms or set(arms) - set(ARMS) or len(set(arms)) != len(arms):
@@ -1366,7 +1378,7 @@ def main(argv: list[str] | None = None) -> int:
         idle = {k: v - idle0[k] for k, v in cpu_of(processes).items()}
         profile = (args.profile, work) if args.profile else None
         first: list[Round] = []
-        first_rounds = args.rounds if "first" in phases else 1
+        first_rounds = first_rounds_of(args.first_rounds, args.rounds, phases)
         for index in range(1, first_rounds + 1):
             for arm in bench.arms:
                 submit = submitter(bench, admin, arm, args.jobs, str(index))

@@ -69,6 +69,29 @@ def test_unknown_phases_are_refused_naming_what_is_allowed(capsys: pytest.Captur
     assert "--phases: first, readmission, first,readmission or both, not 'second'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("asked", "phases", "rounds"),
+    [
+        (None, {"first", "readmission"}, 2),
+        (1, {"first", "readmission"}, 1),
+        (None, {"readmission"}, 1),
+        (2, {"readmission"}, 1),
+    ],
+)
+def test_first_rounds_default_to_rounds_and_one_unreported_start(
+    asked: int | None, phases: set[str], rounds: int
+) -> None:
+    assert anchor_bench.first_rounds_of(asked, 2, frozenset(phases)) == rounds
+
+
+@pytest.mark.parametrize("asked", ["0", "3"])
+def test_first_rounds_beyond_rounds_are_refused(asked: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        anchor_bench.main(["--rounds", "2", "--first-rounds", asked])
+    assert exited.value.code == 2
+    assert f"--first-rounds: from 1 to --rounds (2), not {asked}" in capsys.readouterr().err
+
+
 def _obj(uid: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"uid": uid, "labels": labels}}
 
