@@ -21,7 +21,6 @@ import sys
 import tarfile
 import tomllib
 from pathlib import Path
-from typing import IO
 
 import pytest
 import yaml
@@ -81,20 +80,12 @@ def clean_copy(into: Path) -> Path:
     return into
 
 
-def _release_command(tree: Path, *args: str) -> tuple[list[str], dict[str, str]]:
-    # The tests' virtual environment: a clean copy has none of its own.
-    return [str(tree / "scripts" / "release"), *args], {**os.environ, "DISPATCH_K8S_VENV": sys.prefix}
-
-
 def release(tree: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    command, env = _release_command(tree, *args)
-    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def start_release(tree: Path, *args: str, log: IO[str]) -> subprocess.Popen[str]:
-    """scripts/release, running: its output (both streams) into ``log``."""
-    command, env = _release_command(tree, *args)
-    return subprocess.Popen(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    # The tests' virtual environment: a clean copy has none of its own.
+    env = {**os.environ, "DISPATCH_K8S_VENV": sys.prefix}
+    return subprocess.run(
+        [str(tree / "scripts" / "release"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +141,7 @@ ARTIFACTS = {
 }
 
 
-# ``released``, the folder scripts/release built (once per session, started beside the session's first tests:
-# tests/charts/conftest.py).
+# ``released``, the folder scripts/release built (once per session: tests/charts/conftest.py).
 
 
 def _index_and_blobs(archive: Path) -> tuple[dict, dict[str, bytes]]:
