@@ -78,6 +78,7 @@ from contract.keys import (
     ANNOTATION_OPENED,
     ANNOTATION_WORKER_ADMITTED,
     HOLD_ANNOTATIONS,
+    LEASE_MANAGER_CONTACT,
 )
 from contract.multicluster import (
     ROLE_SINGLE,
@@ -189,6 +190,7 @@ def decide(
     role: Role = ROLE_SINGLE,
     multikueue_problem: str | None = None,
     scope_problem: str | None = None,
+    in_contact: bool = True,
 ) -> Decision:
     """What the gate does for ``workload``; ``check`` is the name of dispatch's AdmissionCheck in it.
 
@@ -208,14 +210,15 @@ def decide(
     them that may still run, as the node-loss classification says, and ``foreign_pods`` the labelled pods
     that are provably not its own: reported, never waited on.
 
-    ``role``: this cluster's part under MultiKueue. On a worker, MultiKueue's copy is decided by ``worker_copy``;
+    ``role``: this cluster's part under MultiKueue. On a worker, MultiKueue's copy is decided by ``worker_copy``
+    (``in_contact``: whether this worker's agent saw the manager's contact Lease renewed within its duration);
     everything else as in one cluster alone.
     """
     waiting = waiting_reason(workload, check)
     if waiting is not None:
         return Decision(Action.WAIT, waiting)
     if role == ROLE_WORKER and is_copy(workload):
-        decided = worker_copy(workload, check, trainjob, now)
+        decided = worker_copy(workload, check, trainjob, now, in_contact=in_contact)
         if decided is not None:
             return decided
     owner = owner_trainjob(workload)
@@ -345,8 +348,20 @@ WORKER_FIRST_MESSAGE: Final = (
 )
 
 
+WORKER_OUT_OF_CONTACT_MESSAGE: Final = (
+    f"no renewal of the manager's contact Lease {LEASE_MANAGER_CONTACT} seen on this worker within its duration: the "
+    "manager's dispatch agent does not reach this worker, or the worker is fenced, so a copy admitted here could never "
+    "start. It is admitted here once contact is back; meanwhile MultiKueue may admit the job on another worker"
+)
+
+
 def worker_copy(
-    workload: Mapping[str, Any], check: str, trainjob: Mapping[str, Any] | None, now: str
+    workload: Mapping[str, Any],
+    check: str,
+    trainjob: Mapping[str, Any] | None,
+    now: str,
+    *,
+    in_contact: bool = True,
 ) -> Decision | None:
     """On a worker, the gate's decision for MultiKueue's copy of a Workload (``workload``, due and carrying the
     origin label), or None when the copy is someone else's: decided as in one cluster alone.
@@ -355,12 +370,19 @@ def worker_copy(
     preconditioned on the Workload as read, so it lands only in this admission cycle); any admission of a copy
     that carries the record is held. The first admission comes before MultiKueue creates the TrainJob on this
     worker, so the copy has no owner yet, and its job's kind is not known: it is recorded whatever it is, and
-    once its owner is known to be another kind or a TrainJob not of dispatch's, it is decided as today."""
+    once its owner is known to be another kind or a TrainJob not of dispatch's, it is decided as today.
+
+    ``in_contact``: a renewal of the manager's contact Lease was seen here within its duration. Without one no copy
+    may start here (agent/multicluster/copies.py), so its admission is held: MultiKueue converges on the worker that
+    admits first, and a worker out of contact (a fenced one among them) that admitted would take every dispatch of the
+    job and run none of them."""
     if _someone_elses(workload, trainjob):
         return None
     recorded = annotations_of(workload).get(ANNOTATION_WORKER_ADMITTED)
     if recorded is not None:
         return _set(Action.HOLD, workload, check, PENDING, worker_held_message(recorded), now)
+    if not in_contact:
+        return _set(Action.HOLD, workload, check, PENDING, WORKER_OUT_OF_CONTACT_MESSAGE, now)
     return Decision(
         Action.ADMIT,
         WORKER_FIRST_MESSAGE,

@@ -82,10 +82,24 @@ class Pass:
     hooks: Hooks = Hooks()
     workers: WorkerClients | None = None
     """On a MultiKueue manager, the read-only clients to its workers (``workerKubeconfigs``): guarantee 4."""
+    contact: Callable[[], bool] | None = None
+    """On a MultiKueue worker, whether a copy may be admitted now: a recent renewal of the manager's contact Lease
+    seen (agent/multicluster/contact.py ``WorkerContact.admits``)."""
 
     @classmethod
     def fresh(
-        cls, kube: Kube, settings: Settings, hooks: Hooks | None = None, *, workers: WorkerClients | None = None
+        cls,
+        kube: Kube,
+        settings: Settings,
+        hooks: Hooks | None = None,
+        *,
+        workers: WorkerClients | None = None,
+        contact: Callable[[], bool] | None = None,
     ) -> Pass:
         """A pass of its own: its stores never go live, so every read is a GET, and our check names a LIST."""
-        return cls(kube, Reads(kube), OurChecks(kube), settings, hooks or Hooks(), workers)
+        return cls(kube, Reads(kube), OurChecks(kube), settings, hooks or Hooks(), workers, contact)
+
+    def in_contact(self) -> bool:
+        """Whether a copy may be admitted on this worker now: the manager's contact seen (a pass with no contact
+        watch, off a worker or run on its own, judges nothing here; the copy's start still needs it)."""
+        return self.contact is None or self.contact()

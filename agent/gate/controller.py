@@ -109,8 +109,6 @@ class Controller:
         self.reads = Reads(kube)
         """The passes' reads of Workloads, TrainJobs and JobSets, from the stores the watches below feed."""
         self.reads.count = self.metrics.reads.inc
-        self.ctx = Pass(kube, self.reads, OurChecks(kube, self.checks), config, hooks or Hooks(), workers)
-        """What every pass works with (agent/gate/context.py), built once."""
         self.active = ActiveCondition(kube, self.checks)
         """Sets our AdmissionChecks Active while we lead (agent/gate/active.py)."""
         self.releaser = FinalizerReleaser(kube, config.node_loss_taints)
@@ -121,6 +119,17 @@ class Controller:
         self.contact = WorkerContact(kube, config.lease_namespace) if worker else None
         """On a MultiKueue worker: deletes the copies that outlived a loss of contact with the manager
         (agent/multicluster/contact.py)."""
+        self.ctx = Pass(
+            kube,
+            self.reads,
+            OurChecks(kube, self.checks),
+            config,
+            hooks or Hooks(),
+            workers,
+            self.contact.admits if self.contact is not None else None,
+        )
+        """What every pass works with (agent/gate/context.py), built once; on a worker, a copy is admitted only
+        in contact with the manager."""
         self.copies = CopyVerifier(kube, self.reads, self.contact) if self.contact is not None else None
         """On a MultiKueue worker: lets MultiKueue's copies start only with their dispatch's A
         (agent/multicluster/copies.py)."""

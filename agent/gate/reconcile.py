@@ -150,6 +150,7 @@ async def reconcile(ctx: Pass, key: WorkloadKey) -> Outcome:
         role=ctx.settings.multicluster_role,
         multikueue_problem=seen.mode.problem,
         scope_problem=seen.scope_problem,
+        in_contact=ctx.in_contact(),
     )
     base: dict[str, Any] = {"check": check, "quota_reserved_at": reserved_at}
 

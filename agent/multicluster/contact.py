@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agent.constants import CONTACT_POLL_SECONDS, CONTACT_SWEEP_SECONDS, TRAINJOBS
+from agent.constants import CONTACT_ADMIT_FRACTION, CONTACT_POLL_SECONDS, CONTACT_SWEEP_SECONDS, TRAINJOBS
 from agent.multicluster.claims import ClaimWatch
 from agent.multicluster.contact_lease import contact_epoch
 from agent.multicluster.copy_verdicts import CopyAction, CopyVerdict, outlived_contact, unclaimed, unclaimed_marked
@@ -117,6 +117,12 @@ class ContactWatch:
             return None
         return self.epoch if now < self._changed_at + self._duration else None
 
+    def admits(self, now: float) -> bool:
+        """The worker's gate may admit a copy now: a renewal seen within ``CONTACT_ADMIT_FRACTION`` of the duration."""
+        if self.epoch is None or self._duration is None or self._changed_at is None:
+            return False
+        return now < self._changed_at + self._duration * CONTACT_ADMIT_FRACTION
+
     def lost(self, now: float) -> bool:
         """No change of the Lease seen for its duration (or no Lease of the manager's): copies let start stop."""
         if self.epoch is None or self._duration is None:
@@ -149,6 +155,9 @@ class WorkerContact:
 
     def verifiable(self) -> int | None:
         return self.watch.verifiable(time.monotonic())
+
+    def admits(self) -> bool:
+        return self.watch.admits(time.monotonic())
 
     async def run(self) -> None:
         while True:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent.config import AgentConfig
-from agent.domain.decide import WORKER_FIRST_MESSAGE, Action, worker_held_message
+from agent.domain.decide import WORKER_FIRST_MESSAGE, WORKER_OUT_OF_CONTACT_MESSAGE, Action, worker_held_message
 from agent.gate.context import Pass, WorkloadKey
 from agent.gate.reconcile import reconcile
 from agent.runtime.kube import Kube
@@ -89,6 +89,31 @@ async def test_a_copys_first_admission_is_recorded_then_approved_and_a_later_one
     entry = kueue.entry(now, check)
     assert (entry["state"], entry["message"]) == ("Pending", worker_held_message(recorded))
     assert now["metadata"]["annotations"][ANNOTATION_WORKER_ADMITTED] == recorded
+
+
+async def test_out_of_contact_a_copy_waits_unrecorded_and_is_admitted_once_contact_is_seen(
+    control_plane, namespace, kube
+):
+    cp = control_plane
+    check = kueue.create_admission_check(cp)
+    wl = remote_workload(cp, namespace, check)
+    contact = [False]  # the worker's view of the manager's contact Lease: no recent renewal seen
+
+    held = await reconcile(Pass.fresh(kube, WORKER, contact=lambda: contact[0]), key(wl))
+    assert (held.action, held.ready, held.requeue) == (Action.HOLD, False, True)  # nothing else wakes it: a backoff
+    now = kueue.get_workload(cp, wl)
+    assert (kueue.entry(now, check)["state"], kueue.entry(now, check)["message"]) == (
+        "Pending",
+        WORKER_OUT_OF_CONTACT_MESSAGE,
+    )
+    assert ANNOTATION_WORKER_ADMITTED not in (now["metadata"].get("annotations") or {})
+
+    contact[0] = True  # a renewal seen
+    admitted = await reconcile(Pass.fresh(kube, WORKER, contact=lambda: contact[0]), key(wl))
+    assert (admitted.action, admitted.ready) == (Action.ADMIT, True)
+    now = kueue.get_workload(cp, wl)
+    assert kueue.entry(now, check)["state"] == "Ready"
+    assert ANNOTATION_WORKER_ADMITTED in now["metadata"]["annotations"]
 
 
 async def test_a_ready_refused_after_the_record_leaves_the_copy_held(control_plane, namespace, kube):

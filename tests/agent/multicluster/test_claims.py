@@ -26,6 +26,7 @@ from contract.claims import DEFAULT_ORIGIN, claim_name
 from contract.keys import (
     ANNOTATION_DISPATCHED_TO,
     ANNOTATION_FENCED,
+    ANNOTATION_WORKER_ADMITTED,
     CLAIM_PREFIX,
     FENCED_TRUE,
     LABEL_CLAIM,
@@ -211,18 +212,22 @@ def test_a_fenced_worker_that_rejoins_stops_its_copy_and_the_next_dispatch_waits
     elsewhere, keeps running, and nothing of the first dispatch comes back."""
     s = Story(armed)
     fenced: Worker | None = None
+    remotes: kit.Recorder | None = None
     try:
         tj, there, _ = s.start()
         name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
         copy_uid = there.admin.get(TRAINER_V, "TrainJob", name, s.ns)["metadata"]["uid"]
+        before = {w["metadata"]["uid"] for w in there.admin.list(KUEUE_V, "Workload", s.ns)}  # the running copy's
+        remotes = kit.Recorder(there.admin, there.admin.collection_path(KUEUE_V, "Workload", s.ns))
+        fenced_at = dt.datetime.now(dt.UTC)
         s.m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", there.name,
                               {"metadata": {"annotations": {ANNOTATION_FENCED: FENCED_TRUE}}})  # fmt: skip
         fenced = there
         eventually(lambda: _true(_worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)), CONTACT_SECONDS + 60,
                    "the fenced worker's copy deleted, unclaimed")  # fmt: skip
-        # MultiKueue sees its remote gone and evicts; the gate dispatches again. MultiKueue may still send a copy to
-        # the fenced worker (a fence is dispatch's, not Kueue's): there it is never claimed, never starts, and goes
-        # back after the claim's duration, until the job lands on the other worker.
+        # MultiKueue sees its remote gone and evicts; the gate dispatches again. MultiKueue still sends a copy to
+        # the fenced worker (a fence is dispatch's, not Kueue's), but the worker's gate there, out of contact with
+        # the manager, does not admit it, so the job is admitted on the other worker.
         moved = s.other(there)
 
         def runs_elsewhere() -> int:
@@ -241,6 +246,13 @@ def test_a_fenced_worker_that_rejoins_stops_its_copy_and_the_next_dispatch_waits
         eventually(lambda: s.nothing_left(there, name), 120, "nothing of the job left on the fenced worker")
         eventually(lambda: _true(there.name not in annotations(_get(s.m, tj)).get(ANNOTATION_DISPATCHED_TO, "")), 60,
                    "the fenced worker taken off the record once a look found it empty")  # fmt: skip
+        # Once the fenced worker's contact lapsed (no renewal since the fence: a quarter of the duration for the
+        # manager's last round, three quarters for the worker's gate, a poll), its gate admitted no copy there: it
+        # wrote no record. Before, it may have (a tie with the other worker), and that copy was never claimed.
+        lapsed = fenced_at + dt.timedelta(seconds=CONTACT_SECONDS + 5)
+        admitted = [dt.datetime.fromisoformat(annotations(o)[ANNOTATION_WORKER_ADMITTED]) for _, o in remotes.events()
+                    if o["metadata"]["uid"] not in before and ANNOTATION_WORKER_ADMITTED in annotations(o)]  # fmt: skip
+        assert all(t <= lapsed for t in admitted), f"copies admitted on the fenced worker after {lapsed}: {admitted}"
 
         s.m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", there.name,
                               {"metadata": {"annotations": {ANNOTATION_FENCED: None}}})  # fmt: skip
@@ -255,6 +267,8 @@ def test_a_fenced_worker_that_rejoins_stops_its_copy_and_the_next_dispatch_waits
         if fenced is not None:
             s.m.admin.merge_patch(KUEUE_V, "MultiKueueCluster", fenced.name,
                                   {"metadata": {"annotations": {ANNOTATION_FENCED: None}}})  # fmt: skip
+        if remotes is not None:
+            remotes.stop()
         s.stop()
 
 

@@ -115,6 +115,24 @@ def test_a_copy_may_start_only_once_a_renewal_was_seen_within_the_duration():
     assert watch.lost(113.0)
 
 
+def test_the_gate_admits_a_copy_only_while_a_renewal_is_recent_before_the_loss_is():
+    # Duration 10: admitted while a renewal was seen within 7.5 s, so a worker the manager stopped renewing admits
+    # nothing by the time its copy is deleted and the job dispatched again (10 s after the last renewal).
+    watch = ContactWatch(started=100.0)
+    watch.observe(lease_at("r1"), 100.0)
+    assert not watch.admits(100.0)  # an old Lease proves no contact
+    watch.observe(lease_at("r2"), 103.0)
+    assert watch.admits(103.0)
+    assert watch.admits(110.4)
+    assert not watch.admits(110.5)
+    assert watch.verifiable(110.5) == 0
+    assert not watch.lost(110.5)
+    watch.observe(lease_at("r3"), 111.0)
+    assert watch.admits(111.0)
+    watch.observe(None, 112.0)
+    assert not watch.admits(112.0)
+
+
 def test_the_loss_is_judged_from_when_the_lease_was_seen_to_change():
     watch = ContactWatch(started=0.0)
     watch.observe(lease_at("r1"), 0.0)

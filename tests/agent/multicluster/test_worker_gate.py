@@ -10,10 +10,16 @@ from typing import Any
 
 import pytest
 
-from agent.domain.decide import WORKER_FIRST_MESSAGE, Action, decide, worker_held_message
+from agent.domain.decide import (
+    WORKER_FIRST_MESSAGE,
+    WORKER_OUT_OF_CONTACT_MESSAGE,
+    Action,
+    decide,
+    worker_held_message,
+)
 from contract.admission import admission_count, admission_started, preconditions, unsuspend_ops
 from contract.identity import attempt_token, epoch, r_of
-from contract.keys import ANNOTATION_WORKER_ADMITTED
+from contract.keys import ANNOTATION_WORKER_ADMITTED, LEASE_MANAGER_CONTACT
 from contract.multicluster import MULTIKUEUE_ORIGIN_LABEL, ROLE_MANAGER, ROLE_SINGLE, ROLE_WORKER
 from harness.fixtures import gate_approved
 from tests.agent.domain.test_gate import CHECK, NOW, opened, workload
@@ -37,8 +43,9 @@ def copy_workload(*, owned: bool = False, recorded: str | None = None, **kw: Any
     return wl
 
 
-def go(wl: dict[str, Any], *, role: str = ROLE_WORKER, tj: Any = "default"):
+def go(wl: dict[str, Any], *, role: str = ROLE_WORKER, tj: Any = "default", in_contact: bool = True):
     return decide(
+        in_contact=in_contact,
         workload=wl,
         check=CHECK,
         trainjob=remote(opened()) if tj == "default" else tj,
@@ -95,6 +102,35 @@ def test_a_later_admission_of_a_recorded_copy_is_held(owned):
     again = go(copy_workload(owned=owned, recorded="2026-11-29T09:30:00Z", message=d.message),
                tj=remote(opened()) if owned else None)  # fmt: skip
     assert (again.action, again.check_write, again.workload_patch) == (Action.HOLD, None, None)
+
+
+def test_out_of_contact_with_the_manager_a_copy_is_not_admitted_and_nothing_is_recorded():
+    # A fenced worker, or one the manager's agent does not reach: a copy admitted here could never start, and
+    # MultiKueue would keep the job here, so the admission waits (Pending) and the record is not written.
+    wl = copy_workload(message="")
+    d = go(wl, tj=None, in_contact=False)
+    assert (d.action, d.message) == (Action.HOLD, WORKER_OUT_OF_CONTACT_MESSAGE)
+    assert LEASE_MANAGER_CONTACT in d.message
+    assert "fenced" in d.message
+    assert (d.workload_patch, d.trainjob_patch) == (None, None)
+    assert (_entry(d)["state"], _entry(d)["message"]) == ("Pending", d.message)
+    # Contact back: the same copy's first admission is approved, the record written first.
+    back = go(wl, tj=None)
+    assert (back.action, back.message) == (Action.ADMIT, WORKER_FIRST_MESSAGE)
+    assert back.workload_patch is not None
+
+
+def test_out_of_contact_a_recorded_copy_still_says_it_goes_back_through_the_manager():
+    wl = copy_workload(recorded="2026-11-29T09:30:00Z", message="")
+    d = go(wl, tj=None, in_contact=False)
+    assert (d.action, d.message) == (Action.HOLD, worker_held_message("2026-11-29T09:30:00Z"))
+
+
+@pytest.mark.parametrize("role", [ROLE_SINGLE, ROLE_MANAGER])
+def test_contact_is_judged_only_for_a_copy_on_a_worker(role):
+    # Off a worker, or for what is not a copy on one, the contact changes nothing.
+    assert go(workload(), role=role, in_contact=False).action is Action.ADMIT
+    assert go(workload(), in_contact=False).action is Action.ADMIT
 
 
 def test_a_copy_not_due_is_waited_on_as_before():
