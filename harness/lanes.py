@@ -24,10 +24,6 @@ from collections.abc import Iterable
 from pathlib import PurePath
 
 LANES = ("units", "tier-b", "multicluster", "tier-c")
-NICENESS = {"units": 3, "tier-b": 3, "kube-oldest": 3}
-"""Each lane's CPU priority (``nice``; 0 where not listed). All lanes together keep both cores busy, and the run
-ends with tier C, the longest path: the lanes with time to spare yield it the CPU while they compete, and take what
-it leaves idle. The multicluster lane stays at 0: its tests judge contact Leases of a few seconds' duration."""
 KUBE_PROXY_TESTS = ("tests/harness/test_sandbox.py",)
 """Tests that take the kube-proxy lock themselves (through a command they run): in the tier C lane, before it."""
 OWN_CLUSTER_TESTS = (*KUBE_PROXY_TESTS, "tests/harness/test_multicluster_sandbox.py")

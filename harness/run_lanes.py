@@ -28,7 +28,7 @@ from types import FrameType
 from typing import IO
 
 from harness.binaries import BUILD_SCRIPT, KUBE_VERSION_ENV, REPO_ROOT, matrix_versions
-from harness.lanes import LANES, MATRIX_TESTS, NICENESS, OLDEST_LANE, matrix_deselect
+from harness.lanes import LANES, MATRIX_TESTS, OLDEST_LANE, matrix_deselect
 from harness.report import PHASES_ENV, Phase, minutes, outcomes, read_phases, render, rows
 
 NOTHING_SELECTED = 5
@@ -62,17 +62,11 @@ def _start(name: str, args: Sequence[str], folder: Path) -> Lane:
     return _popen(name, [sys.executable, "-m", "pytest", "--lane", name, *args], folder, {})
 
 
-def niced(name: str, argv: Sequence[str]) -> list[str]:
-    """``argv`` under the lane's CPU priority (harness.lanes.NICENESS), inherited by all it starts."""
-    niceness = NICENESS.get(name, 0)
-    return ["nice", "-n", str(niceness), *argv] if niceness else list(argv)
-
-
 def _popen(name: str, argv: Sequence[str], folder: Path, extra_env: Mapping[str, str]) -> Lane:
     log = (folder / f"{name}.log").open("wb")
     env = {**os.environ, PHASES_ENV: str(folder / f"{name}.json"), **extra_env}
     # A session of its own: stopping the run stops each lane's pytest and what it started, whatever holds the tty.
-    proc = subprocess.Popen(niced(name, argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return Lane(name, proc, log, time.time())
 
 

@@ -2,8 +2,7 @@
 
 from pathlib import PurePath
 
-from harness.lanes import NICENESS, lane_of, sort_key
-from harness.run_lanes import niced
+from harness.lanes import lane_of, sort_key
 
 
 def test_lanes_keep_the_old_order_in_one_session_and_put_each_cluster_kind_in_its_own_session():
@@ -25,10 +24,3 @@ def test_lanes_keep_the_old_order_in_one_session_and_put_each_cluster_kind_in_it
     assert order == [(unit, p), (shells, p), (tier_a, p), (tier_b, p), (mc, p), (tier_b, sandbox), (node, p)]
     mc_sandbox = PurePath("/r/tests/harness/test_multicluster_sandbox.py")
     assert sorted([(mc, p), (mc, mc_sandbox)], key=lambda mp: sort_key(*mp)) == [(mc, mc_sandbox), (mc, p)]
-
-
-def test_a_lane_with_time_to_spare_runs_niced_and_the_longest_path_does_not():
-    assert niced("units", ["python", "-m", "pytest"]) == ["nice", "-n", "3", "python", "-m", "pytest"]
-    assert niced("tier-c", ["python"]) == ["python"]
-    assert niced("multicluster", ["python"]) == ["python"]  # its contact Leases last seconds
-    assert all(NICENESS.get(name, 0) == 0 for name in ("tier-c", "multicluster"))
