@@ -5,8 +5,9 @@ The version checks and scripts/release's refusals are unit tests. The release it
 the checkout (its files as a clean clone holds them, committed in a repository of their own), so its image is
 this checkout's, the one the lane already built, and nothing is built twice. Then each artifact is checked: the
 checksums, the packaged chart renders the digest of the OCI archive's manifest, the SBOMs list the components
-they must, the wheel installs in a fresh virtual environment where ``dispatch-agent --help`` runs, and so does
-the command-line client's wheel, alone, where ``kubectl-dispatch --help`` runs without any server's dependency.
+they must. The two wheels, built from this tree as the release builds them, are unit tests: the package's installs
+in a fresh virtual environment where ``dispatch-agent --help`` runs, and so does the command-line client's, alone,
+where ``kubectl-dispatch --help`` runs without any server's dependency.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import cli_dist
 from tests.charts.helm import ROOT, run_helm
 from tests.charts.test_image import checkout_tree
 
@@ -234,12 +236,24 @@ PIP_INSTALL = ("install", "-q", "--no-compile")
 what the commands import when they run."""
 
 
-@pytest.mark.node
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """This tree's two wheels, built as scripts/release builds them: the package from a clean copy of the checkout,
+    the command-line client by harness.cli_dist. The release's own are checked in the release folder above (and
+    scripts/release installs its package wheel with the lock's versions); here each installs and runs, with no image
+    to wait for, off the tier C lane."""
+    copy = clean_copy(tmp_path_factory.mktemp("wheels") / "src")
+    out = tmp_path_factory.mktemp("wheels-out")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(out), str(copy)],
+                   check=True, timeout=600)  # fmt: skip
+    return {"dispatch-k8s": out / f"dispatch_k8s-{VERSION}-py3-none-any.whl", "dispatch-k8s-cli": cli_dist.build(out)}
+
+
 @pytest.mark.timeout(1800)
-def test_the_wheel_installs_in_a_fresh_environment_and_its_command_line_runs(released, tmp_path):
+def test_the_wheel_installs_in_a_fresh_environment_and_its_command_line_runs(wheels, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    wheel = released / f"dispatch_k8s-{VERSION}-py3-none-any.whl"
+    wheel = wheels["dispatch-k8s"]
     lock = ROOT / "requirements" / "lock.txt"
     subprocess.run([str(venv / "bin" / "pip"), *PIP_INSTALL, "-c", str(lock), str(wheel)], check=True, timeout=600)
     result = subprocess.run([str(venv / "bin" / "dispatch-agent"), "--help"], capture_output=True, text=True)
@@ -252,12 +266,11 @@ def test_the_wheel_installs_in_a_fresh_environment_and_its_command_line_runs(rel
     assert version == VERSION
 
 
-@pytest.mark.node
 @pytest.mark.timeout(1800)
-def test_the_cli_wheel_installs_alone_and_kubectl_dispatch_runs(released, tmp_path):
+def test_the_cli_wheel_installs_alone_and_kubectl_dispatch_runs(wheels, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    wheel = released / f"dispatch_k8s_cli-{VERSION}-py3-none-any.whl"
+    wheel = wheels["dispatch-k8s-cli"]
     lock = ROOT / "requirements" / "lock.txt"
     subprocess.run([str(venv / "bin" / "pip"), *PIP_INSTALL, "-c", str(lock), str(wheel)], check=True, timeout=600)
     result = subprocess.run([str(venv / "bin" / "kubectl-dispatch"), "--help"], capture_output=True, text=True)

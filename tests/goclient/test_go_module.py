@@ -16,6 +16,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from agent.api.openapi import document, render
 from tests.goclient.go import MODULE, run_go
 
@@ -61,6 +63,7 @@ def test_the_docs_error_table_is_checked_in_the_repository():
     assert "SKIP" not in done.stdout, done.stdout
 
 
+@pytest.mark.timeout(900)  # a bound on a hang: vet and every test binary linked outside the repository's cache paths
 def test_a_copy_of_the_module_outside_the_repository_vets_and_tests(tmp_path: Path):
     copy = tmp_path / "clients-go"
     shutil.copytree(MODULE, copy)

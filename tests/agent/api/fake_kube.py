@@ -362,11 +362,14 @@ class FakeKube:
         await response.prepare(request)
         chunks = self.logs[key]
         follow = request.query.get("follow") == "true"
-        for chunk in chunks if follow else [b"".join(chunks)]:
-            await response.write(chunk)
-            if not await _pause(request, self.log_delay):
-                return response  # the reader went away (a kubelet ends the stream so)
-        await response.write_eof()
+        try:
+            for chunk in chunks if follow else [b"".join(chunks)]:
+                await response.write(chunk)
+                if not await _pause(request, self.log_delay):
+                    return response  # the reader went away (a kubelet ends the stream so)
+            await response.write_eof()
+        except ConnectionResetError:  # the reader went away mid-write: the stream ends, as a kubelet's would
+            pass
         return response
 
     # -- a client for the agent --------------------------------------------------------------------

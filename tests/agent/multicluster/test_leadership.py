@@ -16,6 +16,7 @@ import pytest
 from ulid import ULID
 
 from agent.constants import REASON_OUT_OF_CONTACT, REASON_UNCLAIMED
+from agent.domain.decide import WORKER_OUT_OF_CONTACT_MESSAGE
 from agent.domain.operations import plan_open
 from agent.multicluster.worker_reads import CONTACT_RULES, WORKER_RULES
 from contract.admission import admission_started
@@ -24,7 +25,7 @@ from contract.objects import annotations, micro_time
 from contract.trainjob import Submission
 from harness.jobs import write_as_the_api
 from harness.kube_http import ApiError
-from harness.multicluster import MANAGER_AGENT_ROLE, Worker
+from harness.multicluster import KUEUE_V, MANAGER_AGENT_ROLE, Worker
 from tests.agent.gate import kit
 from tests.agent.gate.kit import TRAINER_V, eventually
 from tests.agent.multicluster.test_claims import Story
@@ -107,6 +108,13 @@ def _renew_time(worker: Worker, system: str) -> str | None:
     return (lease or {}).get("spec", {}).get("renewTime")
 
 
+def _held_out_of_contact(worker: Worker, namespace: str, workload: str, check: str) -> None:
+    """The job's remote Workload on ``worker`` (MultiKueue's, named as the manager's ``workload``) held by the
+    worker's gate, out of contact with the manager."""
+    entry = kit.check_entry(worker.admin.get(KUEUE_V, "Workload", workload, namespace), check)
+    assert (entry["state"], entry.get("message")) == ("Pending", WORKER_OUT_OF_CONTACT_MESSAGE), entry
+
+
 def _job_pods(story: Story, worker: Worker, name: str) -> list[dict[str, Any]]:
     """Every pod of the job seen on ``worker`` so far (the recorder's history), gone or not."""
     return [pod for _, _, pod in story.pods[worker.name].lifetimes().values()
@@ -116,12 +124,12 @@ def _job_pods(story: Story, worker: Worker, name: str) -> list[dict[str, Any]]:
 @pytest.mark.timeout(900)  # three control planes on a shared 2-core machine, a dispatch, a change of leader
 def test_a_worker_agent_that_leads_again_lets_no_copy_start_before_it_sees_a_renewal(armed: Armed) -> None:
     """The manager's agent renews nothing on worker w (its credential there may read Leases, not write them), so w's
-    agent sees no contact, and the other worker's agent does not lead (another replica holds its leader Lease): the
-    job's copy is made on w and waits there, marked. Then w's agent stops leading too, and while it does not lead
-    the manager's agent renews its contact Lease (and its claims) on w again, then is cut off from w once more. w's
-    agent leads again and finds the Lease changed since it last looked; that change happened while it did not
-    watch, so it is no renewal seen now: no copy on w is let start (each stays marked, no trainer is made) for
-    longer than the Lease's duration. Once renewals reach w again the job starts. Then the same change of leader
+    agent sees no contact, and the other worker's agent does not lead (another replica holds its leader Lease): w's
+    gate holds the job's remote Workload, so no copy is made there. Then w's agent stops leading too, and while it
+    does not lead the manager's agent renews its contact Lease (and its claims) on w again, then is cut off from w
+    once more. w's agent leads again and finds the Lease changed since it last looked; that change happened while it
+    did not watch, so it is no renewal seen now: its gate admits nothing and no copy on w is let start (no trainer
+    is made) for longer than the Lease's duration. Once renewals reach w again the job starts. Then the same change of leader
     where the copy runs, renewals cut off from that worker: leading again, its agent stops the running copy, and the
     job starts again, A raised, only once renewals return. Across both workers no two executions overlapped and R
     only rose."""
@@ -145,7 +153,10 @@ def test_a_worker_agent_that_leads_again_lets_no_copy_start_before_it_sees_a_ren
         name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
         eventually(lambda: kit.workload_of(s.m.admin, s.ns, uid), 30, "the Workload created")
         write_as_the_api(s.m.admin, tj, lambda t, _wl: plan_open(t).writes)
-        eventually(lambda: w.admin.get(TRAINER_V, "TrainJob", name, s.ns), 180, f"a copy of the job on {w.name}")
+        # w's gate holds the copy's admission while w sees no renewal: MultiKueue makes no copy of the TrainJob there.
+        workload = kit.workload_of(s.m.admin, s.ns, uid)["metadata"]["name"]
+        eventually(lambda: _held_out_of_contact(w, s.ns, workload, armed.worker_check), 180,
+                   f"the job's remote Workload held on {w.name}, out of contact")  # fmt: skip
 
         # While w's agent does not lead, the manager's agent renews on w; then it is cut off again.
         _take(w, system)
@@ -164,12 +175,11 @@ def test_a_worker_agent_that_leads_again_lets_no_copy_start_before_it_sees_a_ren
                    f"the agent on {w.name} leading again")  # fmt: skip
         time.sleep(CONTACT_SECONDS + 2)  # longer than the Lease's duration: a change it counted would have served
 
-        # No copy on w was let start: every version of every copy of the job there is marked and suspended (one
-        # that waited its claim's duration may have been deleted, the job sent back through the manager and
-        # made there again), and no pod of the job was made there.
-        versions = s.copies[w.name].versions(name)
-        assert versions, f"no copy of the job on {w.name}"
-        for version in versions:
+        # No copy on w was admitted or let start: the gate, leading again, counted no change it saw while it did not
+        # lead, so the remote Workload is still held; any version of a copy of the job there (none is expected) is
+        # marked and suspended; and no pod of the job was made there.
+        _held_out_of_contact(w, s.ns, workload, armed.worker_check)
+        for version in s.copies[w.name].versions(name):
             assert annotations(version).get(ANNOTATION_UNVERIFIED) == UNVERIFIED_TRUE, (
                 f"a copy on {w.name} let start before a renewal was seen since its agent leads again",
                 version["metadata"],
