@@ -75,9 +75,10 @@ CONTACT_SECONDS: Final = 60
 it). A worker that sees no renewal for this long deletes the copies it let start (agent/multicluster/contact.py)."""
 CONTACT_ADMIT_FRACTION: Final = 0.75
 """On a MultiKueue worker: the gate admits a copy only while a renewal of the contact Lease was seen within this part
-of its duration. A worker the manager stopped renewing (a fence) deletes its copy a full duration after the last
-renewal and only then is the job dispatched again, so by that dispatch this worker admits nothing: the race with the
-other workers is not a tie (docs/multicluster.md, "The gate: a copy's first admission only")."""
+of its duration, a quarter less than the agent keeps a copy it let start: a copy admitted later could not start
+before the loss, and a dispatch that follows a copy deleted for want of contact finds this worker admitting nothing
+already, so the race with the other workers is not a tie (docs/multicluster.md, "The gate: a copy's first admission
+only")."""
 CONTACT_POLL_SECONDS: Final = 2.0
 """On a MultiKueue worker: how often the agent reads the contact Lease (a GET of one object)."""
 CONTACT_SWEEP_SECONDS: Final = 10.0

@@ -211,7 +211,8 @@ def decide(
     that are provably not its own: reported, never waited on.
 
     ``role``: this cluster's part under MultiKueue. On a worker, MultiKueue's copy is decided by ``worker_copy``
-    (``in_contact``: whether this worker's agent saw the manager's contact Lease renewed within its duration);
+    (``in_contact``: whether this worker's agent saw the manager's contact Lease renewed recently enough to admit a
+    copy: agent/multicluster/contact.py ``ContactWatch.admits``);
     everything else as in one cluster alone.
     """
     waiting = waiting_reason(workload, check)
@@ -349,7 +350,7 @@ WORKER_FIRST_MESSAGE: Final = (
 
 
 WORKER_OUT_OF_CONTACT_MESSAGE: Final = (
-    f"no renewal of the manager's contact Lease {LEASE_MANAGER_CONTACT} seen on this worker within its duration: the "
+    f"no recent renewal of the manager's contact Lease {LEASE_MANAGER_CONTACT} seen on this worker: the "
     "manager's dispatch agent does not reach this worker, or the worker is fenced, so a copy admitted here could never "
     "start. It is admitted here once contact is back; meanwhile MultiKueue may admit the job on another worker"
 )
@@ -372,10 +373,10 @@ def worker_copy(
     worker, so the copy has no owner yet, and its job's kind is not known: it is recorded whatever it is, and
     once its owner is known to be another kind or a TrainJob not of dispatch's, it is decided as today.
 
-    ``in_contact``: a renewal of the manager's contact Lease was seen here within its duration. Without one no copy
-    may start here (agent/multicluster/copies.py), so its admission is held: MultiKueue converges on the worker that
-    admits first, and a worker out of contact (a fenced one among them) that admitted would take every dispatch of the
-    job and run none of them."""
+    ``in_contact``: a renewal of the manager's contact Lease was seen here recently (``ContactWatch.admits``).
+    Without contact no copy may start here (agent/multicluster/copies.py), so its admission is held: MultiKueue
+    converges on the worker that admits first, and a worker out of contact (a fenced one among them) that admitted
+    would take every dispatch of the job and run none of them."""
     if _someone_elses(workload, trainjob):
         return None
     recorded = annotations_of(workload).get(ANNOTATION_WORKER_ADMITTED)
