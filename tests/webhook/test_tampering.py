@@ -271,7 +271,8 @@ def test_items_5_6_on_a_running_job(guarded: Guarded) -> None:
             says=_says(g, "jobset-status.restarts", "never falls"),
         )
         # dispatch holds it (Kueue mode: the Workload deactivated), the stranger reactivates it.
-        patch_workload(g.gate, tj, lambda t, w: plan_hold(t, w, Hold("h-1", kit.now(), "ops", "maintenance")))
+        hold = Hold("h-1", kit.now(), "ops", "maintenance")  # one Hold: made in the plan, each retry would be another
+        patch_workload(g.gate, tj, lambda t, w: plan_hold(t, w, hold))
         wl = kit.workload_of(g.admin, g.namespace, tj["metadata"]["uid"])
         refused(
             g,
