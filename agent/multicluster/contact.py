@@ -111,17 +111,19 @@ class ContactWatch:
         self._duration = duration if isinstance(duration, int) and duration > 0 else None
         self.epoch = contact_epoch(lease)
 
+    def _renewed_within(self, now: float, fraction: float) -> bool:
+        """A renewal of the manager's Lease was seen within ``fraction`` of its duration."""
+        if self.epoch is None or self._duration is None or self._changed_at is None:
+            return False
+        return now < self._changed_at + self._duration * fraction
+
     def verifiable(self, now: float) -> int | None:
         """The epoch a copy may start under now: a renewal was seen within the Lease's duration; else None."""
-        if self.epoch is None or self._duration is None or self._changed_at is None:
-            return None
-        return self.epoch if now < self._changed_at + self._duration else None
+        return self.epoch if self._renewed_within(now, 1.0) else None
 
     def admits(self, now: float) -> bool:
         """The worker's gate may admit a copy now: a renewal seen within ``CONTACT_ADMIT_FRACTION`` of the duration."""
-        if self.epoch is None or self._duration is None or self._changed_at is None:
-            return False
-        return now < self._changed_at + self._duration * CONTACT_ADMIT_FRACTION
+        return self._renewed_within(now, CONTACT_ADMIT_FRACTION)
 
     def lost(self, now: float) -> bool:
         """No change of the Lease seen for its duration (or no Lease of the manager's): copies let start stop."""

@@ -226,8 +226,8 @@ def test_a_fenced_worker_that_rejoins_stops_its_copy_and_the_next_dispatch_waits
         eventually(lambda: _true(_worker_events(there, s.ns, copy_uid, REASON_UNCLAIMED)), CONTACT_SECONDS + 60,
                    "the fenced worker's copy deleted, unclaimed")  # fmt: skip
         # MultiKueue sees its remote gone and evicts; the gate dispatches again. MultiKueue still sends a copy to
-        # the fenced worker (a fence is dispatch's, not Kueue's), but the worker's gate there, out of contact with
-        # the manager, does not admit it, so the job is admitted on the other worker.
+        # the fenced worker (a fence is dispatch's, not Kueue's), but once its contact lapses the worker's gate there
+        # admits none, so the job is admitted on the other worker.
         moved = s.other(there)
 
         def runs_elsewhere() -> int:
